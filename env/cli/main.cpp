@@ -1,0 +1,31 @@
+// `d2k`: the one binary — server, task tools and clients.
+#include <iostream>
+
+#include "env/cli/commands.hpp"
+#include "env/version.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"d2k-gym: an environment server for agents that write GPU kernels.\n"
+               "Agents open episodes on CUDA tasks at a guidance layer (L0-L3), edit source, compile in a\n"
+               "sandbox, evaluate on a GPU and get rewards relative to the expert design.",
+               "d2k"};
+  app.set_version_flag("--version", std::string("d2k ") + d2k::kVersionString);
+  app.require_subcommand(1);
+  app.footer("Run `d2k <command> --help` for a command's options. Protocol: protocol/PROTOCOL.md.");
+  d2k::cli::Runner run;
+  d2k::cli::add_serve(app, run);
+  d2k::cli::add_tasks(app, run);
+  d2k::cli::add_play(app, run);
+  d2k::cli::add_demo(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return run ? run() : 0;
+  } catch (const std::exception& e) {
+    std::cerr << "d2k: " << e.what() << "\n";
+    return 1;
+  }
+}

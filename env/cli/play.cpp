@@ -1,0 +1,233 @@
+// `d2k play`: a REPL for a person at a terminal — connect, reset, read guidance and files, edit
+// (through $EDITOR or commands), compile, read diagnostics, evaluate, submit.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "env/cli/commands.hpp"
+#include "env/cli/render.hpp"
+#include "protocol/client.hpp"
+
+namespace d2k::cli {
+
+namespace {
+
+using protocol::Value;
+
+const char* kHelp = R"(commands:
+  tasks                        list the server's tasks
+  reset TASK [LAYER] [SEED]    start an episode (layer 0-3; default 0)
+  guidance                     show the guidance texts of the episode's layer
+  task                         show the task statement, signature and visible workloads
+  files                        list workspace files
+  show [PATH]                  print a workspace file (default: the main file)
+  edit [PATH]                  edit a file in $EDITOR (then sent as write_file)
+  write PATH LOCAL_FILE        replace a workspace file with a local file's content
+  replace PATH                 exact-text edit: type the old text, a line '.', the new text, a line '.'
+  patch LOCAL_DIFF             apply a unified diff file to the workspace
+  compile                      compile in the sandbox and show diagnostics
+  log                          show the last compile's full log
+  evaluate | submit            run on the GPU (visible | all workloads; submit ends the episode)
+  status                       step, budget, last outcome
+  stats                        server statistics
+  close                        close the episode
+  help | quit
+)";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string read_until_dot(std::istream& in, bool prompt) {
+  std::string text, line;
+  bool first = true;
+  while (true) {
+    if (prompt) std::cout << "... " << std::flush;
+    if (!std::getline(in, line) || line == ".") break;
+    if (!first) text += "\n";
+    text += line;
+    first = false;
+  }
+  return text;
+}
+
+struct Repl {
+  Client client;
+  std::string session;
+  Value observation;
+  bool interactive;
+
+  Repl(const std::string& endpoint, bool tty) : client(endpoint), interactive(tty) {}
+
+  const Value& obs() {
+    if (session.empty()) throw std::runtime_error("no episode: `reset TASK [LAYER]` first");
+    return observation;
+  }
+  void after_step(const Value& reply) {
+    observation = reply["observation"];
+    std::cout << render_step(reply);
+  }
+  void step(Value action) { after_step(client.step(session, std::move(action))); }
+
+  std::string file_arg(std::istringstream& args) {
+    std::string path;
+    args >> path;
+    return path.empty() ? obs()["task"]["main_file"].get<std::string>() : path;
+  }
+
+  bool command(const std::string& line, std::istream& in) {
+    std::istringstream args(line);
+    std::string cmd;
+    args >> cmd;
+    if (cmd.empty() || cmd[0] == '#') return true;
+    if (cmd == "quit" || cmd == "exit") return false;
+    if (cmd == "help") {
+      std::cout << kHelp;
+    } else if (cmd == "tasks") {
+      for (const auto& t : client.list_tasks()["tasks"])
+        std::cout << "  " << t["id"].get<std::string>() << "  " << t["title"].get<std::string>() << "\n";
+    } else if (cmd == "reset") {
+      std::string task;
+      int layer = 0;
+      args >> task >> layer;
+      std::optional<std::uint64_t> seed;
+      std::uint64_t s;
+      if (args >> s) seed = s;
+      if (task.empty()) throw std::runtime_error("usage: reset TASK [LAYER] [SEED]");
+      Value reply = client.reset(task, layer, seed, {{"label", "d2k play"}});
+      session = reply["session"].get<std::string>();
+      observation = reply["observation"];
+      std::cout << "session " << session << ": " << task << " at L" << layer << "\n"
+                << render_task(observation) << render_guidance_titles(observation);
+    } else if (cmd == "guidance") {
+      std::cout << render_guidance(obs());
+    } else if (cmd == "task") {
+      std::cout << render_task(obs());
+    } else if (cmd == "files") {
+      for (const auto& [path, content] : obs()["files"].items())
+        std::cout << "  " << path << "  (" << content.get<std::string>().size() << " bytes)\n";
+    } else if (cmd == "show") {
+      std::string path = file_arg(args);
+      const Value& files = obs()["files"];
+      if (!files.contains(path)) throw std::runtime_error("no file " + path);
+      std::cout << files[path].get<std::string>() << "\n";
+    } else if (cmd == "edit") {
+      std::string path = file_arg(args);
+      const Value& files = obs()["files"];
+      std::string content = files.contains(path) ? files[path].get<std::string>() : std::string();
+      char tmpl[] = "/tmp/d2k-play-XXXXXX.cu";
+      int fd = mkstemps(tmpl, 3);
+      if (fd < 0) throw std::runtime_error("cannot create a temporary file");
+      [[maybe_unused]] auto n = ::write(fd, content.data(), content.size());
+      ::close(fd);
+      const char* editor = std::getenv("VISUAL");
+      if (!editor || !*editor) editor = std::getenv("EDITOR");
+      std::string ed = editor && *editor ? editor : "vi";
+      int rc = std::system((ed + " '" + tmpl + "'").c_str());
+      std::string edited = read_file(tmpl);
+      ::unlink(tmpl);
+      if (rc != 0) throw std::runtime_error("editor exited with status " + std::to_string(rc) + "; nothing sent");
+      if (edited == content) {
+        std::cout << "unchanged; nothing sent\n";
+      } else {
+        step({{"type", "write_file"}, {"path", path}, {"content", edited}});
+      }
+    } else if (cmd == "write") {
+      std::string path, local;
+      args >> path >> local;
+      if (local.empty()) throw std::runtime_error("usage: write PATH LOCAL_FILE");
+      step({{"type", "write_file"}, {"path", path}, {"content", read_file(local)}});
+    } else if (cmd == "replace") {
+      std::string path = file_arg(args);
+      if (interactive) std::cout << "old text, then a line with a single '.':\n";
+      std::string old_text = read_until_dot(in, interactive);
+      if (interactive) std::cout << "new text, then a line with a single '.':\n";
+      std::string new_text = read_until_dot(in, interactive);
+      step({{"type", "edit"}, {"path", path}, {"old", old_text}, {"new", new_text}});
+    } else if (cmd == "patch") {
+      std::string local;
+      args >> local;
+      if (local.empty()) throw std::runtime_error("usage: patch LOCAL_DIFF");
+      step({{"type", "patch"}, {"diff", read_file(local)}});
+    } else if (cmd == "compile" || cmd == "evaluate" || cmd == "submit") {
+      obs();
+      step({{"type", cmd}});
+    } else if (cmd == "log") {
+      const Value& last = obs()["last"];
+      if (last.is_object() && last.contains("compile"))
+        std::cout << last["compile"]["log"].get<std::string>() << "\n";
+      else
+        std::cout << "no compile yet\n";
+    } else if (cmd == "status") {
+      Value reply = client.observe(session.empty() ? throw std::runtime_error("no episode") : session);
+      observation = reply["observation"];
+      std::cout << render_status(observation);
+    } else if (cmd == "stats") {
+      std::cout << client.stats().dump(2) << "\n";
+    } else if (cmd == "close") {
+      obs();
+      Value reply = client.close(session);
+      std::cout << "closed " << session << " after " << reply["steps"] << " steps\n";
+      session.clear();
+    } else {
+      std::cout << "unknown command '" << cmd << "' (help lists them)\n";
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+void add_play(CLI::App& app, Runner& run) {
+  auto* cmd = app.add_subcommand("play", "Play an episode by hand against a running server (a REPL)");
+  auto endpoint = std::make_shared<std::string>("tcp://127.0.0.1:5555");
+  auto script = std::make_shared<std::string>();
+  cmd->add_option("--endpoint", *endpoint, "Server to connect to")->capture_default_str();
+  cmd->add_option("--script", *script, "Read commands from this file instead of the terminal");
+  cmd->footer(kHelp);
+  auto body = [=]() -> int {
+    std::ifstream file;
+    std::istream* in = &std::cin;
+    if (!script->empty()) {
+      file.open(*script);
+      if (!file) throw std::runtime_error("cannot read " + *script);
+      in = &file;
+    }
+    bool tty = script->empty() && ::isatty(0);
+    Repl repl(*endpoint, tty);
+    Value hello = repl.client.hello();
+    std::cout << "connected to " << *endpoint << ": d2k-gym " << hello["version"].get<std::string>() << ", "
+              << (hello["gpus"].empty() ? std::string("no GPU (compile only: evaluate/submit are unavailable)")
+                                        : std::to_string(hello["gpus"].size()) + " GPU(s)")
+              << "\n";
+    if (tty) std::cout << "type `help` for commands\n";
+    std::string line;
+    int failures = 0;
+    while (true) {
+      if (tty) std::cout << "d2k> " << std::flush;
+      if (!std::getline(*in, line)) break;
+      if (!tty && !line.empty() && line[0] != '#') std::cout << "d2k> " << line << "\n";
+      try {
+        if (!repl.command(line, *in)) break;
+      } catch (const ClientError& e) {
+        ++failures;
+        std::cout << "error " << e.what() << (e.field.empty() ? "" : " (field " + e.field + ")") << "\n";
+      } catch (const std::exception& e) {
+        ++failures;
+        std::cout << "error: " << e.what() << "\n";
+      }
+    }
+    return (!tty && failures > 0) ? 1 : 0;  // a script that hit errors says so
+  };
+  cmd->callback([&run, body] { run = body; });
+}
+
+}  // namespace d2k::cli

@@ -1,0 +1,47 @@
+// What the server needs from GPU evaluation, so env/ does not depend on how runners work.
+// The server never initialises CUDA itself (DESIGN.md: GPU work happens only in runner processes).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tasks/loader/task.hpp"
+
+namespace d2k::env {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  std::uint64_t memory_mib = 0;
+};
+
+struct EvaluationJob {
+  const tasks::Task* task = nullptr;
+  std::filesystem::path kernel_so;  // the agent's compiled kernel
+  bool include_hidden = false;      // submit: visible + hidden workloads
+  int layer = 0;                    // for the reward's expert target
+  int gpu = 0;
+  std::uint64_t seed = 0;           // episode seed; the backend derives secret per-evaluation seeds
+};
+
+struct EvaluationReport {
+  nlohmann::json evaluation;  // observation.last.evaluation (status, per-workload results, flags)
+  double reward = 0;          // the step's reward
+  nlohmann::json breakdown;   // info.reward: how the reward came about
+};
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+  virtual std::vector<GpuInfo> gpus() const = 0;
+  // Blocking, called from that GPU's queue thread (one timed run at a time per GPU).
+  virtual EvaluationReport evaluate(const EvaluationJob& job) = 0;
+  // Cancels work in flight (server shutdown).
+  virtual void cancel_all() = 0;
+};
+
+}  // namespace d2k::env

@@ -1,0 +1,82 @@
+#include "protocol/client.hpp"
+
+#include "protocol/messages.hpp"
+
+namespace d2k {
+
+using protocol::ErrorCode;
+using protocol::Value;
+
+ClientError::ClientError(ErrorCode c, const std::string& message, bool retry, std::string bad_field)
+    : std::runtime_error(std::string(protocol::to_string(c)) + ": " + message),
+      code(c),
+      retryable(retry),
+      field(std::move(bad_field)) {}
+
+Client::Client(const std::string& endpoint) : Client(endpoint, Options{}) {}
+
+Client::Client(const std::string& endpoint, Options options)
+    : options_(options), socket_(context_, zmq::socket_type::dealer) {
+  socket_.set(zmq::sockopt::linger, 0);
+  limits_.max_message_bytes = 256u << 20;  // replies carry whole workspaces and logs
+  limits_.max_string_bytes = 64u << 20;
+  limits_.max_depth = 64;
+  socket_.connect(endpoint);
+}
+
+Value Client::exchange(std::uint64_t id, const std::string& bytes) {
+  for (int attempt = 0; attempt <= options_.retries; ++attempt) {
+    socket_.send(zmq::buffer(bytes), zmq::send_flags::none);
+    auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, left);
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      zmq::message_t msg;
+      if (!socket_.recv(msg, zmq::recv_flags::none)) continue;
+      Value reply = protocol::decode(std::string_view(static_cast<const char*>(msg.data()), msg.size()), limits_);
+      auto rid = reply.find("id");
+      // A reply to an earlier attempt of another request (e.g. after a timeout) is dropped.
+      if (id != 0 && rid != reply.end() && rid->is_number_unsigned() && rid->get<std::uint64_t>() != id) continue;
+      return reply;
+    }
+  }
+  throw ClientError(ErrorCode::timeout, "no reply after " + std::to_string(options_.retries + 1) + " attempts",
+                    true, "");
+}
+
+Value Client::call_with_id(std::uint64_t id, std::string_view op, Value fields) {
+  Value request = fields.is_object() ? std::move(fields) : Value::object();
+  request["v"] = protocol::kVersion;
+  request["id"] = id;
+  request["op"] = std::string(op);
+  Value reply = exchange(id, protocol::encode(request));
+  if (reply.value("ok", false)) return reply;
+  const Value& e = reply.contains("error") ? reply["error"] : Value::object();
+  auto code = protocol::error_code_from_string(e.value("code", "internal")).value_or(ErrorCode::internal);
+  throw ClientError(code, e.value("message", "error reply without a message"), e.value("retryable", false),
+                    e.value("field", ""));
+}
+
+Value Client::call(std::string_view op, Value fields) { return call_with_id(next_id_++, op, std::move(fields)); }
+
+Value Client::reset(const std::string& task, int layer, std::optional<std::uint64_t> seed, Value options) {
+  Value f = {{"task", task}, {"layer", layer}};
+  if (seed) f["seed"] = *seed;
+  if (options.is_object() && !options.empty()) f["options"] = std::move(options);
+  return call("reset", std::move(f));
+}
+
+Value Client::step(const std::string& session, Value action) {
+  return call("step", {{"session", session}, {"action", std::move(action)}});
+}
+
+Value Client::observe(const std::string& session) { return call("observe", {{"session", session}}); }
+
+Value Client::close(const std::string& session) { return call("close", {{"session", session}}); }
+
+Value Client::raw(std::string_view bytes) { return exchange(0, std::string(bytes)); }
+
+}  // namespace d2k

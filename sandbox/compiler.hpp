@@ -1,0 +1,92 @@
+// The sandboxed compile: nvcc builds a workspace's main .cu into a shared object, inside a jail,
+// with a content-addressed cache so unchanged source never recompiles.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace d2k::sandbox {
+
+struct Diagnostic {
+  std::string file;      // as the compiler printed it, relative to the workspace where possible
+  int line = 0;
+  int column = 0;        // 0 when the compiler gave none (nvcc front end)
+  std::string severity;  // "error", "warning", "note", "fatal"
+  std::string message;
+};
+
+struct CompileRequest {
+  std::map<std::string, std::string> files;  // workspace: relative path → content
+  std::string main_file = "kernel.cu";       // the translation unit to build
+  std::vector<std::string> flags;            // task flags appended to the fixed ones (validated)
+};
+
+struct CompileOutcome {
+  bool ok = false;
+  bool cached = false;                       // served from the cache, nvcc not run
+  double seconds = 0;                        // wall time of this call
+  int exit_status = -1;
+  int signal = 0;
+  bool timed_out = false;
+  bool sandbox_violation = false;            // the jail's filter killed the compiler
+  std::string violation;                     // e.g. "syscall 41 (socket)"
+  std::vector<Diagnostic> diagnostics;       // at most CompilerConfig::max_diagnostics
+  std::size_t diagnostics_dropped = 0;
+  std::string log;                           // raw compiler output, truncated to max_log_bytes
+  bool log_truncated = false;
+  std::string key;                           // cache key (hex)
+  std::filesystem::path artifact;            // the .so, when ok
+};
+
+struct CompilerConfig {
+  std::filesystem::path nvcc = "/usr/local/cuda/bin/nvcc";
+  std::filesystem::path host_compiler = "/usr/bin/g++";     // pinned with -ccbin
+  std::filesystem::path cache_dir;                          // required: artifacts + outcomes
+  std::filesystem::path scratch_dir;                        // required: per-job dirs (deleted after)
+  std::vector<std::filesystem::path> hidden_paths;          // never visible in the jail (tasks dir, work roots)
+  std::vector<std::string> base_flags = {"-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-lineinfo"};
+  std::uint64_t cpu_seconds = 120;
+  std::chrono::milliseconds deadline{120000};
+  std::uint64_t address_space_bytes = 8ull << 30;
+  std::uint64_t file_size_bytes = 256ull << 20;
+  std::size_t max_log_bytes = 64u << 10;
+  std::size_t max_diagnostics = 100;
+  std::uint64_t max_processes = 64;                         // per compile (nvcc, sh, gcc, cicc, ptxas …)
+  std::size_t max_files = 256;                              // workspace files per request
+  std::size_t max_source_bytes = 16u << 20;                 // all workspace contents together
+};
+
+class Compiler {
+ public:
+  explicit Compiler(CompilerConfig config);  // throws std::runtime_error for a bad config
+  // Thread-safe; blocks until the compile ends. Never throws for bad source: that is an outcome.
+  CompileOutcome compile(const CompileRequest& request);
+  std::string toolchain_version() const;     // nvcc + host compiler versions, part of the key
+  std::uint64_t cache_hits() const { return hits_.load(); }
+  std::uint64_t cache_misses() const { return misses_.load(); }
+  const CompilerConfig& config() const { return config_; }
+
+ private:
+  CompilerConfig config_;
+  std::string toolchain_;
+  std::atomic<std::uint64_t> hits_{0}, misses_{0};
+};
+
+// Parses nvcc/gcc/ptxas/linker output into diagnostics (exposed for tests). File names lose the
+// jail's "/job/" prefix, so workspace files read as workspace-relative paths.
+std::vector<Diagnostic> parse_diagnostics(const std::string& log);
+
+// The request flag allowlist: empty when allowed, otherwise why not (exposed for tests).
+// Allowed: -arch=, -gencode=, -O0..-O3, -lineinfo, -DNAME[=value], -std=c++17|c++20,
+// -maxrregcount=N, --use_fast_math, -Xptxas -v.
+std::string check_flags(const std::vector<std::string>& flags);
+
+// Empty when `path` is a safe workspace-relative path, otherwise why not.
+std::string check_workspace_path(const std::string& path);
+
+}  // namespace d2k::sandbox

@@ -1,0 +1,132 @@
+// The task model: one folder per task (tasks/<id>/), described as data in task.json and loaded
+// and validated at start. Errors name the file and the field.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace d2k::tasks {
+
+enum class Dtype { f32, f64, bf16, f16, i32, i64, u8, u32 };
+std::string_view to_string(Dtype dtype);
+std::size_t size_of(Dtype dtype);
+
+enum class Role { input, output, scalar };
+
+struct Arg {                          // one parameter of the entry point, in order
+  std::string name;
+  Role role = Role::input;
+  Dtype dtype = Dtype::f32;
+  std::vector<std::string> shape;     // size expressions over workload sizes (inputs/outputs)
+  nlohmann::json init;                // inputs: generator, e.g. {"dist":"uniform","low":-1,"high":1}
+  std::string value;                  // scalars: expression over workload sizes
+};
+
+struct Workload {
+  std::string name;
+  bool visible = true;
+  std::map<std::string, std::int64_t> sizes;  // symbol → value, e.g. {"n": 1<<24}
+  nlohmann::json params;                      // free-form extras for task generators
+};
+
+struct Tolerance { double atol = 0; double rtol = 0; std::string why; };
+
+struct Property {                     // a mechanical check of a design property
+  std::string id;
+  std::string title;
+  int layer = 1;                      // the guidance layer that introduces it
+  nlohmann::json check;               // e.g. {"kind":"sass","pattern":"LDG.E.128"}
+};
+
+struct Guidance { int layer = 1; std::string title; std::string text; };
+
+struct Task {
+  std::string id, title, category, statement;
+  std::string entry;                  // C ABI function name, e.g. d2k_vector_add
+  std::string signature;              // the full C declaration shown to agents
+  std::filesystem::path dir;
+  std::vector<Arg> args;
+  std::vector<Workload> workloads;    // visible and hidden
+  std::map<std::string, Tolerance> tolerances;  // by output dtype name ("f32", "bf16")
+  std::string flops;                  // expression over sizes
+  std::string bytes;                  // expression over sizes (minimum DRAM traffic)
+  std::vector<Property> properties;
+  std::vector<Guidance> guidance;     // L1, L2, L3 (index = layer - 1)
+  std::string starter;                // content of starter.cu
+  std::string main_file = "kernel.cu";  // the workspace file the starter is placed in
+  std::vector<std::string> compile_flags;  // extra nvcc flags for this task (validated)
+  std::string content_hash;           // hex hash over every file of the task folder
+
+  std::vector<const Workload*> visible_workloads() const;
+  const Workload* find_workload(std::string_view name) const;
+  double flops_of(const Workload& w) const;
+  double bytes_of(const Workload& w) const;
+  std::filesystem::path reference_path() const;   // dir/reference.cu
+  std::filesystem::path baseline_path() const;    // dir/baseline.cu
+  std::filesystem::path expert_path(int layer) const;  // dir/experts/L{layer}.cu, layer 1..3
+  // Texts of L1..Lk for an episode at layer k (empty at L0).
+  std::vector<Guidance> guidance_up_to(int layer) const;
+};
+
+struct TaskError : std::runtime_error {
+  TaskError(std::string file, std::string field, const std::string& message);
+  std::string file;   // path of the offending file
+  std::string field;  // JSON pointer-ish field name, e.g. "workloads[2].sizes.n"
+};
+
+// Loads and validates one task folder. Throws TaskError.
+Task load_task(const std::filesystem::path& dir);
+
+struct TaskSet {
+  std::vector<Task> tasks;            // sorted by id
+  std::vector<TaskError> errors;      // folders that failed to load
+  const Task* find(std::string_view id) const;
+};
+// Every subfolder of root holding a task.json is a task.
+TaskSet load_tasks(const std::filesystem::path& root);
+
+// CPU-side checks beyond loading (guidance has no CUDA code, every file present and non-empty,
+// starter declares the entry, workloads valid, at least 2 visible and 2 hidden...).
+// Returns human-readable problems, empty when sound.
+std::vector<std::string> check_task(const Task& task);
+
+// Integer expression over named sizes: + - * / % ( ), unary minus, decimal literals,
+// identifiers. Division truncates toward zero (C semantics). Throws std::invalid_argument with
+// a clear message for a syntax error, an unknown identifier, overflow of int64, division or
+// modulo by zero, or an expression over the limits below.
+std::int64_t eval_size_expr(std::string_view expr, const std::map<std::string, std::int64_t>& vars);
+
+// --- extensions (beyond the first contract) ---------------------------------------------------
+
+inline constexpr std::size_t kMaxExprLength = 256;     // characters of one size expression
+inline constexpr int kMaxExprDepth = 16;               // nesting of parentheses / unary minus
+inline constexpr std::uintmax_t kMaxFileBytes = 1u << 20;  // any single file of a task folder
+inline constexpr std::uintmax_t kMaxFolderBytes = 32u << 20;  // all files of a task folder
+inline constexpr std::size_t kMaxFolderEntries = 256;  // files + folders in a task folder
+inline constexpr std::int64_t kMaxTensorElements = (std::int64_t{1} << 31) - 1;
+inline constexpr std::int64_t kMaxWorkloadBytes = std::int64_t{16} << 30;  // inputs + outputs
+
+// Identifiers an expression uses, sorted and unique. Throws std::invalid_argument on bad syntax.
+std::vector<std::string> size_expr_symbols(std::string_view expr);
+
+std::optional<Dtype> parse_dtype(std::string_view name);
+std::string_view to_string(Role role);
+
+// Reads dir/relative, refusing (TaskError) a path that leaves dir (also through symlinks), a
+// file that is not a regular file, or one larger than kMaxFileBytes. For runners and tools that
+// need a task's kernel sources.
+std::string read_task_file(const std::filesystem::path& dir, const std::filesystem::path& relative);
+
+// Problems that make a guidance text contain CUDA code (fenced blocks, CUDA keywords, launch
+// syntax, #include, brace-delimited blocks); empty when the text is prose/pseudo-code only.
+std::vector<std::string> find_cuda_code(std::string_view text);
+
+}  // namespace d2k::tasks
