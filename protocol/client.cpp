@@ -21,6 +21,9 @@ Client::Client(const std::string& endpoint, Options options)
   limits_.max_message_bytes = 256u << 20;  // replies carry whole workspaces and logs
   limits_.max_string_bytes = 64u << 20;
   limits_.max_depth = 64;
+  limits_.max_total_items = 1u << 24;
+  limits_.max_array_items = 1u << 20;
+  limits_.max_map_entries = 1u << 20;
   socket_.connect(endpoint);
 }
 

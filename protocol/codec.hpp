@@ -56,6 +56,7 @@ struct Limits {
   std::size_t max_string_bytes = 1u << 20;    // any one string or binary
   std::size_t max_array_items = 4096;
   std::size_t max_map_entries = 4096;
+  std::size_t max_total_items = 1u << 18;     // array items + map entries in the whole message
   std::size_t max_file_bytes = 256u << 10;    // one workspace file
   std::size_t max_files = 32;                 // files in a workspace
   std::size_t max_path_bytes = 128;           // one workspace path

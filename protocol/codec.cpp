@@ -1,0 +1,310 @@
+#include "protocol/codec.hpp"
+
+#include <array>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include <msgpack.hpp>
+
+#include "protocol/detail/utf8.hpp"
+
+namespace d2k::protocol {
+
+namespace {
+
+constexpr std::array<std::pair<ErrorCode, std::string_view>, 17> kCodeNames{{
+    {ErrorCode::bad_request, "bad_request"},
+    {ErrorCode::version_mismatch, "version_mismatch"},
+    {ErrorCode::unknown_op, "unknown_op"},
+    {ErrorCode::unknown_session, "unknown_session"},
+    {ErrorCode::unknown_task, "unknown_task"},
+    {ErrorCode::invalid_action, "invalid_action"},
+    {ErrorCode::path_violation, "path_violation"},
+    {ErrorCode::too_large, "too_large"},
+    {ErrorCode::busy, "busy"},
+    {ErrorCode::capacity, "capacity"},
+    {ErrorCode::timeout, "timeout"},
+    {ErrorCode::sandbox_violation, "sandbox_violation"},
+    {ErrorCode::no_gpu, "no_gpu"},
+    {ErrorCode::episode_ended, "episode_ended"},
+    {ErrorCode::budget_exhausted, "budget_exhausted"},
+    {ErrorCode::shutting_down, "shutting_down"},
+    {ErrorCode::internal, "internal"},
+}};
+
+std::string bytes_text(std::size_t n) { return std::to_string(n) + " bytes"; }
+
+// msgpack::object → Value. `path` is the dotted field path of `o`, for error messages; the depth
+// is bounded by the unpack limit, so the recursion is too.
+class ObjectConverter {
+ public:
+  explicit ObjectConverter(const Limits& limits) : limits_(limits) {}
+
+  Value convert(const msgpack::object& o, std::string& path) const {
+    switch (o.type) {
+      case msgpack::type::NIL:
+        return nullptr;
+      case msgpack::type::BOOLEAN:
+        return o.via.boolean;
+      case msgpack::type::POSITIVE_INTEGER:
+        return o.via.u64;
+      case msgpack::type::NEGATIVE_INTEGER:
+        return o.via.i64;
+      case msgpack::type::FLOAT32:
+      case msgpack::type::FLOAT64:
+        return o.via.f64;
+      case msgpack::type::STR:
+        return text(o.via.str.ptr, o.via.str.size, path);
+      case msgpack::type::BIN:
+        return text(o.via.bin.ptr, o.via.bin.size, path);
+      case msgpack::type::EXT:
+        throw Error(ErrorCode::bad_request,
+                    "MessagePack extension types are not part of the protocol" + at(path), path);
+      case msgpack::type::ARRAY: {
+        Value out = Value::array();
+        auto& items = out.get_ref<Value::array_t&>();
+        items.reserve(o.via.array.size);
+        const std::size_t base = path.size();
+        for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+          path += '[' + std::to_string(i) + ']';
+          items.push_back(convert(o.via.array.ptr[i], path));
+          path.resize(base);
+        }
+        return out;
+      }
+      case msgpack::type::MAP: {
+        Value out = Value::object();
+        const std::size_t base = path.size();
+        for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+          const msgpack::object_kv& kv = o.via.map.ptr[i];
+          if (kv.key.type != msgpack::type::STR)
+            throw Error(ErrorCode::bad_request, "map keys must be strings" + at(path), path);
+          std::string key(kv.key.via.str.ptr, kv.key.via.str.size);
+          if (detail::first_invalid_utf8(key) != std::string_view::npos)
+            throw Error(ErrorCode::bad_request, "a map key is not valid UTF-8" + at(path), path);
+          if (out.contains(key)) {
+            std::string dup = join(path, key);
+            throw Error(ErrorCode::bad_request, "duplicate map key '" + detail::sanitize_utf8(key, 64) + "'", dup);
+          }
+          if (base > 0) path += '.';
+          path += key;
+          Value v = convert(kv.val, path);
+          path.resize(base);
+          out.emplace(std::move(key), std::move(v));
+        }
+        return out;
+      }
+    }
+    throw Error(ErrorCode::bad_request, "unknown MessagePack type" + at(path), path);
+  }
+
+ private:
+  static std::string at(const std::string& path) { return path.empty() ? std::string() : " (at '" + path + "')"; }
+  static std::string join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
+
+  Value text(const char* data, std::uint32_t size, const std::string& path) const {
+    std::string_view s(data, size);
+    if (limits_.require_utf8) {
+      if (std::size_t bad = detail::first_invalid_utf8(s); bad != std::string_view::npos)
+        throw Error(ErrorCode::bad_request,
+                    "a string is not valid UTF-8 (byte " + std::to_string(bad) + ")" + at(path), path);
+    }
+    return std::string(s);
+  }
+
+  const Limits& limits_;
+};
+
+// A first pass over the bytes that allocates nothing: it stops at the first container that would
+// push the total of declared items over max_total_items or nest deeper than max_depth, so the
+// allocating unpack never sees such input (msgpack-cxx reserves each container's declared size
+// up front, so a small message of many small containers could otherwise cost ~40x its size).
+struct ShapeScan : msgpack::null_visitor {
+  explicit ShapeScan(const Limits& l) : limits(l) {}
+  // A single container over its own limit is left to unpack, which names it precisely.
+  bool start_array(std::uint32_t n) { return n <= limits.max_array_items && open(n); }
+  bool start_map(std::uint32_t n) { return n <= limits.max_map_entries && open(n); }
+  bool end_array() { return close(); }
+  bool end_map() { return close(); }
+
+  bool open(std::uint32_t n) {
+    total += n;
+    if (total > limits.max_total_items) {
+      too_many = true;
+      return false;
+    }
+    if (++depth > limits.max_depth) {
+      too_deep = true;
+      return false;
+    }
+    return true;
+  }
+  bool close() {
+    --depth;
+    return true;
+  }
+
+  const Limits& limits;
+  std::size_t total = 0;
+  std::size_t depth = 0;
+  bool too_many = false;
+  bool too_deep = false;
+};
+
+// Always float64, even for integral values: msgpack-cxx 4's pack_double writes 1.0 as the integer
+// 1, which would make a reward of 0.0 arrive as an integer in typed clients.
+void pack_float64(msgpack::sbuffer& out, double d) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &d, sizeof bits);
+  char buf[9];
+  buf[0] = static_cast<char>(0xcb);
+  for (int i = 0; i < 8; ++i) buf[1 + i] = static_cast<char>((bits >> (56 - 8 * i)) & 0xff);
+  out.write(buf, sizeof buf);
+}
+
+void pack_value(msgpack::sbuffer& out, msgpack::packer<msgpack::sbuffer>& pk, const Value& v) {
+  auto checked_size = [](std::size_t n) {
+    if (n > std::numeric_limits<std::uint32_t>::max())
+      throw Error(ErrorCode::too_large, "a value is too large for MessagePack (" + bytes_text(n) + ")");
+    return static_cast<std::uint32_t>(n);
+  };
+  switch (v.type()) {
+    case Value::value_t::null:
+    case Value::value_t::discarded:
+      pk.pack_nil();
+      return;
+    case Value::value_t::boolean:
+      if (v.get<bool>()) pk.pack_true(); else pk.pack_false();
+      return;
+    case Value::value_t::number_unsigned:
+      pk.pack_uint64(v.get<std::uint64_t>());
+      return;
+    case Value::value_t::number_integer: {
+      auto i = v.get<std::int64_t>();
+      if (i >= 0) pk.pack_uint64(static_cast<std::uint64_t>(i)); else pk.pack_int64(i);
+      return;
+    }
+    case Value::value_t::number_float:
+      pack_float64(out, v.get<double>());
+      return;
+    case Value::value_t::string: {
+      const auto& s = v.get_ref<const std::string&>();
+      pk.pack_str(checked_size(s.size()));
+      pk.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
+      return;
+    }
+    case Value::value_t::binary: {
+      const auto& b = v.get_binary();
+      pk.pack_bin(checked_size(b.size()));
+      pk.pack_bin_body(reinterpret_cast<const char*>(b.data()), static_cast<std::uint32_t>(b.size()));
+      return;
+    }
+    case Value::value_t::array:
+      pk.pack_array(checked_size(v.size()));
+      for (const auto& item : v) pack_value(out, pk, item);
+      return;
+    case Value::value_t::object:
+      pk.pack_map(checked_size(v.size()));
+      for (const auto& [key, item] : v.items()) {
+        pk.pack_str(checked_size(key.size()));
+        pk.pack_str_body(key.data(), static_cast<std::uint32_t>(key.size()));
+        pack_value(out, pk, item);
+      }
+      return;
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(ErrorCode code) {
+  for (const auto& [c, name] : kCodeNames)
+    if (c == code) return name;
+  return "internal";
+}
+
+std::optional<ErrorCode> error_code_from_string(std::string_view name) {
+  for (const auto& [c, n] : kCodeNames)
+    if (n == name) return c;
+  return std::nullopt;
+}
+
+bool is_retryable(ErrorCode code) {
+  return code == ErrorCode::busy || code == ErrorCode::capacity || code == ErrorCode::timeout ||
+         code == ErrorCode::shutting_down;
+}
+
+Error::Error(ErrorCode c, std::string message, std::string bad_field)
+    : std::runtime_error(std::move(message)), code(c), field(std::move(bad_field)) {}
+
+Value decode(std::string_view bytes, const Limits& limits) {
+  if (bytes.size() > limits.max_message_bytes)
+    throw Error(ErrorCode::too_large, "the message is " + bytes_text(bytes.size()) + "; the limit is " +
+                                          bytes_text(limits.max_message_bytes));
+  if (bytes.empty()) throw Error(ErrorCode::bad_request, "empty message: expected one MessagePack map");
+
+  ShapeScan scan(limits);
+  std::size_t scanned = 0;
+  msgpack::parse(bytes.data(), bytes.size(), scanned, scan);
+  if (scan.too_deep)
+    throw Error(ErrorCode::too_large,
+                "maps and arrays are nested deeper than the limit of " + std::to_string(limits.max_depth));
+  if (scan.too_many)
+    throw Error(ErrorCode::too_large, "the message declares more than " + std::to_string(limits.max_total_items) +
+                                          " array items and map entries in total");
+
+  // Extensions are refused after decoding; a small ext limit keeps their bodies from costing memory.
+  const msgpack::unpack_limit limit(limits.max_array_items, limits.max_map_entries, limits.max_string_bytes,
+                                    limits.max_string_bytes, /*ext=*/16, limits.max_depth);
+  msgpack::object_handle handle;
+  std::size_t offset = 0;
+  try {
+    handle = msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, limit);
+  } catch (const msgpack::depth_size_overflow&) {
+    throw Error(ErrorCode::too_large,
+                "maps and arrays are nested deeper than the limit of " + std::to_string(limits.max_depth));
+  } catch (const msgpack::array_size_overflow&) {
+    throw Error(ErrorCode::too_large,
+                "an array declares more items than the limit of " + std::to_string(limits.max_array_items));
+  } catch (const msgpack::map_size_overflow&) {
+    throw Error(ErrorCode::too_large,
+                "a map declares more entries than the limit of " + std::to_string(limits.max_map_entries));
+  } catch (const msgpack::str_size_overflow&) {
+    throw Error(ErrorCode::too_large,
+                "a string is longer than the limit of " + bytes_text(limits.max_string_bytes));
+  } catch (const msgpack::bin_size_overflow&) {
+    throw Error(ErrorCode::too_large,
+                "a binary value is longer than the limit of " + bytes_text(limits.max_string_bytes));
+  } catch (const msgpack::ext_size_overflow&) {
+    throw Error(ErrorCode::bad_request, "MessagePack extension types are not part of the protocol");
+  } catch (const msgpack::insufficient_bytes&) {
+    throw Error(ErrorCode::bad_request,
+                "truncated MessagePack: the message ends inside a value (" + bytes_text(bytes.size()) + " received)");
+  } catch (const msgpack::parse_error&) {
+    throw Error(ErrorCode::bad_request, "malformed MessagePack (an invalid type byte)");
+  } catch (const msgpack::unpack_error& e) {
+    throw Error(ErrorCode::bad_request, std::string("malformed MessagePack: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::too_large, "the message needs more memory to decode than the server allows");
+  }
+  if (offset != bytes.size())
+    throw Error(ErrorCode::bad_request, "trailing bytes after the MessagePack value (" +
+                                            bytes_text(bytes.size() - offset) + " after offset " +
+                                            std::to_string(offset) + "); send one value per frame");
+  const msgpack::object& root = handle.get();
+  if (root.type != msgpack::type::MAP)
+    throw Error(ErrorCode::bad_request, "the message must be a MessagePack map at the top level");
+  std::string path;
+  return ObjectConverter(limits).convert(root, path);
+}
+
+std::string encode(const Value& value) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> packer(buffer);
+  pack_value(buffer, packer, value);
+  return std::string(buffer.data(), buffer.size());
+}
+
+}  // namespace d2k::protocol
