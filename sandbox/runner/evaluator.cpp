@@ -1,0 +1,556 @@
+#include "sandbox/runner/evaluator.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace d2k::runner {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::chrono::milliseconds ms(double s) { return std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + p.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string tail(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
+
+std::string now_iso() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// What one runner did with one job, as seen from the parent.
+struct RunOutcome {
+  std::unique_ptr<RunnerProcess> proc;
+  std::string failure;            // "", not_ready, timeout, malformed, no_result
+  std::string detail;
+  std::optional<RunnerResult> result;
+  std::optional<DeviceInfo> device;
+  Exit exit;
+  std::map<std::size_t, double> timing_begin, timing_end;  // workload → parent time
+  std::size_t calls = 0;          // "call" events seen (one per workload and seed)
+  std::vector<std::string> protocol_flags;
+  double wait_ready_s = 0, run_s = 0;
+};
+
+RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
+  RunOutcome o;
+  o.proc = pool.take();
+  const auto t0 = Clock::now();
+  const auto ready = o.proc->wait_ready(ms(cfg.ready_timeout_s));
+  o.wait_ready_s = since(t0);
+  if (!ready) {
+    o.failure = "not_ready";
+    o.detail = o.proc->error();
+    o.proc->kill();
+    o.exit = o.proc->wait();
+    return o;
+  }
+  try {
+    if (ready->contains("device")) o.device = device_from_json(ready->at("device"));
+  } catch (const WireError&) {
+  }
+  const auto t1 = Clock::now();
+  o.proc->send_job(job);
+  const auto job_deadline = t1 + ms(cfg.job_timeout_s);
+  bool have_result = false;
+  for (;;) {
+    // After the result only a short wait for the exit; before it, the inactivity deadline.
+    const auto deadline = have_result ? Clock::now() + std::chrono::seconds(2)
+                                      : std::min(job_deadline, Clock::now() + ms(cfg.call_timeout_s));
+    Event ev;
+    const auto r = o.proc->next(ev, deadline);
+    if (r == RunnerProcess::Read::eof) break;
+    if (r == RunnerProcess::Read::timeout) {
+      if (!have_result) {
+        o.failure = "timeout";
+        o.detail = Clock::now() >= job_deadline
+                       ? "the evaluation ran past its " + std::to_string(static_cast<int>(cfg.job_timeout_s)) + " s deadline"
+                       : "no answer from the runner for " + std::to_string(static_cast<int>(cfg.call_timeout_s)) +
+                             " s (a kernel that never ends?)";
+      }
+      o.proc->kill();
+      break;
+    }
+    if (r == RunnerProcess::Read::malformed) {
+      o.failure = "malformed";
+      o.detail = "malformed data on the runner's result channel";
+      o.proc->kill();
+      break;
+    }
+    const std::string name = ev.body.at("event").get<std::string>();
+    if (have_result) {
+      o.protocol_flags.push_back("data_after_result");
+      continue;
+    }
+    if (name == "call") {
+      ++o.calls;
+    } else if (name == "timing_begin" || name == "timing_end") {
+      const auto w = ev.body.value("workload", static_cast<std::size_t>(-1));
+      (name == "timing_begin" ? o.timing_begin : o.timing_end)[w] = ev.t;
+    } else if (name == "result") {
+      try {
+        o.result = result_from_json(ev.body);
+        have_result = true;
+      } catch (const WireError& e) {
+        o.failure = "malformed";
+        o.detail = std::string("malformed result: ") + e.what();
+        o.proc->kill();
+        break;
+      }
+    }
+  }
+  o.exit = o.proc->wait();
+  o.run_s = since(t1);
+  if (o.failure.empty() && !o.result) {
+    o.failure = "no_result";
+    o.detail = "the runner " + o.exit.describe() + " without a result";
+  }
+  return o;
+}
+
+std::vector<char> read_slot(int fd, const Slot& s) {
+  std::vector<char> buf(s.bytes);
+  std::size_t done = 0;
+  while (done < s.bytes) {
+    const ssize_t n = ::pread(fd, buf.data() + done, s.bytes - done, static_cast<off_t>(s.offset + done));
+    if (n <= 0) throw std::runtime_error("output file shorter than its layout");
+    done += static_cast<std::size_t>(n);
+  }
+  return buf;
+}
+
+bool returns_int(const tasks::Task& task) {
+  const auto pos = task.signature.find(task.entry);
+  const std::string prefix = task.signature.substr(0, pos == std::string::npos ? 0 : pos);
+  return prefix.find("void") == std::string::npos;
+}
+
+std::string sanitize(std::string s) {
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  return s;
+}
+
+}  // namespace
+
+Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>& workloads,
+             const std::vector<std::uint64_t>& seeds, const std::string& so_path, const TimingSpec& timing) {
+  Job job;
+  job.so_path = so_path;
+  job.entry = task.entry;
+  job.returns_int = returns_int(task);
+  job.seeds = seeds;
+  job.timing = timing;
+  for (const tasks::Workload* w : workloads) {
+    WireWorkload ww;
+    ww.name = w->name;
+    for (const tasks::Arg& a : task.args) {
+      WireArg wa;
+      const auto dt = parse_dtype(tasks::to_string(a.dtype));
+      if (!dt) throw WireError("bad_job", "unknown dtype of argument " + a.name);
+      wa.dtype = *dt;
+      try {
+        if (a.role == tasks::Role::scalar) {
+          wa.role = ArgRole::scalar;
+          try {
+            wa.scalar = static_cast<double>(tasks::eval_size_expr(a.value, w->sizes));
+          } catch (const std::exception&) {
+            wa.scalar = std::stod(a.value);  // a float literal
+          }
+        } else {
+          wa.role = a.role == tasks::Role::input ? ArgRole::input : ArgRole::output;
+          std::uint64_t count = 1;
+          for (const auto& dim : a.shape) {
+            const std::int64_t d = tasks::eval_size_expr(dim, w->sizes);
+            if (d <= 0) throw WireError("bad_job", "argument " + a.name + " has a non-positive dimension");
+            count *= static_cast<std::uint64_t>(d);
+          }
+          wa.count = count;
+          if (wa.role == ArgRole::input) wa.gen = parse_generator(a.init);
+        }
+      } catch (const WireError&) {
+        throw;
+      } catch (const std::exception& e) {
+        throw WireError("bad_job", "workload " + w->name + ", argument " + a.name + ": " + e.what());
+      }
+      ww.args.push_back(wa);
+    }
+    job.workloads.push_back(std::move(ww));
+  }
+  return job;
+}
+
+bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, double sample_overhead_s,
+                              double factor, double slack_s, double fixed_slack_s, double* outside_s) {
+  if (claimed.samples <= 0 || !(claimed.median_s > 0)) return true;
+  const double n = claimed.samples;
+  const double unexplained = phase_wall_s - n * sample_overhead_s;  // time the calls themselves took
+  if (outside_s != nullptr) *outside_s = std::max(0.0, unexplained / n);
+  // More samples than the parent's clock had room for, even for empty calls.
+  if (n * sample_overhead_s > phase_wall_s * 1.05 + 1e-3) return true;
+  const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
+  return unexplained > factor * n * mean + n * slack_s + fixed_slack_s;
+}
+
+struct Evaluator::Gpu {
+  std::mutex mu;  // one evaluation per GPU at a time
+  std::unique_ptr<RunnerPool> agent, trusted;
+};
+
+Evaluator::Evaluator(EvalConfig config) : config_(std::move(config)) {
+  if (config_.runner_path.empty()) config_.runner_path = D2K_RUNNER_PATH;
+  if (!std::filesystem::exists(config_.runner_path))
+    throw std::runtime_error("d2k-runner not found at " + config_.runner_path.string());
+  if (config_.state_dir.empty()) throw std::runtime_error("EvalConfig.state_dir is required");
+  std::filesystem::create_directories(config_.state_dir);
+  if (config_.seeds < 1) config_.seeds = 1;
+
+  // Probe: a runner lists the GPUs (this process never touches CUDA).
+  SpawnSpec probe{config_.runner_path, Mode::probe, -1, false};
+  auto p = RunnerProcess::start(probe);
+  const auto ready = p->wait_ready(ms(config_.ready_timeout_s));
+  if (!ready) {
+    probe_error_ = p->error() + (p->output().empty() ? "" : ": " + tail(p->output(), 500));
+  } else {
+    probe_error_ = ready->value("error", "");
+    try {
+      for (const auto& d : ready->at("devices")) gpus_.push_back(device_from_json(d));
+    } catch (const std::exception& e) {
+      probe_error_ = std::string("bad probe answer: ") + e.what();
+      gpus_.clear();
+    }
+  }
+  p->wait();
+  for (int i = 0; i < gpu_count(); ++i) {
+    auto g = std::make_unique<Gpu>();
+    g->agent = std::make_unique<RunnerPool>(SpawnSpec{config_.runner_path, Mode::agent, i, config_.isolate},
+                                            config_.agent_pool_size);
+    g->trusted = std::make_unique<RunnerPool>(SpawnSpec{config_.runner_path, Mode::trusted, i, config_.isolate},
+                                              config_.trusted_pool_size);
+    per_gpu_.push_back(std::move(g));
+  }
+}
+
+Evaluator::~Evaluator() = default;
+
+std::filesystem::path Evaluator::build_trusted(const tasks::Task& task, const std::filesystem::path& cu) {
+  std::lock_guard<std::mutex> lock(build_mu_);
+  const std::string key = task.content_hash + "|" + cu.string();
+  if (auto it = built_.find(key); it != built_.end()) return it->second;
+  std::filesystem::path so;
+  if (config_.build_trusted) {
+    so = config_.build_trusted(task, cu);
+  } else {
+    if (!compiler_) {
+      sandbox::CompilerConfig cc = config_.compiler;
+      if (cc.cache_dir.empty()) cc.cache_dir = config_.state_dir / "trusted-cache";
+      if (cc.scratch_dir.empty()) cc.scratch_dir = config_.state_dir / "trusted-scratch";
+      std::filesystem::create_directories(cc.cache_dir);
+      std::filesystem::create_directories(cc.scratch_dir);
+      compiler_ = std::make_unique<sandbox::Compiler>(cc);
+    }
+    sandbox::CompileRequest req;
+    req.files[task.main_file] = read_text(cu);
+    req.main_file = task.main_file;
+    req.flags = task.compile_flags;
+    const auto out = compiler_->compile(req);
+    if (!out.ok) throw std::runtime_error("trusted build of " + cu.string() + " failed: " + tail(out.log, 2000));
+    so = out.artifact;
+  }
+  built_[key] = so;
+  return so;
+}
+
+EvalResult Evaluator::evaluate(const EvalRequest& req) {
+  const auto t_start = Clock::now();
+  EvalResult res;
+  res.gpu = req.gpu;
+  if (req.task == nullptr) {
+    res.status = "bad_request";
+    res.message = "no task";
+    return res;
+  }
+  if (gpu_count() == 0) {
+    res.status = "no_gpu";
+    res.message = "no GPU on this host" + (probe_error_.empty() ? "" : " (" + probe_error_ + ")");
+    return res;
+  }
+  if (req.gpu < 0 || req.gpu >= gpu_count()) {
+    res.status = "bad_request";
+    res.message = "no GPU with index " + std::to_string(req.gpu);
+    return res;
+  }
+  res.gpu_name = gpus_[static_cast<std::size_t>(req.gpu)].name;
+  const tasks::Task& task = *req.task;
+  std::vector<const tasks::Workload*> workloads;
+  for (const auto& w : task.workloads)
+    if (req.workloads == WorkloadSet::all || w.visible) workloads.push_back(&w);
+
+  // Secret seeds, fresh for every evaluation.
+  std::random_device rd;
+  std::vector<std::uint64_t> seeds;
+  const int nseeds = req.seeds > 0 ? req.seeds : config_.seeds;
+  for (int i = 0; i < nseeds; ++i) seeds.push_back((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
+
+  Job cand_job, ref_job;
+  std::filesystem::path ref_so;
+  try {
+    TimingSpec timing = config_.timing;
+    timing.enabled = req.timing;
+    cand_job = make_job(task, workloads, seeds, req.so_path.string(), timing);
+    ref_so = build_trusted(task, task.reference_path());
+    ref_job = cand_job;
+    ref_job.so_path = ref_so.string();
+    ref_job.timing.enabled = false;
+  } catch (const WireError& e) {
+    res.status = "internal_error";
+    res.message = "task cannot be evaluated: " + std::string(e.what());
+    return res;
+  } catch (const std::exception& e) {
+    res.status = "internal_error";
+    res.message = e.what();
+    return res;
+  }
+  std::vector<std::string> hide;
+  for (const auto& p : config_.hidden_paths) hide.push_back(p.string());
+  hide.push_back(task.dir.string());
+  hide.push_back(config_.state_dir.string());
+  cand_job.hide_paths = hide;
+  cand_job.host_memory_bytes = config_.host_memory_bytes;
+
+  Gpu& g = *per_gpu_[static_cast<std::size_t>(req.gpu)];
+  std::lock_guard<std::mutex> gpu_lock(g.mu);
+
+  // 1. The trusted reference with the same seeds.
+  RunOutcome ref;
+  try {
+    const auto t = Clock::now();
+    ref = run_job(*g.trusted, ref_job, config_);
+    res.phases.reference_s = since(t);
+  } catch (const std::exception& e) {
+    res.status = "internal_error";
+    res.message = std::string("reference runner: ") + e.what();
+    return res;
+  }
+  if (!ref.failure.empty() || !ref.result || ref.result->status != "ok") {
+    res.status = "internal_error";
+    res.message = "the task's reference failed: " +
+                  (ref.failure.empty() ? ref.result->status + ": " + ref.result->message : ref.failure + ": " + ref.detail);
+    res.runner_output = tail(ref.proc ? ref.proc->output() : "", 4000);
+    return res;
+  }
+
+  // 2. The candidate in a fresh runner.
+  RunOutcome cand;
+  try {
+    const auto t = Clock::now();
+    cand = run_job(req.trusted ? *g.trusted : *g.agent, cand_job, config_);
+    res.phases.candidate_s = since(t) - cand.wait_ready_s;
+    res.phases.wait_ready_s = cand.wait_ready_s;
+  } catch (const std::exception& e) {
+    res.status = "internal_error";
+    res.message = std::string("candidate runner: ") + e.what();
+    return res;
+  }
+  res.runner_output = tail(cand.proc->output(), 4000);
+  if (cand.proc->output_dropped() > 0)
+    res.runner_output += "\n[" + std::to_string(cand.proc->output_dropped()) + " more bytes of output dropped]";
+  res.flags = cand.protocol_flags;
+  auto finish = [&](std::string status, std::string message) {
+    res.status = std::move(status);
+    res.message = std::move(message);
+    res.phases.total_s = since(t_start);
+    return res;
+  };
+
+  // 3. How the candidate ended.
+  if (cand.exit.signal == SIGSYS)
+    return finish("sandbox_violation", "the kernel's code made a forbidden system call (killed by the seccomp filter)");
+  if (cand.failure == "not_ready") return finish("internal_error", "candidate runner did not start: " + cand.detail);
+  if (cand.failure == "timeout") return finish("timeout", cand.detail);
+  if (cand.failure == "malformed") {
+    res.flags.push_back("forged_result_channel");
+    return finish("flagged", cand.detail);
+  }
+  if (cand.failure == "no_result") {
+    std::string why = cand.detail;
+    if (cand.exit.signal == SIGXFSZ) why += " (file size limit)";
+    return finish("runtime_error", why);
+  }
+  const RunnerResult& rr = *cand.result;
+  for (const auto& f : rr.flags) res.flags.push_back(f);
+  if (rr.status == "flagged") {
+    res.flags.push_back(rr.message.substr(0, rr.message.find(':')));
+    return finish("flagged", rr.message);
+  }
+  if (rr.status == "runtime_error" || rr.status == "entry_error" || rr.status == "load_error")
+    return finish("runtime_error", rr.status + ": " + rr.message);
+  if (rr.status != "ok") return finish("internal_error", "runner " + rr.status + ": " + rr.message);
+  if (rr.workloads.size() != workloads.size() || cand.calls != workloads.size() * seeds.size()) {
+    res.flags.push_back("forged_result_channel");
+    return finish("flagged", "the runner's result does not list the workloads it was given");
+  }
+
+  // 4. Correctness, in this process: every output of every seed, and the timed call's.
+  const auto t_cmp = Clock::now();
+  const Layout cand_layout = output_layout(cand_job);
+  const Layout ref_layout = output_layout(ref_job);
+  bool all_correct = true;
+  try {
+    for (std::size_t w = 0; w < workloads.size(); ++w) {
+      WorkloadEval we;
+      we.name = workloads[w]->name;
+      we.visible = workloads[w]->visible;
+      we.correct = true;
+      for (const Slot& s : cand_layout.slots) {
+        if (s.workload != w) continue;
+        const Slot* rs = ref_layout.find(w, s.seed_index < 0 ? 0 : s.seed_index, s.arg);
+        if (rs == nullptr || rs->bytes != s.bytes) throw std::runtime_error("reference layout mismatch");
+        const auto got = read_slot(cand.proc->output_fd(), s);
+        const auto want = read_slot(ref.proc->output_fd(), *rs);
+        double atol = 0, rtol = 0;
+        if (auto it = task.tolerances.find(std::string(dtype_name(s.dtype))); it != task.tolerances.end()) {
+          atol = it->second.atol;
+          rtol = it->second.rtol;
+        }
+        TensorCheck c = compare_tensors(got.data(), want.data(), s.dtype, s.count, atol, rtol);
+        c.arg = task.args[s.arg].name;
+        c.seed_index = s.seed_index;
+        if (!c.ok()) we.correct = false;
+        we.checks.push_back(c);
+      }
+      we.timing = rr.workloads[w].timing;
+      all_correct = all_correct && we.correct;
+      res.workloads.push_back(std::move(we));
+    }
+  } catch (const std::exception& e) {
+    return finish("internal_error", std::string("comparing outputs: ") + e.what());
+  }
+  res.phases.compare_s = since(t_cmp);
+  if (!all_correct) {
+    std::string which;
+    for (const auto& we : res.workloads)
+      if (!we.correct) which += (which.empty() ? "" : ", ") + we.name;
+    return finish("incorrect", "outputs differ from the reference on: " + which);
+  }
+
+  // 5. Timing, bounded by the parent's clock.
+  if (req.timing) {
+    double log_sum = 0;
+    int timed = 0;
+    const double overhead = ref.result->sample_overhead_s;
+    for (std::size_t w = 0; w < res.workloads.size(); ++w) {
+      auto& we = res.workloads[w];
+      if (!we.timing) {
+        res.flags.push_back("missing_timing");
+        return finish("flagged", "no timing for workload " + we.name);
+      }
+      const auto b = cand.timing_begin.find(w);
+      const auto e = cand.timing_end.find(w);
+      if (b == cand.timing_begin.end() || e == cand.timing_end.end() || e->second < b->second ||
+          we.timing->samples > config_.timing.max_samples) {
+        res.flags.push_back("forged_result_channel");
+        return finish("flagged", "timing of workload " + we.name + " does not match what the runner reported while running");
+      }
+      if (claimed_time_implausible(*we.timing, e->second - b->second, overhead, config_.flag_factor,
+                                   config_.flag_slack_s, config_.flag_fixed_slack_s, &we.outside_s)) {
+        res.flags.push_back("time_below_outside_bound");
+        return finish("flagged", "claimed time of workload " + we.name + " is far below what the parent's clock measured");
+      }
+      log_sum += std::log(std::max(we.timing->median_s, 1e-12));
+      ++timed;
+    }
+    if (timed > 0) res.time_s = std::exp(log_sum / timed);
+  }
+  return finish("ok", "");
+}
+
+CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu) {
+  if (gpu < 0 || gpu >= gpu_count()) throw std::runtime_error("calibrate: no GPU with index " + std::to_string(gpu));
+  const DeviceInfo& d = gpus_[static_cast<std::size_t>(gpu)];
+  if (!calibration_) {
+    calibration_ = std::make_unique<CalibrationCache>(config_.state_dir / "calibration" / (sanitize(d.name) + ".json"));
+  }
+  std::string toolchain = config_.toolchain;
+  if (toolchain.empty() && compiler_) toolchain = compiler_->toolchain_version();
+  const std::string driver = d.driver.empty() ? std::to_string(d.cuda_driver_version) : d.driver;
+  const std::string key = CalibrationCache::key(d.name, driver, toolchain, task.content_hash);
+  if (auto hit = calibration_->find(key)) return *hit;
+
+  auto time_of = [&](const std::filesystem::path& cu) {
+    EvalRequest r;
+    r.task = &task;
+    r.so_path = build_trusted(task, cu);
+    r.workloads = WorkloadSet::all;
+    r.gpu = gpu;
+    r.seeds = 1;
+    r.trusted = true;
+    const EvalResult e = evaluate(r);
+    if (!e.ok()) throw std::runtime_error("calibration of " + cu.filename().string() + ": " + e.status + ": " + e.message);
+    std::map<std::string, double> times;
+    for (const auto& w : e.workloads)
+      if (w.timing) times[w.name] = w.timing->median_s;
+    return times;
+  };
+  CalibrationEntry entry;
+  entry.baseline = time_of(task.baseline_path());
+  for (int layer = 1; layer <= 3; ++layer)
+    if (std::filesystem::exists(task.expert_path(layer))) entry.experts[layer] = time_of(task.expert_path(layer));
+  entry.measured_at = now_iso();
+  // The compiler exists now, so the key can carry its version when the config gave none.
+  std::string final_toolchain = config_.toolchain;
+  if (final_toolchain.empty() && compiler_) final_toolchain = compiler_->toolchain_version();
+  calibration_->store(CalibrationCache::key(d.name, driver, final_toolchain, task.content_hash), entry);
+  return entry;
+}
+
+json WorkloadEval::to_json() const {
+  json checks_j = json::array();
+  for (const auto& c : checks) checks_j.push_back(c.to_json());
+  json j = {{"name", name}, {"visible", visible}, {"correct", correct}, {"checks", checks_j}};
+  if (timing) {
+    j["timing"] = runner::to_json(*timing);
+    j["outside_s"] = outside_s;
+  }
+  return j;
+}
+
+json EvalResult::to_json() const {
+  json wls = json::array();
+  for (const auto& w : workloads) wls.push_back(w.to_json());
+  return {{"status", status},
+          {"message", message},
+          {"flags", flags},
+          {"workloads", wls},
+          {"time_s", time_s},
+          {"gpu", gpu},
+          {"gpu_name", gpu_name},
+          {"phases",
+           {{"reference_s", phases.reference_s}, {"wait_ready_s", phases.wait_ready_s},
+            {"candidate_s", phases.candidate_s}, {"compare_s", phases.compare_s}, {"total_s", phases.total_s}}},
+          {"runner_output", runner_output}};
+}
+
+}  // namespace d2k::runner

@@ -1,0 +1,147 @@
+// d2k_eval: the host-side GPU evaluation the server calls. It never initialises CUDA (a probe
+// runner lists the GPUs); every evaluation runs the candidate in a fresh agent-mode runner and the
+// task's reference in a trusted runner with the same secret seeds, compares the outputs here, and
+// bounds the claimed times with its own clock.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sandbox/compiler.hpp"
+#include "sandbox/runner/calibration.hpp"
+#include "sandbox/runner/compare.hpp"
+#include "sandbox/runner/runner_process.hpp"
+#include "sandbox/runner/wire.hpp"
+#include "tasks/loader/task.hpp"
+
+namespace d2k::runner {
+
+// Builds a trusted .cu (reference, baseline, expert) into a shared object; throws on failure.
+using TrustedBuild = std::function<std::filesystem::path(const tasks::Task&, const std::filesystem::path& cu)>;
+
+struct EvalConfig {
+  std::filesystem::path runner_path;          // d2k-runner; empty: the one built with this library
+  std::filesystem::path state_dir;            // required: calibration cache (and builds when compiler is used)
+  std::size_t agent_pool_size = 2;            // pre-started agent runners per GPU
+  std::size_t trusted_pool_size = 1;          // pre-started trusted runners per GPU
+  bool isolate = true;                        // runners in own user/mount/network namespaces
+  std::vector<std::filesystem::path> hidden_paths;  // unreadable for agent code (tasks dir, state dirs)
+  double ready_timeout_s = 60;                // runner start-up (CUDA init) deadline
+  double call_timeout_s = 10;                 // longest silence from a runner (a hung kernel)
+  double job_timeout_s = 300;                 // whole job in one runner
+  int seeds = 3;                              // correctness seeds per workload (requests may override)
+  TimingSpec timing;                          // warm-up, samples, RSE target, time cap per workload
+  std::uint64_t host_memory_bytes = 8ull << 30;   // agent host allocations beyond CUDA's own mappings
+  // A claimed time is flagged when the parent's clock says the timed phase's calls (its wall time
+  // minus the trusted empty-sample overhead of each sample) took more than
+  // flag_factor × samples × claimed mean + samples × flag_slack_s + flag_fixed_slack_s.
+  double flag_factor = 2.0;
+  double flag_slack_s = 50e-6;
+  double flag_fixed_slack_s = 5e-3;
+  // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
+  // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
+  TrustedBuild build_trusted;
+  sandbox::CompilerConfig compiler;
+  std::string toolchain;                      // calibration key part; empty: the compiler's version
+};
+
+enum class WorkloadSet { visible, all };
+
+struct EvalRequest {
+  const tasks::Task* task = nullptr;
+  std::filesystem::path so_path;              // the candidate's compiled shared object
+  WorkloadSet workloads = WorkloadSet::visible;
+  int gpu = 0;
+  int seeds = 0;                              // 0: config's
+  bool timing = true;
+  bool trusted = false;                       // run the .so in a trusted runner (task's own kernels)
+};
+
+struct WorkloadEval {
+  std::string name;
+  bool visible = true;
+  bool correct = false;
+  std::vector<TensorCheck> checks;            // one per output × seed, plus the timed call's
+  std::optional<TimingResult> timing;
+  double outside_s = 0;                       // the parent's per-sample bound (0: not timed)
+  nlohmann::json to_json() const;
+};
+
+struct PhaseTimes {
+  double reference_s = 0;                     // trusted reference run, wall clock
+  double wait_ready_s = 0;                    // waiting for the agent runner's CUDA start-up
+  double candidate_s = 0;                     // agent runner job, wall clock
+  double compare_s = 0;
+  double total_s = 0;
+};
+
+struct EvalResult {
+  // ok | incorrect | runtime_error | timeout | sandbox_violation | flagged | no_gpu | bad_request
+  // | internal_error   (compile_error is the compiler's, before an evaluation)
+  std::string status = "internal_error";
+  std::string message;
+  std::vector<std::string> flags;
+  std::vector<WorkloadEval> workloads;
+  double time_s = 0;                          // geometric mean of timed workloads' medians
+  int gpu = -1;
+  std::string gpu_name;
+  PhaseTimes phases;
+  std::string runner_output;                  // the candidate runner's stdout/stderr (capped)
+  bool ok() const { return status == "ok"; }
+  nlohmann::json to_json() const;
+};
+
+class Evaluator {
+ public:
+  explicit Evaluator(EvalConfig config);      // probes GPUs; throws std::runtime_error on bad config
+  ~Evaluator();
+  Evaluator(const Evaluator&) = delete;
+  Evaluator& operator=(const Evaluator&) = delete;
+
+  int gpu_count() const { return static_cast<int>(gpus_.size()); }
+  const std::vector<DeviceInfo>& gpus() const { return gpus_; }
+  const std::string& probe_error() const { return probe_error_; }
+
+  // Blocking; thread-safe; evaluations on one GPU run one at a time. Never throws for a bad
+  // kernel: every failure is a typed status.
+  EvalResult evaluate(const EvalRequest& request);
+
+  // Times baseline and experts (trusted runners, checked against the reference) on all
+  // workloads, once per (GPU model, driver, toolchain, task hash); later calls read the cache.
+  CalibrationEntry calibrate(const tasks::Task& task, int gpu);
+
+  // Builds (and caches) a trusted .cu of the task.
+  std::filesystem::path build_trusted(const tasks::Task& task, const std::filesystem::path& cu);
+
+ private:
+  struct Gpu;
+  EvalConfig config_;
+  std::vector<DeviceInfo> gpus_;
+  std::string probe_error_;
+  std::vector<std::unique_ptr<Gpu>> per_gpu_;
+  std::unique_ptr<sandbox::Compiler> compiler_;
+  std::mutex build_mu_;
+  std::map<std::string, std::filesystem::path> built_;  // task hash + file → .so
+  std::unique_ptr<CalibrationCache> calibration_;
+};
+
+// Builds the runner job for a task's workloads (exposed for tests). Throws WireError
+// ("generator_unsupported", "bad_job") for what the runner cannot generate.
+Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>& workloads,
+             const std::vector<std::uint64_t>& seeds, const std::string& so_path, const TimingSpec& timing);
+
+// The parent's outside check of one timed workload: true when the claimed time is far below what
+// the parent's clock allows. `outside_s` receives the per-sample bound.
+bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, double sample_overhead_s,
+                              double factor, double slack_s, double fixed_slack_s, double* outside_s);
+
+}  // namespace d2k::runner

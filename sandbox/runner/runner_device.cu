@@ -1,0 +1,93 @@
+#include "sandbox/runner/runner_device.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace d2k::runner {
+namespace {
+
+__host__ __device__ inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__device__ inline double unit(std::uint64_t h) {  // [0, 1)
+  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+template <class T>
+__device__ inline T convert(double v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __double2bfloat16(v);
+  else if constexpr (std::is_same_v<T, __half>) return __double2half(v);
+  else return static_cast<T>(v);
+}
+
+template <class T>
+__global__ void generate_kernel(T* out, std::uint64_t count, int dist, double a, double b,
+                                std::uint64_t key) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride) {
+    const std::uint64_t h = splitmix64(key ^ splitmix64(i));
+    double v = 0;
+    switch (dist) {
+      case 0: v = a + (b - a) * unit(h); break;  // uniform
+      case 1: {                                   // normal, Box-Muller on two hashes
+        const double u1 = 1.0 - unit(h);           // (0, 1]
+        const double u2 = unit(splitmix64(h ^ 0xD1B54A32D192ED03ull));
+        v = a + b * sqrt(-2.0 * log(u1)) * cospi(2.0 * u2);
+        break;
+      }
+      case 2: {                                   // randint, inclusive bounds
+        const auto span = static_cast<std::uint64_t>(b - a) + 1;
+        v = a + static_cast<double>(h % span);
+        break;
+      }
+      case 3: v = a; break;                       // constant
+      default: v = a + b * static_cast<double>(i); break;  // iota
+    }
+    out[i] = convert<T>(v);
+  }
+}
+
+__global__ void flush_kernel(std::uint32_t* buf, std::uint64_t words, std::uint32_t salt) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < words;
+       i += stride)
+    buf[i] = buf[i] * 1664525u + salt;
+}
+
+template <class T>
+cudaError_t launch(void* ptr, std::uint64_t count, const Generator& g, std::uint64_t key,
+                   cudaStream_t s) {
+  const int dist = static_cast<int>(g.dist);
+  generate_kernel<T><<<1024, 256, 0, s>>>(static_cast<T*>(ptr), count, dist, g.a, g.b, key);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t generate(void* ptr, Dtype dtype, std::uint64_t count, const Generator& gen,
+                     std::uint64_t seed, std::uint32_t arg_index, cudaStream_t stream) {
+  const std::uint64_t key = splitmix64(seed ^ splitmix64(0xA5A5000000000000ull + arg_index));
+  switch (dtype) {
+    case Dtype::f32: return launch<float>(ptr, count, gen, key, stream);
+    case Dtype::f64: return launch<double>(ptr, count, gen, key, stream);
+    case Dtype::bf16: return launch<__nv_bfloat16>(ptr, count, gen, key, stream);
+    case Dtype::f16: return launch<__half>(ptr, count, gen, key, stream);
+    case Dtype::i32: return launch<std::int32_t>(ptr, count, gen, key, stream);
+    case Dtype::i64: return launch<std::int64_t>(ptr, count, gen, key, stream);
+    case Dtype::u8: return launch<std::uint8_t>(ptr, count, gen, key, stream);
+    case Dtype::u32: return launch<std::uint32_t>(ptr, count, gen, key, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t l2_flush(void* buf, std::uint64_t bytes, std::uint32_t salt, cudaStream_t stream) {
+  flush_kernel<<<1024, 512, 0, stream>>>(static_cast<std::uint32_t*>(buf), bytes / 4, salt);
+  return cudaGetLastError();
+}
+
+}  // namespace d2k::runner

@@ -1,0 +1,640 @@
+// d2k-runner: the trusted harness that runs one kernel shared object on one GPU, once.
+//
+//   d2k-runner --mode agent|trusted [--isolate] [--result-fd 3] [--out-fd 4]
+//
+// Started ahead of need by the parent's pool; the steps, in order:
+//   1. (--isolate) own user, mount and network namespaces (no network at all);
+//   2. CUDA start-up on the one visible GPU, flush buffer, stream, events, NVML; "ready" event;
+//   3. read the job (one JSON line on stdin), open the .so, size the output file;
+//   4. time empty samples (before any foreign code is loaded);
+//   5. agent mode: hide the job's paths, rlimits, seccomp filter;
+//   6. dlopen the .so, find the entry point;
+//   7. per workload: per seed, generate inputs, poison outputs, call, sync, hand outputs over
+//      through the output file; then warm-up and timed samples (L2 flush before each);
+//   8. "result" event, then _exit (the agent's static destructors never run).
+// Comparison with the reference happens in the parent, never here.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <ffi.h>
+#include <nlohmann/json.hpp>
+
+#include "sandbox/runner/nvml.hpp"
+#include "sandbox/runner/runner_device.hpp"
+#include "sandbox/runner/runner_seccomp.hpp"
+#include "sandbox/runner/wire.hpp"
+
+namespace d2k::runner {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A failure that ends the run with a typed status.
+struct Stop {
+  std::string status;
+  std::string message;
+};
+
+#define RUNNER_CUDA(call, status)                                                             \
+  do {                                                                                        \
+    const cudaError_t rc_ = (call);                                                           \
+    if (rc_ != cudaSuccess)                                                                   \
+      throw Stop{status, std::string(cudaGetErrorName(rc_)) + ": " + cudaGetErrorString(rc_) + \
+                             " (" #call ")"};                                                 \
+  } while (0)
+
+class Emitter {
+ public:
+  explicit Emitter(int fd) : fd_(fd) {}
+  void send(const json& j) const {
+    std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
+    line.push_back('\n');
+    const char* p = line.data();
+    std::size_t left = line.size();
+    while (left > 0) {
+      const ssize_t n = ::write(fd_, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) _exit(3);  // the parent is gone
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+void write_file(const char* path, const std::string& text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw Stop{"setup_error", std::string("open ") + path + ": " + std::strerror(errno)};
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size()))
+    throw Stop{"setup_error", std::string("write ") + path + ": " + std::strerror(errno)};
+}
+
+// Own user namespace (uid 0 inside mapped to ours), mount namespace (private) and an empty
+// network namespace.
+void enter_namespaces() {
+  const uid_t uid = getuid();
+  const gid_t gid = getgid();
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0)
+    throw Stop{"setup_error", std::string("unshare: ") + std::strerror(errno)};
+  write_file("/proc/self/setgroups", "deny");
+  write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1");
+  write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    throw Stop{"setup_error", std::string("mount private: ") + std::strerror(errno)};
+}
+
+// Covers each path with an empty read-only tmpfs (directories) or /dev/null (files).
+void hide_paths(const std::vector<std::string>& paths) {
+  for (const auto& p : paths) {
+    struct stat st{};
+    if (::stat(p.c_str(), &st) != 0) continue;  // nothing to hide
+    int rc = 0;
+    if (S_ISDIR(st.st_mode))
+      rc = mount("tmpfs", p.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                 "size=4k,mode=000");
+    else
+      rc = mount("/dev/null", p.c_str(), nullptr, MS_BIND, nullptr);
+    if (rc != 0) throw Stop{"setup_error", "cannot hide " + p + ": " + std::strerror(errno)};
+  }
+}
+
+std::uint64_t vm_size_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  std::uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmSize: %lu kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
+void set_limit(int resource, rlim_t value) {
+  const rlimit rl{value, value};
+  if (setrlimit(resource, &rl) != 0)
+    throw Stop{"setup_error", std::string("setrlimit: ") + std::strerror(errno)};
+}
+
+// Threads of this process that the CUDA driver did not start (driver threads are named "cuda…";
+// the filter forbids renaming a thread).
+std::set<std::string> foreign_threads(const std::set<std::string>& baseline) {
+  std::set<std::string> out;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string tid = e->d_name;
+    if (baseline.count(tid) != 0) continue;
+    char comm[64] = {};
+    const std::string path = "/proc/self/task/" + tid + "/comm";
+    if (FILE* f = std::fopen(path.c_str(), "re")) {
+      if (std::fgets(comm, sizeof comm, f) == nullptr) comm[0] = 0;
+      std::fclose(f);
+    }
+    if (std::strncmp(comm, "cuda", 4) != 0) {
+      comm[std::strcspn(comm, "\n")] = 0;
+      out.insert(tid + " (" + comm + ")");
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+std::set<std::string> all_threads() {
+  std::set<std::string> out;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') out.insert(e->d_name);
+  closedir(d);
+  return out;
+}
+
+void pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t offset) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Stop{"setup_error", std::string("writing outputs: ") + std::strerror(errno)};
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// One argument's storage for the libffi call.
+union ScalarValue {
+  float f32;
+  double f64;
+  std::int32_t i32;
+  std::int64_t i64;
+  std::uint32_t u32;
+  std::uint8_t u8;
+};
+
+struct Gpu {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ev0 = nullptr, ev1 = nullptr;
+  void* flush = nullptr;
+  std::uint64_t flush_bytes = 0;
+  std::uint32_t salt = 1;
+};
+
+struct Sample {
+  double event_s = 0;
+  double wall_s = 0;
+};
+
+class Runner {
+ public:
+  Runner(bool agent_mode, int result_fd, int out_fd)
+      : agent_(agent_mode), emit_(result_fd), out_fd_(out_fd) {}
+
+  int run(bool isolate) {
+    const auto t0 = Clock::now();
+    try {
+      if (isolate) enter_namespaces();
+      start_cuda();
+    } catch (const Stop& s) {
+      emit_.send({{"event", "result"}, {"status", s.status}, {"message", s.message}});
+      return 2;
+    }
+    result_.init_s = seconds_since(t0);
+    emit_.send({{"event", "ready"}, {"device", to_json(device_)}, {"init_s", result_.init_s}});
+    try {
+      read_job();
+      execute();
+    } catch (const Stop& s) {
+      result_.status = s.status;
+      result_.message = s.message;
+    } catch (const WireError& e) {
+      result_.status = "bad_job";
+      result_.message = e.what();
+    } catch (const std::exception& e) {
+      result_.status = "runtime_error";
+      result_.message = e.what();
+    }
+    emit_.send(to_json(result_));
+    return result_.status == "ok" ? 0 : 1;
+  }
+
+ private:
+  void start_cuda() {
+    RUNNER_CUDA(cudaSetDevice(0), "setup_error");
+    RUNNER_CUDA(cudaFree(nullptr), "setup_error");
+    cudaDeviceProp prop{};
+    RUNNER_CUDA(cudaGetDeviceProperties(&prop, 0), "setup_error");
+    char bus[32] = {};
+    RUNNER_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, 0), "setup_error");
+    device_.name = prop.name;
+    device_.pci_bus_id = bus;
+    device_.sm_count = prop.multiProcessorCount;
+    device_.cc_major = prop.major;
+    device_.cc_minor = prop.minor;
+    device_.memory_bytes = prop.totalGlobalMem;
+    device_.l2_bytes = static_cast<std::uint64_t>(prop.l2CacheSize);
+    cudaDriverGetVersion(&device_.cuda_driver_version);
+    cudaRuntimeGetVersion(&device_.runtime_version);
+    device_.nvml = nvml_.open(bus);
+    device_.driver = nvml_.driver_version();
+    // Twice the L2, at least 64 MiB: every line of an earlier call is evicted.
+    gpu_.flush_bytes = std::max<std::uint64_t>(2 * device_.l2_bytes, 64ull << 20);
+    RUNNER_CUDA(cudaMalloc(&gpu_.flush, gpu_.flush_bytes), "setup_error");
+    RUNNER_CUDA(cudaMemset(gpu_.flush, 0, gpu_.flush_bytes), "setup_error");
+    RUNNER_CUDA(cudaStreamCreateWithFlags(&gpu_.stream, cudaStreamNonBlocking), "setup_error");
+    RUNNER_CUDA(cudaEventCreate(&gpu_.ev0), "setup_error");
+    RUNNER_CUDA(cudaEventCreate(&gpu_.ev1), "setup_error");
+    // One launch of our own so module loading is off the measured path.
+    RUNNER_CUDA(l2_flush(gpu_.flush, gpu_.flush_bytes, 0, gpu_.stream), "setup_error");
+    RUNNER_CUDA(cudaDeviceSynchronize(), "setup_error");
+  }
+
+  void read_job() {
+    std::string line;
+    if (!std::getline(std::cin, line)) throw Stop{"bad_job", "no job on stdin"};
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception& e) {
+      throw Stop{"bad_job", std::string("job is not JSON: ") + e.what()};
+    }
+    job_ = job_from_json(j);
+    layout_ = output_layout(job_);
+  }
+
+  // Resets what an earlier call may have left in the cache hierarchy, then evicts the L2.
+  void flush() {
+    cudaCtxResetPersistingL2Cache();
+    cudaStreamAttrValue none{};
+    none.accessPolicyWindow.num_bytes = 0;
+    cudaStreamSetAttribute(gpu_.stream, cudaStreamAttributeAccessPolicyWindow, &none);
+    RUNNER_CUDA(l2_flush(gpu_.flush, gpu_.flush_bytes, gpu_.salt++, gpu_.stream), "runtime_error");
+    RUNNER_CUDA(cudaDeviceSynchronize(), "runtime_error");
+  }
+
+  // One measured sample: events on the given stream, and a host bracket that ends only once the
+  // whole device is idle (work on other streams or queued by other threads counts).
+  template <class Call>
+  Sample sample(Call&& call) {
+    flush();
+    RUNNER_CUDA(cudaEventRecord(gpu_.ev0, gpu_.stream), "runtime_error");
+    const auto t0 = Clock::now();
+    call();
+    const cudaError_t rec = cudaEventRecord(gpu_.ev1, gpu_.stream);
+    const cudaError_t sync = cudaDeviceSynchronize();
+    const auto t1 = Clock::now();
+    RUNNER_CUDA(rec, "runtime_error");
+    RUNNER_CUDA(sync, "runtime_error");
+    float ms = 0;
+    RUNNER_CUDA(cudaEventElapsedTime(&ms, gpu_.ev0, gpu_.ev1), "runtime_error");
+    return {ms * 1e-3, std::chrono::duration<double>(t1 - t0).count()};
+  }
+
+  void measure_overhead() {
+    std::vector<double> walls, whole;
+    for (int i = 0; i < 25; ++i) {
+      const auto t0 = Clock::now();
+      walls.push_back(sample([] {}).wall_s);
+      whole.push_back(seconds_since(t0));
+    }
+    result_.overhead_s = median(walls);
+    result_.sample_overhead_s = median(whole);
+  }
+
+  void confine(int so_fd) {
+    (void)so_fd;
+    hide_paths(job_.hide_paths);
+    set_limit(RLIMIT_CORE, 0);
+    set_limit(RLIMIT_FSIZE, std::max<rlim_t>(layout_.total_bytes, 1u << 20));
+    if (job_.host_memory_bytes > 0) set_limit(RLIMIT_AS, vm_size_bytes() + job_.host_memory_bytes);
+    try {
+      install_agent_filter();
+    } catch (const std::exception& e) {
+      throw Stop{"setup_error", e.what()};
+    }
+  }
+
+  void execute() {
+    const int so_fd = ::open(job_.so_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (so_fd < 0) throw Stop{"load_error", "cannot open " + job_.so_path + ": " + std::strerror(errno)};
+    if (out_fd_ >= 0 && ftruncate(out_fd_, static_cast<off_t>(layout_.total_bytes)) != 0)
+      throw Stop{"setup_error", std::string("sizing the output file: ") + std::strerror(errno)};
+    if (out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{"setup_error", "no output file"};
+    // stdin has done its job; nothing more arrives there.
+    if (const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC); null_fd >= 0) {
+      dup2(null_fd, 0);
+      ::close(null_fd);
+    }
+    if (job_.measure_overhead) measure_overhead();
+    if (agent_) confine(so_fd);
+    const auto baseline_threads = all_threads();
+
+    const std::string so_path = "/proc/self/fd/" + std::to_string(so_fd);
+    void* lib = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* err = dlerror();
+      throw Stop{"load_error", std::string("dlopen: ") + (err != nullptr ? err : "unknown")};
+    }
+    void* entry = dlsym(lib, job_.entry.c_str());
+    if (entry == nullptr) throw Stop{"load_error", "the shared object has no symbol '" + job_.entry + "'"};
+    entry_ = reinterpret_cast<void (*)()>(entry);
+    baseline_threads_ = baseline_threads;
+
+    for (std::size_t w = 0; w < job_.workloads.size(); ++w) run_workload(w);
+  }
+
+  void check_threads() {
+    const auto extra = foreign_threads(baseline_threads_);
+    if (!extra.empty())
+    {
+      std::string names;
+      for (const auto& t : extra) names += (names.empty() ? "" : ", ") + t;
+      throw Stop{"flagged", "background_thread: the kernel's code left " + std::to_string(extra.size()) +
+                                " thread(s) running after its call: " + names};
+    }
+  }
+
+  void run_workload(std::size_t w) {
+    const WireWorkload& wl = job_.workloads[w];
+    const std::size_t n = wl.args.size();
+    std::vector<void*> bufs(n, nullptr);
+    struct Free {
+      std::vector<void*>& b;
+      ~Free() { for (void* p : b) if (p != nullptr) cudaFree(p); }
+    } free_bufs{bufs};
+
+    // libffi call description: arguments in order, then the stream.
+    std::vector<ffi_type*> types;
+    std::vector<ScalarValue> scalars(n);
+    std::vector<void*> values;
+    for (std::size_t a = 0; a < n; ++a) {
+      const WireArg& arg = wl.args[a];
+      if (arg.role == ArgRole::scalar) {
+        ScalarValue& v = scalars[a];
+        switch (arg.dtype) {
+          case Dtype::f32: v.f32 = static_cast<float>(arg.scalar); types.push_back(&ffi_type_float); break;
+          case Dtype::f64: v.f64 = arg.scalar; types.push_back(&ffi_type_double); break;
+          case Dtype::i32: v.i32 = static_cast<std::int32_t>(arg.scalar); types.push_back(&ffi_type_sint32); break;
+          case Dtype::i64: v.i64 = static_cast<std::int64_t>(arg.scalar); types.push_back(&ffi_type_sint64); break;
+          case Dtype::u32: v.u32 = static_cast<std::uint32_t>(arg.scalar); types.push_back(&ffi_type_uint32); break;
+          case Dtype::u8: v.u8 = static_cast<std::uint8_t>(arg.scalar); types.push_back(&ffi_type_uint8); break;
+          default: throw Stop{"bad_job", "scalar arguments of type " + std::string(dtype_name(arg.dtype)) + " are not supported"};
+        }
+      } else {
+        const std::uint64_t bytes = arg.count * dtype_size(arg.dtype);
+        RUNNER_CUDA(cudaMalloc(&bufs[a], bytes), "setup_error");
+        types.push_back(&ffi_type_pointer);
+      }
+    }
+    types.push_back(&ffi_type_pointer);
+    for (std::size_t a = 0; a < n; ++a)
+      values.push_back(wl.args[a].role == ArgRole::scalar ? static_cast<void*>(&scalars[a])
+                                                          : static_cast<void*>(&bufs[a]));
+    cudaStream_t stream = gpu_.stream;
+    values.push_back(&stream);
+    ffi_cif cif;
+    if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, static_cast<unsigned>(types.size()),
+                     job_.returns_int ? &ffi_type_sint : &ffi_type_void, types.data()) != FFI_OK)
+      throw Stop{"setup_error", "ffi_prep_cif failed"};
+    ffi_arg ret = 0;
+    auto call = [&] { ffi_call(&cif, entry_, &ret, values.data()); };
+    auto check_ret = [&] {
+      const int rc = static_cast<int>(static_cast<std::int64_t>(ret));
+      if (job_.returns_int && rc != 0)
+        throw Stop{"entry_error", "the entry point returned " + std::to_string(rc)};
+    };
+
+    auto prepare = [&](std::size_t seed_index) {
+      for (std::size_t a = 0; a < n; ++a) {
+        const WireArg& arg = wl.args[a];
+        if (arg.role == ArgRole::input)
+          RUNNER_CUDA(generate(bufs[a], arg.dtype, arg.count, arg.gen, job_.seeds[seed_index],
+                               static_cast<std::uint32_t>(a), gpu_.stream), "runtime_error");
+        else if (arg.role == ArgRole::output)  // poison: NaN for floats, all ones for integers
+          RUNNER_CUDA(cudaMemsetAsync(bufs[a], 0xFF, arg.count * dtype_size(arg.dtype), gpu_.stream),
+                      "runtime_error");
+      }
+      RUNNER_CUDA(cudaDeviceSynchronize(), "runtime_error");
+    };
+    std::vector<char> host;
+    auto hand_over = [&](int seed_index) {
+      for (std::size_t a = 0; a < n; ++a) {
+        if (wl.args[a].role != ArgRole::output) continue;
+        const Slot* slot = layout_.find(w, seed_index, a);
+        if (slot == nullptr) continue;
+        host.resize(slot->bytes);
+        RUNNER_CUDA(cudaMemcpy(host.data(), bufs[a], slot->bytes, cudaMemcpyDeviceToHost), "runtime_error");
+        pwrite_all(out_fd_, host.data(), host.size(), slot->offset);
+      }
+    };
+
+    // Correctness: one fresh, poisoned call per seed.
+    for (std::size_t s = 0; s < job_.seeds.size(); ++s) {
+      prepare(s);
+      call();
+      RUNNER_CUDA(cudaDeviceSynchronize(), "runtime_error");
+      RUNNER_CUDA(cudaGetLastError(), "runtime_error");
+      check_ret();
+      check_threads();
+      hand_over(static_cast<int>(s));
+      emit_.send({{"event", "call"}, {"workload", w}, {"seed", s}});
+    }
+
+    WorkloadResult wr;
+    wr.name = wl.name;
+    if (job_.timing.enabled && wl.time) {
+      prepare(0);
+      for (int i = 0; i < job_.timing.warmup; ++i) {
+        sample(call);
+        check_ret();
+      }
+      check_threads();
+      const unsigned clock_start = nvml_.sm_clock_mhz();
+      const unsigned clock_max = nvml_.sm_clock_max_mhz();
+      emit_.send({{"event", "timing_begin"}, {"workload", w}});
+      wr.timing = time_samples(call, check_ret);
+      emit_.send({{"event", "timing_end"}, {"workload", w}, {"samples", wr.timing->samples}});
+      TimingResult& t = *wr.timing;
+      t.sm_clock_start_mhz = clock_start;
+      t.sm_clock_max_mhz = clock_max;
+      t.sm_clock_end_mhz = nvml_.sm_clock_mhz();
+      // Throttled: the SM clock was well below the board's maximum around the samples.
+      const unsigned low = std::min(clock_start, t.sm_clock_end_mhz);
+      t.throttled = clock_max > 0 && low > 0 && low < 0.85 * clock_max;
+      if (t.throttled && std::find(result_.flags.begin(), result_.flags.end(), "throttled") == result_.flags.end())
+        result_.flags.push_back("throttled");
+      check_threads();
+      hand_over(-1);
+    }
+    result_.workloads.push_back(std::move(wr));
+  }
+
+  template <class Call, class Check>
+  TimingResult time_samples(Call& call, Check& check_ret) {
+    const TimingSpec& spec = job_.timing;
+    TimingResult t;  // SM clocks are read before timing_begin / after timing_end (NVML is slow)
+    std::vector<double> times, events, walls;
+    const auto start = Clock::now();
+    auto last_beat = start;
+    for (;;) {
+      const Sample s = sample(call);
+      check_ret();
+      const double wall = std::max(0.0, s.wall_s - result_.overhead_s);
+      times.push_back(std::max(s.event_s, wall));
+      events.push_back(s.event_s);
+      walls.push_back(wall);
+      const int n = static_cast<int>(times.size());
+      if (n >= spec.min_samples) {
+        double mean = 0;
+        for (double x : times) mean += x;
+        mean /= n;
+        double var = 0;
+        for (double x : times) var += (x - mean) * (x - mean);
+        var /= std::max(1, n - 1);
+        const double rse = mean > 0 ? std::sqrt(var / n) / mean : 0;
+        t.mean_s = mean;
+        t.cv = mean > 0 ? std::sqrt(var) / mean : 0;
+        t.rse = rse;
+        if (rse <= spec.rse_target || n >= spec.max_samples) break;
+        if (seconds_since(start) >= spec.time_cap_s) {
+          t.stopped_by_cap = true;
+          break;
+        }
+      }
+      if (std::chrono::duration<double>(Clock::now() - last_beat).count() > 0.5) {
+        emit_.send({{"event", "heartbeat"}});
+        last_beat = Clock::now();
+      }
+    }
+    t.phase_s = seconds_since(start);
+    t.samples = static_cast<int>(times.size());
+    t.median_s = median(times);
+    t.min_s = *std::min_element(times.begin(), times.end());
+    t.event_median_s = median(events);
+    t.wall_median_s = median(walls);
+    return t;
+  }
+
+  bool agent_;
+  Emitter emit_;
+  int out_fd_;
+  Nvml nvml_;
+  Gpu gpu_;
+  DeviceInfo device_;
+  Job job_;
+  Layout layout_;
+  RunnerResult result_;
+  void (*entry_)() = nullptr;
+  std::set<std::string> baseline_threads_;
+};
+
+}  // namespace
+}  // namespace d2k::runner
+
+namespace {
+// --mode probe: lists the visible GPUs (the server never initialises CUDA itself).
+int probe(int result_fd) {
+  d2k::runner::Emitter emit(result_fd);
+  nlohmann::json devices = nlohmann::json::array();
+  int count = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&count);
+  if (rc != cudaSuccess) count = 0;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
+    char bus[32] = {};
+    cudaDeviceGetPCIBusId(bus, sizeof bus, i);
+    d2k::runner::DeviceInfo d;
+    d.name = prop.name;
+    d.pci_bus_id = bus;
+    d.sm_count = prop.multiProcessorCount;
+    d.cc_major = prop.major;
+    d.cc_minor = prop.minor;
+    d.memory_bytes = prop.totalGlobalMem;
+    d.l2_bytes = static_cast<std::uint64_t>(prop.l2CacheSize);
+    cudaDriverGetVersion(&d.cuda_driver_version);
+    cudaRuntimeGetVersion(&d.runtime_version);
+    d2k::runner::Nvml nvml;
+    d.nvml = nvml.open(bus);
+    d.driver = nvml.driver_version();
+    devices.push_back(to_json(d));
+  }
+  emit.send({{"event", "probe"}, {"devices", devices},
+             {"error", rc == cudaSuccess ? "" : std::string(cudaGetErrorString(rc))}});
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool agent = false, isolate = false, mode_given = false, probe_mode = false;
+  int result_fd = 3, out_fd = 4;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--mode" && i + 1 < argc) {
+      const std::string m = argv[++i];
+      if (m != "agent" && m != "trusted" && m != "probe") break;
+      agent = m == "agent";
+      probe_mode = m == "probe";
+      mode_given = true;
+    } else if (a == "--isolate") {
+      isolate = true;
+    } else if (a == "--result-fd" && i + 1 < argc) {
+      result_fd = std::atoi(argv[++i]);
+    } else if (a == "--out-fd" && i + 1 < argc) {
+      out_fd = std::atoi(argv[++i]);
+    } else {
+      mode_given = false;
+      break;
+    }
+  }
+  if (!mode_given) {
+    std::fprintf(stderr, "usage: d2k-runner --mode agent|trusted|probe [--isolate] [--result-fd N] [--out-fd N]\n");
+    return 64;
+  }
+  if (fcntl(result_fd, F_GETFD) < 0) {
+    std::fprintf(stderr, "d2k-runner: result fd %d is not open\n", result_fd);
+    return 64;
+  }
+  if (fcntl(out_fd, F_GETFD) < 0) out_fd = -1;
+  signal(SIGPIPE, SIG_IGN);
+  if (probe_mode) _exit(probe(result_fd));
+  d2k::runner::Runner runner(agent, result_fd, out_fd);
+  const int rc = runner.run(isolate);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(rc);  // skip the loaded code's static destructors and atexit handlers
+}

@@ -1,0 +1,117 @@
+// Host side of one d2k-runner: start it (fork/exec, own process group, pipes, output file), wait
+// for "ready", hand it one job, read its timestamped events with deadlines, kill and reap it.
+// RunnerPool keeps a few started runners per GPU and mode so CUDA start-up is off the step's path;
+// each runner is used once.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sandbox/runner/wire.hpp"
+
+namespace d2k::runner {
+
+enum class Mode { agent, trusted, probe };
+std::string_view mode_name(Mode m);
+
+struct SpawnSpec {
+  std::filesystem::path runner;   // the d2k-runner executable
+  Mode mode = Mode::agent;
+  int gpu = -1;                   // CUDA_VISIBLE_DEVICES (PCI bus order); -1: all GPUs (probe)
+  bool isolate = true;            // own user/mount/network namespaces
+  std::size_t max_output_bytes = 64u << 10;  // stdout+stderr kept; the rest is counted and dropped
+};
+
+// How a runner process ended.
+struct Exit {
+  bool exited = false;
+  int status = -1;   // exit status when exited
+  int signal = 0;    // killing signal otherwise
+  bool killed_by_us = false;
+  std::string describe() const;
+};
+
+struct Event {
+  nlohmann::json body;
+  double t = 0;      // seconds since the job was sent (parent's clock, on arrival)
+};
+
+class RunnerProcess {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Forks and execs; returns at once (CUDA start-up runs in the child). Throws std::runtime_error.
+  static std::unique_ptr<RunnerProcess> start(const SpawnSpec& spec);
+  RunnerProcess(const RunnerProcess&) = delete;
+  RunnerProcess& operator=(const RunnerProcess&) = delete;
+  ~RunnerProcess();  // kills and reaps if still running
+
+  // Waits for the "ready" (or "probe") event. nullopt on timeout or early exit (error() says why).
+  std::optional<nlohmann::json> wait_ready(std::chrono::milliseconds timeout);
+  void send_job(const Job& job);   // one JSON line on stdin, then stdin is closed
+  enum class Read { event, eof, timeout, malformed };
+  // Next event, waiting at most until `deadline`. Draining stdout/stderr happens meanwhile.
+  Read next(Event& out, Clock::time_point deadline);
+  void kill();                     // SIGKILL to the whole process group
+  Exit wait();                     // reaps (kills first if still running after a short grace)
+  int output_fd() const { return out_fd_; }  // the memfd holding the output tensors
+  const std::string& output() const { return output_; }  // captured stdout/stderr (capped)
+  std::uint64_t output_dropped() const { return dropped_; }
+  const std::string& error() const { return error_; }
+  pid_t pid() const { return pid_; }
+  Mode mode() const { return spec_.mode; }
+  Clock::time_point started() const { return started_; }
+
+ private:
+  RunnerProcess() = default;
+  bool pump(int timeout_ms);       // poll both pipes once; false when the result pipe hit EOF
+  SpawnSpec spec_;
+  pid_t pid_ = -1;
+  int job_fd_ = -1, result_fd_ = -1, log_fd_ = -1, out_fd_ = -1;
+  std::string line_buf_;
+  std::deque<std::string> lines_;
+  bool result_eof_ = false;
+  std::string output_;
+  std::uint64_t dropped_ = 0;
+  std::string error_;
+  std::optional<Exit> exit_;
+  bool killed_ = false;
+  Clock::time_point started_{}, job_sent_{};
+};
+
+// A few runners started ahead per (GPU, mode); take() hands one out and a background thread
+// starts its replacement.
+class RunnerPool {
+ public:
+  RunnerPool(SpawnSpec spec, std::size_t size);
+  RunnerPool(const RunnerPool&) = delete;
+  RunnerPool& operator=(const RunnerPool&) = delete;
+  ~RunnerPool();
+  std::unique_ptr<RunnerProcess> take();  // blocks until one is started; throws when starting fails
+  const SpawnSpec& spec() const { return spec_; }
+
+ private:
+  void refill();
+  SpawnSpec spec_;
+  std::size_t size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<RunnerProcess>> ready_;
+  std::string last_error_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace d2k::runner

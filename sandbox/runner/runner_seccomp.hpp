@@ -1,0 +1,13 @@
+// The agent-mode runner's seccomp filter, installed in-process after CUDA start-up and before the
+// agent's shared object is loaded (a filter installed before cuInit breaks it: GPU-MACHINE.md).
+// Allow by default (the CUDA driver needs ioctl/mmap freely); deny what an honest kernel launcher
+// never needs. Violations that can only be an attack kill the process (SIGSYS → the parent reports
+// sandbox_violation); calls that libraries may probe get EPERM.
+#pragma once
+
+namespace d2k::runner {
+
+// Throws std::runtime_error when the filter cannot be built or loaded.
+void install_agent_filter();
+
+}  // namespace d2k::runner

@@ -1,0 +1,315 @@
+#include "sandbox/runner/wire.hpp"
+
+#include <cmath>
+
+namespace d2k::runner {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& code, const std::string& what) { throw WireError(code, what); }
+
+template <class T>
+T get(const json& j, const char* key, const char* code) {
+  if (!j.is_object() || !j.contains(key)) bad(code, std::string("missing field '") + key + "'");
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    bad(code, std::string("field '") + key + "' has the wrong type");
+  }
+}
+
+template <class T>
+T get_or(const json& j, const char* key, T fallback, const char* code) {
+  if (!j.is_object() || !j.contains(key)) return fallback;
+  return get<T>(j, key, code);
+}
+
+std::string_view role_name(ArgRole r) {
+  switch (r) {
+    case ArgRole::input: return "input";
+    case ArgRole::output: return "output";
+    case ArgRole::scalar: return "scalar";
+  }
+  return "input";
+}
+
+std::string_view dist_name(Dist d) {
+  switch (d) {
+    case Dist::uniform: return "uniform";
+    case Dist::normal: return "normal";
+    case Dist::randint: return "randint";
+    case Dist::constant: return "constant";
+    case Dist::iota: return "iota";
+  }
+  return "uniform";
+}
+
+std::optional<Dist> parse_dist(std::string_view s) {
+  for (Dist d : {Dist::uniform, Dist::normal, Dist::randint, Dist::constant, Dist::iota})
+    if (dist_name(d) == s) return d;
+  return std::nullopt;
+}
+
+double number(const json& j, const char* key, double fallback) {
+  if (!j.contains(key)) return fallback;
+  if (!j.at(key).is_number()) bad("bad_job", std::string("generator field '") + key + "' is not a number");
+  const double v = j.at(key).get<double>();
+  if (!std::isfinite(v)) bad("bad_job", std::string("generator field '") + key + "' is not finite");
+  return v;
+}
+
+}  // namespace
+
+std::string_view dtype_name(Dtype d) {
+  switch (d) {
+    case Dtype::f32: return "f32";
+    case Dtype::f64: return "f64";
+    case Dtype::bf16: return "bf16";
+    case Dtype::f16: return "f16";
+    case Dtype::i32: return "i32";
+    case Dtype::i64: return "i64";
+    case Dtype::u8: return "u8";
+    case Dtype::u32: return "u32";
+  }
+  return "f32";
+}
+
+std::size_t dtype_size(Dtype d) {
+  switch (d) {
+    case Dtype::f64: case Dtype::i64: return 8;
+    case Dtype::f32: case Dtype::i32: case Dtype::u32: return 4;
+    case Dtype::bf16: case Dtype::f16: return 2;
+    case Dtype::u8: return 1;
+  }
+  return 4;
+}
+
+std::optional<Dtype> parse_dtype(std::string_view name) {
+  for (Dtype d : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16, Dtype::i32, Dtype::i64, Dtype::u8,
+                  Dtype::u32})
+    if (dtype_name(d) == name) return d;
+  return std::nullopt;
+}
+
+bool is_float(Dtype d) {
+  return d == Dtype::f32 || d == Dtype::f64 || d == Dtype::bf16 || d == Dtype::f16;
+}
+
+Generator parse_generator(const json& init) {
+  Generator g;
+  if (init.is_null()) return g;  // default: uniform [-1, 1]
+  if (!init.is_object() || !init.contains("dist") || !init.at("dist").is_string())
+    bad("bad_job", "input generator must be an object with a string 'dist'");
+  const auto name = init.at("dist").get<std::string>();
+  if (name == "custom")
+    bad("generator_unsupported",
+        "custom input generators (a task's trusted generate.cu) are not supported yet");
+  const auto dist = parse_dist(name);
+  if (!dist) bad("bad_job", "unknown input generator '" + name + "'");
+  g.dist = *dist;
+  switch (g.dist) {
+    case Dist::uniform: g.a = number(init, "low", -1); g.b = number(init, "high", 1); break;
+    case Dist::normal: g.a = number(init, "mean", 0); g.b = number(init, "std", 1); break;
+    case Dist::randint: g.a = number(init, "low", 0); g.b = number(init, "high", 100); break;
+    case Dist::constant: g.a = number(init, "value", 0); g.b = 0; break;
+    case Dist::iota: g.a = number(init, "start", 0); g.b = number(init, "step", 1); break;
+  }
+  if ((g.dist == Dist::uniform || g.dist == Dist::randint) && g.b < g.a)
+    bad("bad_job", "input generator has high < low");
+  if (g.dist == Dist::normal && g.b < 0) bad("bad_job", "input generator has std < 0");
+  return g;
+}
+
+json to_json(const Job& job) {
+  json wls = json::array();
+  for (const auto& w : job.workloads) {
+    json args = json::array();
+    for (const auto& a : w.args)
+      args.push_back({{"role", role_name(a.role)}, {"dtype", dtype_name(a.dtype)}, {"count", a.count},
+                      {"dist", dist_name(a.gen.dist)}, {"a", a.gen.a}, {"b", a.gen.b},
+                      {"scalar", a.scalar}});
+    wls.push_back({{"name", w.name}, {"args", args}, {"time", w.time}});
+  }
+  return {{"so_path", job.so_path},
+          {"entry", job.entry},
+          {"returns_int", job.returns_int},
+          {"workloads", wls},
+          {"seeds", job.seeds},
+          {"timing",
+           {{"enabled", job.timing.enabled}, {"warmup", job.timing.warmup},
+            {"min_samples", job.timing.min_samples}, {"max_samples", job.timing.max_samples},
+            {"rse_target", job.timing.rse_target}, {"time_cap_s", job.timing.time_cap_s}}},
+          {"measure_overhead", job.measure_overhead},
+          {"hide_paths", job.hide_paths},
+          {"host_memory_bytes", job.host_memory_bytes}};
+}
+
+Job job_from_json(const json& j) {
+  constexpr const char* c = "bad_job";
+  Job job;
+  job.so_path = get<std::string>(j, "so_path", c);
+  job.entry = get<std::string>(j, "entry", c);
+  job.returns_int = get_or<bool>(j, "returns_int", true, c);
+  job.seeds = get<std::vector<std::uint64_t>>(j, "seeds", c);
+  if (job.seeds.empty()) bad(c, "a job needs at least one seed");
+  const json wls = get<json>(j, "workloads", c);
+  if (!wls.is_array() || wls.empty()) bad(c, "a job needs at least one workload");
+  for (const auto& wj : wls) {
+    WireWorkload w;
+    w.name = get<std::string>(wj, "name", c);
+    w.time = get_or<bool>(wj, "time", true, c);
+    const json args = get<json>(wj, "args", c);
+    if (!args.is_array()) bad(c, "workload args must be an array");
+    for (const auto& aj : args) {
+      WireArg a;
+      const auto role = get<std::string>(aj, "role", c);
+      if (role == "input") a.role = ArgRole::input;
+      else if (role == "output") a.role = ArgRole::output;
+      else if (role == "scalar") a.role = ArgRole::scalar;
+      else bad(c, "unknown arg role '" + role + "'");
+      const auto dt = parse_dtype(get<std::string>(aj, "dtype", c));
+      if (!dt) bad(c, "unknown dtype");
+      a.dtype = *dt;
+      a.count = get_or<std::uint64_t>(aj, "count", 0, c);
+      const auto dist = parse_dist(get_or<std::string>(aj, "dist", "uniform", c));
+      if (!dist) bad(c, "unknown dist");
+      a.gen.dist = *dist;
+      a.gen.a = get_or<double>(aj, "a", -1, c);
+      a.gen.b = get_or<double>(aj, "b", 1, c);
+      a.scalar = get_or<double>(aj, "scalar", 0, c);
+      if (a.role != ArgRole::scalar && a.count == 0) bad(c, "tensor argument with 0 elements");
+      w.args.push_back(a);
+    }
+    job.workloads.push_back(std::move(w));
+  }
+  if (j.contains("timing")) {
+    const json& t = j.at("timing");
+    job.timing.enabled = get_or<bool>(t, "enabled", true, c);
+    job.timing.warmup = get_or<int>(t, "warmup", 3, c);
+    job.timing.min_samples = get_or<int>(t, "min_samples", 10, c);
+    job.timing.max_samples = get_or<int>(t, "max_samples", 300, c);
+    job.timing.rse_target = get_or<double>(t, "rse_target", 0.005, c);
+    job.timing.time_cap_s = get_or<double>(t, "time_cap_s", 2.0, c);
+    if (job.timing.min_samples < 1 || job.timing.max_samples < job.timing.min_samples ||
+        job.timing.warmup < 0)
+      bad(c, "bad timing sample counts");
+  }
+  job.measure_overhead = get_or<bool>(j, "measure_overhead", true, c);
+  job.hide_paths = get_or<std::vector<std::string>>(j, "hide_paths", {}, c);
+  job.host_memory_bytes = get_or<std::uint64_t>(j, "host_memory_bytes", 8ull << 30, c);
+  return job;
+}
+
+const Slot* Layout::find(std::size_t workload, int seed_index, std::size_t arg) const {
+  for (const auto& s : slots)
+    if (s.workload == workload && s.seed_index == seed_index && s.arg == arg) return &s;
+  return nullptr;
+}
+
+Layout output_layout(const Job& job) {
+  Layout layout;
+  auto add = [&](std::size_t w, int seed, std::size_t a) {
+    const WireArg& arg = job.workloads[w].args[a];
+    Slot s{w, seed, a, arg.dtype, arg.count, layout.total_bytes, arg.count * dtype_size(arg.dtype)};
+    layout.total_bytes += (s.bytes + 63) / 64 * 64;
+    layout.slots.push_back(s);
+  };
+  for (std::size_t w = 0; w < job.workloads.size(); ++w)
+    for (int seed = 0; seed < static_cast<int>(job.seeds.size()); ++seed)
+      for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
+        if (job.workloads[w].args[a].role == ArgRole::output) add(w, seed, a);
+  if (job.timing.enabled)
+    for (std::size_t w = 0; w < job.workloads.size(); ++w)
+      if (job.workloads[w].time)
+        for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
+          if (job.workloads[w].args[a].role == ArgRole::output) add(w, -1, a);
+  return layout;
+}
+
+json to_json(const TimingResult& t) {
+  return {{"samples", t.samples}, {"median_s", t.median_s}, {"min_s", t.min_s}, {"mean_s", t.mean_s},
+          {"cv", t.cv}, {"rse", t.rse}, {"event_median_s", t.event_median_s},
+          {"wall_median_s", t.wall_median_s}, {"phase_s", t.phase_s},
+          {"sm_clock_start_mhz", t.sm_clock_start_mhz}, {"sm_clock_end_mhz", t.sm_clock_end_mhz},
+          {"sm_clock_max_mhz", t.sm_clock_max_mhz}, {"throttled", t.throttled},
+          {"stopped_by_cap", t.stopped_by_cap}};
+}
+
+json to_json(const RunnerResult& r) {
+  json wls = json::array();
+  for (const auto& w : r.workloads) {
+    json wj = {{"name", w.name}};
+    if (w.timing) wj["timing"] = to_json(*w.timing);
+    wls.push_back(wj);
+  }
+  return {{"event", "result"}, {"status", r.status}, {"message", r.message}, {"flags", r.flags},
+          {"workloads", wls}, {"overhead_s", r.overhead_s},
+          {"sample_overhead_s", r.sample_overhead_s}, {"init_s", r.init_s}};
+}
+
+RunnerResult result_from_json(const json& j) {
+  constexpr const char* c = "bad_result";
+  RunnerResult r;
+  r.status = get<std::string>(j, "status", c);
+  r.message = get_or<std::string>(j, "message", "", c);
+  r.flags = get_or<std::vector<std::string>>(j, "flags", {}, c);
+  r.overhead_s = get_or<double>(j, "overhead_s", 0, c);
+  r.sample_overhead_s = get_or<double>(j, "sample_overhead_s", 0, c);
+  r.init_s = get_or<double>(j, "init_s", 0, c);
+  const json wls = get_or<json>(j, "workloads", json::array(), c);
+  if (!wls.is_array()) bad(c, "workloads must be an array");
+  for (const auto& wj : wls) {
+    WorkloadResult w;
+    w.name = get<std::string>(wj, "name", c);
+    if (wj.contains("timing")) {
+      const json& t = wj.at("timing");
+      TimingResult tr;
+      tr.samples = get<int>(t, "samples", c);
+      tr.median_s = get<double>(t, "median_s", c);
+      tr.min_s = get<double>(t, "min_s", c);
+      tr.mean_s = get_or<double>(t, "mean_s", 0, c);
+      tr.cv = get_or<double>(t, "cv", 0, c);
+      tr.rse = get_or<double>(t, "rse", 0, c);
+      tr.event_median_s = get_or<double>(t, "event_median_s", 0, c);
+      tr.wall_median_s = get_or<double>(t, "wall_median_s", 0, c);
+      tr.phase_s = get_or<double>(t, "phase_s", 0, c);
+      tr.sm_clock_start_mhz = get_or<unsigned>(t, "sm_clock_start_mhz", 0, c);
+      tr.sm_clock_end_mhz = get_or<unsigned>(t, "sm_clock_end_mhz", 0, c);
+      tr.sm_clock_max_mhz = get_or<unsigned>(t, "sm_clock_max_mhz", 0, c);
+      tr.throttled = get_or<bool>(t, "throttled", false, c);
+      tr.stopped_by_cap = get_or<bool>(t, "stopped_by_cap", false, c);
+      if (tr.samples < 0 || !std::isfinite(tr.median_s) || tr.median_s < 0 || !std::isfinite(tr.min_s))
+        bad(c, "timing values out of range");
+      w.timing = tr;
+    }
+    r.workloads.push_back(std::move(w));
+  }
+  return r;
+}
+
+json to_json(const DeviceInfo& d) {
+  return {{"name", d.name}, {"pci_bus_id", d.pci_bus_id}, {"driver", d.driver},
+          {"cuda_driver_version", d.cuda_driver_version}, {"runtime_version", d.runtime_version},
+          {"sm_count", d.sm_count}, {"cc_major", d.cc_major}, {"cc_minor", d.cc_minor},
+          {"memory_bytes", d.memory_bytes}, {"l2_bytes", d.l2_bytes}, {"nvml", d.nvml}};
+}
+
+DeviceInfo device_from_json(const json& j) {
+  constexpr const char* c = "bad_result";
+  DeviceInfo d;
+  d.name = get<std::string>(j, "name", c);
+  d.pci_bus_id = get_or<std::string>(j, "pci_bus_id", "", c);
+  d.driver = get_or<std::string>(j, "driver", "", c);
+  d.cuda_driver_version = get_or<int>(j, "cuda_driver_version", 0, c);
+  d.runtime_version = get_or<int>(j, "runtime_version", 0, c);
+  d.sm_count = get_or<int>(j, "sm_count", 0, c);
+  d.cc_major = get_or<int>(j, "cc_major", 0, c);
+  d.cc_minor = get_or<int>(j, "cc_minor", 0, c);
+  d.memory_bytes = get_or<std::uint64_t>(j, "memory_bytes", 0, c);
+  d.l2_bytes = get_or<std::uint64_t>(j, "l2_bytes", 0, c);
+  d.nvml = get_or<bool>(j, "nvml", false, c);
+  return d;
+}
+
+}  // namespace d2k::runner

@@ -1,0 +1,154 @@
+// The runner's wire: what the parent (host library d2k_eval) sends to a d2k-runner process and
+// what comes back. One JSON object per line on each pipe. Shared by both ends so the layout of the
+// output file (where each output tensor lies) is computed in exactly one place.
+//
+// Trust: the parent treats everything a runner in agent mode sends as untrusted input (agent code
+// shares its address space and could write to the same pipe): every field is validated here with
+// a typed error, and the parent checks claimed times against its own clock.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace d2k::runner {
+
+// Element types a runner can allocate, generate and hand back (same names as tasks::Dtype).
+enum class Dtype { f32, f64, bf16, f16, i32, i64, u8, u32 };
+std::string_view dtype_name(Dtype d);
+std::size_t dtype_size(Dtype d);
+std::optional<Dtype> parse_dtype(std::string_view name);
+bool is_float(Dtype d);
+
+enum class ArgRole { input, output, scalar };
+
+// How an input's elements are drawn from (seed, arg index, element index). Counter-based, so any
+// runner with the same seed produces bit-identical inputs on any GPU.
+enum class Dist { uniform, normal, randint, constant, iota };
+struct Generator {
+  Dist dist = Dist::uniform;
+  double a = -1;  // uniform: low, normal: mean, randint: low (inclusive), constant: value, iota: start
+  double b = 1;   // uniform: high, normal: std, randint: high (inclusive), iota: step
+};
+// Parses a task.json "init" object ({"dist":"uniform","low":-1,"high":1} ...). Throws WireError for
+// an unknown or malformed generator; {"dist":"custom"} gives code "generator_unsupported".
+Generator parse_generator(const nlohmann::json& init);
+
+struct WireArg {                 // one parameter of the entry point, resolved for one workload
+  ArgRole role = ArgRole::input;
+  Dtype dtype = Dtype::f32;
+  std::uint64_t count = 0;       // elements (inputs/outputs)
+  Generator gen;                 // inputs
+  double scalar = 0;             // scalars (converted to dtype at the call)
+};
+
+struct WireWorkload {
+  std::string name;
+  std::vector<WireArg> args;     // in entry-point order; the stream is appended as last argument
+  bool time = true;              // run the timing phase on it (when timing is enabled)
+};
+
+struct TimingSpec {
+  bool enabled = true;
+  int warmup = 3;
+  int min_samples = 10;
+  int max_samples = 300;
+  double rse_target = 0.005;     // stop once stderr(mean)/mean falls below this
+  double time_cap_s = 2.0;       // per workload, samples stop after this much wall time
+};
+
+struct Job {
+  std::string so_path;           // the shared object to load (opened before any hiding)
+  std::string entry;             // C symbol
+  bool returns_int = true;       // entry returns int (non-zero = failure) or void
+  std::vector<WireWorkload> workloads;
+  std::vector<std::uint64_t> seeds;   // correctness runs once per seed; timing uses seeds[0]
+  TimingSpec timing;
+  bool measure_overhead = true;  // time empty samples (before the .so is loaded) and report them
+  std::vector<std::string> hide_paths;  // agent mode: made unreadable before the .so is loaded
+  std::uint64_t host_memory_bytes = 8ull << 30;  // agent mode: extra address space after CUDA init
+};
+
+nlohmann::json to_json(const Job& job);
+Job job_from_json(const nlohmann::json& j);  // throws WireError
+
+// Where each output tensor lies in the output file: for every workload, every seed, every output
+// argument in order; then, for every timed workload, its outputs after the last timed call.
+struct Slot {
+  std::size_t workload = 0;
+  int seed_index = 0;            // -1: outputs of the last timed call (inputs of seeds[0])
+  std::size_t arg = 0;
+  Dtype dtype = Dtype::f32;
+  std::uint64_t count = 0;
+  std::uint64_t offset = 0;      // bytes, 64-byte aligned
+  std::uint64_t bytes = 0;
+};
+struct Layout {
+  std::vector<Slot> slots;
+  std::uint64_t total_bytes = 0;
+  const Slot* find(std::size_t workload, int seed_index, std::size_t arg) const;
+};
+Layout output_layout(const Job& job);
+
+// ---- runner → parent -------------------------------------------------------------------------
+// Events, in order: ready (CUDA initialised; sent before any job), then per workload "call"
+// (after each correctness call), "timing_begin"/"timing_end", occasional "heartbeat", and one
+// final "result". The parent timestamps each on arrival.
+
+struct TimingResult {
+  int samples = 0;
+  double median_s = 0, min_s = 0, mean_s = 0, cv = 0, rse = 0;
+  double event_median_s = 0;     // cudaEvent time alone (the given stream only)
+  double wall_median_s = 0;      // host bracket to device-wide sync, minus the empty-call overhead
+  double phase_s = 0;            // runner-measured wall time of the sample loop
+  unsigned sm_clock_start_mhz = 0, sm_clock_end_mhz = 0, sm_clock_max_mhz = 0;
+  bool throttled = false;
+  bool stopped_by_cap = false;
+};
+
+struct WorkloadResult {
+  std::string name;
+  std::optional<TimingResult> timing;
+};
+
+struct RunnerResult {
+  // ok | runtime_error | entry_error | load_error | setup_error | flagged | bad_job
+  std::string status = "ok";
+  std::string message;
+  std::vector<std::string> flags;          // e.g. "background_thread", "throttled"
+  std::vector<WorkloadResult> workloads;
+  double overhead_s = 0;         // median host bracket of an empty call (subtracted from samples)
+  double sample_overhead_s = 0;  // median whole empty sample, L2 flush included (outside bound)
+  double init_s = 0;                        // CUDA start-up in this runner
+};
+
+nlohmann::json to_json(const TimingResult& t);
+nlohmann::json to_json(const RunnerResult& r);
+RunnerResult result_from_json(const nlohmann::json& j);  // throws WireError
+
+struct DeviceInfo {              // sent with "ready"
+  std::string name;
+  std::string pci_bus_id;
+  std::string driver;            // NVML driver version ("" when NVML is missing)
+  int cuda_driver_version = 0;
+  int runtime_version = 0;
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  std::uint64_t memory_bytes = 0;
+  std::uint64_t l2_bytes = 0;
+  bool nvml = false;
+};
+nlohmann::json to_json(const DeviceInfo& d);
+DeviceInfo device_from_json(const nlohmann::json& j);
+
+struct WireError : std::runtime_error {
+  WireError(std::string code_, const std::string& message)
+      : std::runtime_error(message), code(std::move(code_)) {}
+  std::string code;  // "bad_job", "bad_result", "generator_unsupported"
+};
+
+}  // namespace d2k::runner

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The one GPU check, for the H200 machine (device tool), in a single call.
+#
+#   here (development machine, no GPU):
+#     scripts/gpu-check.sh --pack [BUILD_DIR]
+#       copies what the GPU tests need from an existing build (binaries stripped, CTest files, the
+#       exploit kernels, the shared libraries the GPU machine may lack) into .carry/gpu (ignored).
+#   there (device call with carry [".carry"], from the repository root):
+#     bash scripts/gpu-check.sh
+#       recreates the build's absolute paths, runs every GPU test (ctest -L gpu) and, when the
+#       build has it, `d2k verify-tasks`; the full log goes to $OUT/gpu-check.log.
+set -o pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PACK="$ROOT/.carry/gpu"
+
+if [ "${1:-}" = "--pack" ]; then
+  set -e
+  BUILD="$(cd "${2:-$ROOT/build}" && pwd)"
+  rm -rf "$PACK"
+  mkdir -p "$PACK/build/bin" "$PACK/lib"
+  echo "$BUILD" > "$PACK/BUILD_DIR"
+  echo "$ROOT" > "$PACK/SOURCE_DIR"
+  (cd "$BUILD" && find . \( -name CTestTestfile.cmake -o -name DartConfiguration.tcl \) -exec cp --parents {} "$PACK/build/" \;)
+  for f in "$BUILD"/bin/*; do
+    [ -x "$f" ] || continue
+    strip -o "$PACK/build/bin/$(basename "$f")" "$f"
+    # Shared libraries beside glibc/libstdc++/CUDA's own, which the GPU machine may lack (libzmq…).
+    ldd "$f" | awk '/=> \// {print $3}' | while read -r lib; do
+      case "$(basename "$lib")" in
+        libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libstdc++.so*|libgcc_s.so*|libcuda.so*|ld-linux*) ;;
+        *) cp -Ln "$lib" "$PACK/lib/" ;;
+      esac
+    done
+  done
+  if [ -d "$BUILD/tests/exploits/kernels" ]; then
+    mkdir -p "$PACK/build/tests/exploits/kernels"
+    cp "$BUILD"/tests/exploits/kernels/*.so "$PACK/build/tests/exploits/kernels/"
+  fi
+  du -sh "$PACK"
+  exit 0
+fi
+
+OUT="${OUT:-/tmp/gpu-check-out}"
+mkdir -p "$OUT"
+LOG="$OUT/gpu-check.log"
+{
+  echo "== gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1
+  [ -f "$PACK/BUILD_DIR" ] || { echo "no $PACK: run scripts/gpu-check.sh --pack here first and carry .carry"; exit 2; }
+  BUILD="$(cat "$PACK/BUILD_DIR")"
+  SRC="$(cat "$PACK/SOURCE_DIR")"
+  # The tests carry absolute paths of the machine they were built on: recreate them here.
+  if [ "$SRC" != "$ROOT" ]; then
+    if [ ! -e "$SRC" ]; then mkdir -p "$(dirname "$SRC")" && ln -s "$ROOT" "$SRC"; fi
+  fi
+  mkdir -p "$BUILD"
+  cp -a "$PACK/build/." "$BUILD/"
+  export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  rc=0
+  echo "== ctest -L gpu ($BUILD)"
+  ctest --test-dir "$BUILD" -L gpu --output-on-failure -V --timeout 600 || rc=$?
+  if [ -x "$BUILD/bin/d2k" ] && "$BUILD/bin/d2k" --help 2>&1 | grep -q verify-tasks; then
+    echo "== d2k verify-tasks"
+    "$BUILD/bin/d2k" verify-tasks --tasks "$SRC/tasks" || rc=$?
+  else
+    echo "== d2k verify-tasks: not in this build (skipped)"
+  fi
+  echo "== gpu-check done, rc=$rc"
+  exit $rc
+} 2>&1 | tee "$LOG"

@@ -1,0 +1,64 @@
+#include "gpu_support.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+
+namespace d2k::test {
+
+std::filesystem::path nvcc_build(const std::filesystem::path& cu, const std::filesystem::path& out_dir) {
+  std::filesystem::create_directories(out_dir);
+  const auto so = out_dir / (cu.parent_path().filename().string() + "_" + cu.stem().string() + ".so");
+  if (std::filesystem::exists(so) && std::filesystem::last_write_time(so) >= std::filesystem::last_write_time(cu))
+    return so;
+  const std::string cmd = "/usr/local/cuda/bin/nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC -lineinfo -o '" +
+                          so.string() + "' '" + cu.string() + "' 2>&1";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("nvcc failed: " + cmd);
+  return so;
+}
+
+runner::Evaluator& evaluator() {
+  static std::once_flag once;
+  static std::unique_ptr<runner::Evaluator> ev;
+  std::call_once(once, [] {
+    runner::EvalConfig cfg;
+    cfg.state_dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner";
+    cfg.build_trusted = [](const tasks::Task&, const std::filesystem::path& cu) {
+      return nvcc_build(cu, std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so");
+    };
+    cfg.toolchain = "nvcc-test";
+    cfg.seeds = 2;
+    cfg.timing.time_cap_s = 1.0;
+    cfg.call_timeout_s = 8;
+    ev = std::make_unique<runner::Evaluator>(cfg);
+  });
+  return *ev;
+}
+
+bool have_gpu(const char* test_name) {
+  if (evaluator().gpu_count() > 0) return true;
+  std::printf("SKIP %s: no CUDA GPU on this machine (%s); runs in full on the H200 (scripts/gpu-check.sh)\n",
+              test_name, evaluator().probe_error().c_str());
+  return false;
+}
+
+const tasks::Task& vector_add() {
+  static const tasks::Task t = tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "vector_add");
+  return t;
+}
+
+const tasks::Task& vector_add_small() {
+  static const tasks::Task t = [] {
+    tasks::Task s = vector_add();
+    s.workloads.clear();
+    s.workloads.push_back({"odd_1m", true, {{"n", 1000003}}, {}});
+    s.workloads.push_back({"odd_49k", false, {{"n", 49153}}, {}});
+    s.workloads.push_back({"single", false, {{"n", 1}}, {}});
+    return s;
+  }();
+  return t;
+}
+
+}  // namespace d2k::test

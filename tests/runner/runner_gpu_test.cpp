@@ -1,0 +1,107 @@
+// GPU tests of the evaluation core on tasks/vector_add: the task's own kernels (reference,
+// baseline, experts) evaluate ok with timing and are never flagged; calibration caches their
+// times; a kernel built by the sandboxed compiler evaluates in an agent runner.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "catch.hpp"
+#include "gpu_support.hpp"
+#include "sandbox/compiler.hpp"
+
+using d2k::runner::EvalRequest;
+using d2k::runner::EvalResult;
+using d2k::runner::WorkloadSet;
+
+namespace {
+EvalResult eval_so(const std::filesystem::path& so, bool trusted) {
+  EvalRequest r;
+  r.task = &d2k::test::vector_add();
+  r.so_path = so;
+  r.workloads = WorkloadSet::all;
+  r.seeds = 2;
+  r.trusted = trusted;
+  EvalResult e = d2k::test::evaluator().evaluate(r);
+  std::printf("%s: %s time=%.3f us flags=%zu phases=%s\n", so.filename().c_str(), e.status.c_str(), e.time_s * 1e6,
+              e.flags.size(), e.to_json().at("phases").dump().c_str());
+  for (const auto& w : e.workloads)
+    if (w.timing)
+      std::printf("   %-18s median %.2f us  min %.2f  cv %.4f  samples %d  event %.2f  wall %.2f  outside %.2f  clock %u/%u\n",
+                  w.name.c_str(), w.timing->median_s * 1e6, w.timing->min_s * 1e6, w.timing->cv, w.timing->samples,
+                  w.timing->event_median_s * 1e6, w.timing->wall_median_s * 1e6, w.outside_s * 1e6,
+                  w.timing->sm_clock_end_mhz, w.timing->sm_clock_max_mhz);
+  UNSCOPED_INFO(e.to_json().dump(1).substr(0, 4000));
+  return e;
+}
+}  // namespace
+
+TEST_CASE("the probe lists the GPU", "[gpu][runner]") {
+  if (!d2k::test::have_gpu("probe")) return;
+  const auto& g = d2k::test::evaluator().gpus()[0];
+  std::printf("GPU 0: %s, %d SMs, L2 %llu bytes, driver %s, NVML %s\n", g.name.c_str(), g.sm_count,
+              static_cast<unsigned long long>(g.l2_bytes), g.driver.c_str(), g.nvml ? "yes" : "no");
+  CHECK_FALSE(g.name.empty());
+  CHECK(g.l2_bytes > 0);
+}
+
+TEST_CASE("the task's own kernels are correct, timed and never flagged", "[gpu][runner]") {
+  if (!d2k::test::have_gpu("own kernels")) return;
+  const auto& task = d2k::test::vector_add();
+  const auto out = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so";
+  const EvalResult ref = eval_so(d2k::test::nvcc_build(task.reference_path(), out), false);
+  CHECK(ref.status == "ok");
+  CHECK(ref.flags.empty());
+  const EvalResult base = eval_so(d2k::test::nvcc_build(task.baseline_path(), out), false);
+  CHECK(base.status == "ok");
+  CHECK(base.flags.empty());
+  double t3 = 0;
+  for (int layer = 1; layer <= 3; ++layer) {
+    const EvalResult e = eval_so(d2k::test::nvcc_build(task.expert_path(layer), out), false);
+    CHECK(e.status == "ok");
+    CHECK(e.flags.empty());
+    if (layer == 3) t3 = e.time_s;
+  }
+  REQUIRE(ref.ok());
+  for (const auto& w : ref.workloads) {
+    REQUIRE(w.timing);
+    CHECK(w.timing->samples >= 10);
+    CHECK(w.correct);
+    for (const auto& c : w.checks) CHECK(c.mismatches == 0);
+  }
+  if (base.ok() && t3 > 0) CHECK(t3 < base.time_s);  // the expert beats the naive baseline
+}
+
+TEST_CASE("calibration measures baseline and experts once and caches them", "[gpu][runner]") {
+  if (!d2k::test::have_gpu("calibration")) return;
+  auto& ev = d2k::test::evaluator();
+  const auto first = ev.calibrate(d2k::test::vector_add(), 0);
+  CHECK(first.baseline.size() == d2k::test::vector_add().workloads.size());
+  CHECK(first.experts.count(3) == 1);
+  std::printf("calibration: baseline geomean %.2f us, L3 geomean %.2f us\n",
+              d2k::runner::CalibrationEntry::geomean(first.baseline) * 1e6,
+              first.experts.count(3) ? d2k::runner::CalibrationEntry::geomean(first.experts.at(3)) * 1e6 : 0.0);
+  const auto second = ev.calibrate(d2k::test::vector_add(), 0);
+  CHECK(second.measured_at == first.measured_at);
+  CHECK(second.baseline == first.baseline);
+}
+
+TEST_CASE("a kernel built by the sandboxed compiler runs in an agent runner", "[gpu][runner]") {
+  if (!d2k::test::have_gpu("sandboxed compile")) return;
+  const auto& task = d2k::test::vector_add();
+  d2k::sandbox::CompilerConfig cc;
+  const auto state = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "sandbox-compile";
+  cc.cache_dir = state / "cache";
+  cc.scratch_dir = state / "scratch";
+  std::filesystem::create_directories(cc.cache_dir);
+  std::filesystem::create_directories(cc.scratch_dir);
+  d2k::sandbox::Compiler compiler(cc);
+  d2k::sandbox::CompileRequest req;
+  std::ifstream in(task.expert_path(1));
+  req.files["kernel.cu"] = std::string(std::istreambuf_iterator<char>(in), {});
+  const auto out = compiler.compile(req);
+  INFO(out.log);
+  REQUIRE(out.ok);
+  const EvalResult e = eval_so(out.artifact, false);
+  CHECK(e.status == "ok");
+}

@@ -1,0 +1,196 @@
+// CPU-only tests of the runner's wire, the parent-side comparison and outside bound, the
+// calibration cache, and runner processes where no GPU exists.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "catch.hpp"
+#include "sandbox/runner/calibration.hpp"
+#include "sandbox/runner/compare.hpp"
+#include "sandbox/runner/evaluator.hpp"
+#include "sandbox/runner/runner_process.hpp"
+#include "sandbox/runner/wire.hpp"
+#include "tasks/loader/task.hpp"
+
+using namespace d2k::runner;
+
+namespace {
+const d2k::tasks::Task& vector_add() {
+  static const d2k::tasks::Task t = d2k::tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "vector_add");
+  return t;
+}
+std::filesystem::path runner_path() { return std::filesystem::path(D2K_BINARY_DIR) / "bin" / "d2k-runner"; }
+}  // namespace
+
+TEST_CASE("a job survives the wire and its output layout is aligned", "[runner][wire]") {
+  std::vector<const d2k::tasks::Workload*> wls;
+  for (const auto& w : vector_add().workloads) wls.push_back(&w);
+  const Job job = make_job(vector_add(), wls, {11, 22, 33}, "/x.so", TimingSpec{});
+  REQUIRE(job.workloads.size() == vector_add().workloads.size());
+  CHECK(job.entry == "d2k_vector_add");
+  CHECK(job.returns_int);
+  const auto& w0 = job.workloads[0];
+  REQUIRE(w0.args.size() == 4);
+  CHECK(w0.args[0].role == ArgRole::input);
+  CHECK(w0.args[0].gen.dist == Dist::uniform);
+  CHECK(w0.args[1].gen.dist == Dist::normal);
+  CHECK(w0.args[2].role == ArgRole::output);
+  CHECK(w0.args[2].count == static_cast<std::uint64_t>(vector_add().workloads[0].sizes.at("n")));
+  CHECK(w0.args[3].role == ArgRole::scalar);
+  CHECK(w0.args[3].dtype == Dtype::i64);
+  CHECK(w0.args[3].scalar == static_cast<double>(vector_add().workloads[0].sizes.at("n")));
+
+  const Job back = job_from_json(nlohmann::json::parse(to_json(job).dump()));
+  CHECK(to_json(back) == to_json(job));
+
+  const Layout l = output_layout(job);
+  // One output per workload per seed, plus one timed output per workload.
+  CHECK(l.slots.size() == job.workloads.size() * 3 + job.workloads.size());
+  for (const auto& s : l.slots) {
+    CHECK(s.offset % 64 == 0);
+    CHECK(s.bytes == s.count * 4);
+    CHECK(s.offset + s.bytes <= l.total_bytes);
+  }
+  CHECK(l.find(0, -1, 2) != nullptr);
+  CHECK(l.find(0, 3, 2) == nullptr);
+  Job untimed = job;
+  untimed.timing.enabled = false;
+  CHECK(output_layout(untimed).slots.size() == job.workloads.size() * 3);
+}
+
+TEST_CASE("bad jobs and generators get typed errors", "[runner][wire]") {
+  try {
+    parse_generator({{"dist", "custom"}, {"generator", "x"}});
+    FAIL("custom generator accepted");
+  } catch (const WireError& e) {
+    CHECK(e.code == "generator_unsupported");
+  }
+  CHECK_THROWS_AS(parse_generator({{"dist", "zipf"}}), WireError);
+  CHECK_THROWS_AS(parse_generator({{"dist", "uniform"}, {"low", 2}, {"high", 1}}), WireError);
+  CHECK_THROWS_AS(job_from_json(nlohmann::json::parse(R"({"entry":"f"})")), WireError);
+  CHECK_THROWS_AS(job_from_json(nlohmann::json::parse(R"({"so_path":"a","entry":"f","seeds":[],"workloads":[]})")),
+                  WireError);
+  CHECK_THROWS_AS(result_from_json(nlohmann::json::parse(R"({"event":"result"})")), WireError);
+  const auto bad_timing = nlohmann::json::parse(
+      R"({"status":"ok","workloads":[{"name":"w","timing":{"samples":3,"median_s":-1,"min_s":0}}]})");
+  CHECK_THROWS_AS(result_from_json(bad_timing), WireError);
+}
+
+TEST_CASE("comparison finds poison, tolerance breaches and the first bad index", "[runner][compare]") {
+  std::vector<float> want = {1.0f, 2.0f, -3.0f, 4.0f};
+  std::vector<float> got = want;
+  CHECK(compare_tensors(got.data(), want.data(), Dtype::f32, 4, 1e-6, 1e-6).ok());
+
+  got[2] = -3.0f + 1e-3f;
+  auto c = compare_tensors(got.data(), want.data(), Dtype::f32, 4, 1e-6, 1e-6);
+  CHECK(c.mismatches == 1);
+  CHECK(c.first_bad == 2);
+  CHECK(c.max_abs == Approx(1e-3).epsilon(1e-2));
+  CHECK(compare_tensors(got.data(), want.data(), Dtype::f32, 4, 1e-2, 0).ok());
+
+  std::memset(got.data(), 0xFF, got.size() * sizeof(float));  // the runner's poison
+  c = compare_tensors(got.data(), want.data(), Dtype::f32, 4, 1e-6, 1e-6);
+  CHECK(c.mismatches == 4);
+  CHECK(c.nonfinite == 4);
+  CHECK(c.first_bad == 0);
+
+  const std::uint16_t bf16[] = {0x3F80, 0xC000};
+  CHECK(element(bf16, Dtype::bf16, 0) == 1.0);
+  CHECK(element(bf16, Dtype::bf16, 1) == -2.0);
+  const std::uint16_t f16[] = {0x3C00, 0xC000, 0x0001, 0x7C00};
+  CHECK(element(f16, Dtype::f16, 0) == 1.0);
+  CHECK(element(f16, Dtype::f16, 1) == -2.0);
+  CHECK(element(f16, Dtype::f16, 2) == std::ldexp(1.0, -24));
+  CHECK(std::isinf(element(f16, Dtype::f16, 3)));
+
+  const std::int32_t ia[] = {1, 2, 3}, ib[] = {1, 2, 4};
+  c = compare_tensors(ia, ib, Dtype::i32, 3, 0, 0);
+  CHECK(c.mismatches == 1);
+  CHECK(c.first_bad == 2);
+  CHECK(c.to_json().at("first_bad") == 2);
+}
+
+TEST_CASE("the outside bound flags claimed times the parent's clock contradicts", "[runner][bound]") {
+  TimingResult t;
+  t.samples = 100;
+  t.median_s = t.mean_s = 1e-3;
+  double outside = 0;
+  // Honest: 100 samples of 1 ms kernel + 0.2 ms overhead took 0.12 s.
+  CHECK_FALSE(claimed_time_implausible(t, 0.12, 0.2e-3, 2.0, 50e-6, 5e-3, &outside));
+  CHECK(outside == Approx(1e-3).epsilon(0.01));
+  // Forged: claims 1 µs for kernels that took 1 ms each.
+  TimingResult forged = t;
+  forged.median_s = forged.mean_s = 1e-6;
+  CHECK(claimed_time_implausible(forged, 0.12, 0.2e-3, 2.0, 50e-6, 5e-3, &outside));
+  // Inflated sample count: more samples than even empty calls could fit in the phase.
+  TimingResult inflated = forged;
+  inflated.samples = 100000;
+  CHECK(claimed_time_implausible(inflated, 0.12, 0.2e-3, 2.0, 50e-6, 5e-3, nullptr));
+  TimingResult none;
+  CHECK(claimed_time_implausible(none, 0.12, 0.2e-3, 2.0, 50e-6, 5e-3, nullptr));
+}
+
+TEST_CASE("the calibration cache stores, finds and survives damage", "[runner][calibration]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("d2k-calib-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  CalibrationCache cache(dir / "NVIDIA_H200.json");
+  const auto key = CalibrationCache::key("NVIDIA H200", "580.159.04", "nvcc 13.0", "abc");
+  CHECK_FALSE(cache.find(key));
+  CalibrationEntry e;
+  e.baseline = {{"w1", 2e-3}, {"w2", 8e-3}};
+  e.experts[3] = {{"w1", 1e-3}, {"w2", 2e-3}};
+  e.measured_at = "2026-12-01T00:00:00Z";
+  cache.store(key, e);
+  const auto hit = cache.find(key);
+  REQUIRE(hit);
+  CHECK(hit->baseline.at("w2") == 8e-3);
+  CHECK(hit->experts.at(3).at("w1") == 1e-3);
+  CHECK(CalibrationEntry::geomean(hit->baseline) == Approx(4e-3));
+  CHECK_FALSE(cache.find(CalibrationCache::key("NVIDIA H200", "580.159.04", "nvcc 13.0", "other-hash")));
+  { std::ofstream(dir / "NVIDIA_H200.json") << "{ not json"; }
+  CHECK_FALSE(cache.find(key));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a probe runner answers with or without a GPU", "[runner][process]") {
+  auto p = RunnerProcess::start({runner_path(), Mode::probe, -1, false});
+  const auto ready = p->wait_ready(std::chrono::seconds(60));
+  REQUIRE(ready);
+  CHECK(ready->at("event") == "probe");
+  CHECK(ready->at("devices").is_array());
+  const Exit e = p->wait();
+  CHECK(e.exited);
+  CHECK(e.status == 0);
+}
+
+TEST_CASE("without a GPU the runner fails typed and the evaluator says no_gpu", "[runner][process]") {
+  auto probe = RunnerProcess::start({runner_path(), Mode::probe, -1, false});
+  const auto ready = probe->wait_ready(std::chrono::seconds(60));
+  REQUIRE(ready);
+  if (!ready->at("devices").empty()) {
+    std::printf("SKIP no-GPU behaviour: this machine has a GPU\n");
+    return;
+  }
+  auto p = RunnerProcess::start({runner_path(), Mode::agent, 0, true});
+  CHECK_FALSE(p->wait_ready(std::chrono::seconds(60)));
+  CHECK(p->error().find("setup_error") == std::string::npos);  // the message, not the code
+  CHECK_FALSE(p->error().empty());
+  const Exit e = p->wait();
+  CHECK(e.exited);
+  CHECK(e.status == 2);
+
+  EvalConfig cfg;
+  cfg.state_dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner-nogpu";
+  Evaluator ev(cfg);
+  CHECK(ev.gpu_count() == 0);
+  EvalRequest r;
+  r.task = &vector_add();
+  r.so_path = "/nonexistent.so";
+  const EvalResult res = ev.evaluate(r);
+  CHECK(res.status == "no_gpu");
+  CHECK(res.to_json().at("status") == "no_gpu");
+}
