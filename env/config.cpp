@@ -72,10 +72,8 @@ json Config::to_json() const {
           {"shutdown_grace_s", shutdown_grace_s},
           {"default_budget", budget_json(default_budget)},
           {"max_budget", budget_json(max_budget)},
-          {"reward",
-           {{"invalid_action", reward.invalid_action},
-            {"compile_error", reward.compile_error},
-            {"ok_step", reward.ok_step}}},
+          {"reward", reward.to_json()},
+          {"step_reward", {{"invalid_action", step_reward.invalid_action}, {"ok_step", step_reward.ok_step}}},
           {"max_workspace_bytes", max_workspace_bytes},
           {"reply_cache_per_session", reply_cache_per_session},
           {"reply_cache_global", reply_cache_global},
@@ -86,7 +84,7 @@ Config Config::from_json(const json& j) {
   Config c;
   check_keys(j,
              {"endpoint", "tasks_dir", "state_dir", "max_sessions", "idle_timeout_s", "compile_workers",
-              "shutdown_grace_s", "default_budget", "max_budget", "reward", "max_workspace_bytes",
+              "shutdown_grace_s", "default_budget", "max_budget", "reward", "step_reward", "max_workspace_bytes",
               "reply_cache_per_session", "reply_cache_global", "compile_deadline_s"},
              "");
   read(j, "endpoint", c.endpoint, "");
@@ -102,11 +100,11 @@ Config Config::from_json(const json& j) {
   read(j, "shutdown_grace_s", c.shutdown_grace_s, "");
   if (j.contains("default_budget")) c.default_budget = budget_from(j["default_budget"], c.default_budget, "default_budget");
   if (j.contains("max_budget")) c.max_budget = budget_from(j["max_budget"], c.max_budget, "max_budget");
-  if (j.contains("reward")) {
-    check_keys(j["reward"], {"invalid_action", "compile_error", "ok_step"}, "reward");
-    read(j["reward"], "invalid_action", c.reward.invalid_action, "reward.");
-    read(j["reward"], "compile_error", c.reward.compile_error, "reward.");
-    read(j["reward"], "ok_step", c.reward.ok_step, "reward.");
+  if (j.contains("reward")) c.reward = RewardConfig::from_json(j["reward"]);
+  if (j.contains("step_reward")) {
+    check_keys(j["step_reward"], {"invalid_action", "ok_step"}, "step_reward");
+    read(j["step_reward"], "invalid_action", c.step_reward.invalid_action, "step_reward.");
+    read(j["step_reward"], "ok_step", c.step_reward.ok_step, "step_reward.");
   }
   read(j, "max_workspace_bytes", c.max_workspace_bytes, "");
   read(j, "reply_cache_per_session", c.reply_cache_per_session, "");

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "env/reward.hpp"
 #include "protocol/codec.hpp"
 
 namespace d2k::env {
@@ -19,9 +20,10 @@ struct Budget {
   double wall_seconds = 3600;           // episode wall-clock time, checked on each step
 };
 
-struct RewardConstants {
+// Rewards of steps that evaluate nothing (edits, compiles). A failed compile step gets
+// RewardConfig::compile_error, the same constant as an evaluation whose kernel did not compile.
+struct StepRewards {
   double invalid_action = -0.1;  // a step whose action could not apply (bad path, edit not found)
-  double compile_error = -0.1;   // a compile that failed
   double ok_step = 0.0;          // an edit or a compile that succeeded
 };
 
@@ -35,7 +37,8 @@ struct Config {
   double shutdown_grace_s = 30;                      // SIGINT/SIGTERM: wait this long for work in flight
   Budget default_budget;                             // per episode unless reset options say otherwise
   Budget max_budget{1000, 500, 500, 86400};          // reset options are clamped to these
-  RewardConstants reward;
+  RewardConfig reward;                               // evaluation rewards: preset, transform, failure constants
+  StepRewards step_reward;
   protocol::Limits limits;                           // message, nesting, string and file limits
   std::size_t max_workspace_bytes = 2u << 20;        // all files of one workspace
   std::size_t reply_cache_per_session = 64;          // retried ids answered from here

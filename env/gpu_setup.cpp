@@ -1,17 +1,126 @@
 #include "env/gpu_setup.hpp"
 
 #include <filesystem>
+#include <iostream>
+
+#include "env/reward.hpp"
+
+#ifdef D2K_HAVE_EVAL
+#include "sandbox/runner/evaluator.hpp"
+#endif
 
 namespace d2k::env {
 
-std::shared_ptr<GpuBackend> make_gpu_backend(const Config&, const tasks::TaskSet&, std::string& note) {
+#ifdef D2K_HAVE_EVAL
+namespace {
+
+// Statuses of the evaluator that are the reward's failure kinds; anything else is internal.
+std::string reward_status(const std::string& s) {
+  if (s == "ok" || s == "incorrect" || s == "runtime_error" || s == "timeout" || s == "sandbox_violation" ||
+      s == "flagged")
+    return s;
+  return "runtime_error";
+}
+
+// Evaluates in fresh runner processes (sandbox/runner) and turns the result into a reward
+// against the layer's expert and the baseline, timed on the same GPU (calibration cache).
+class RunnerBackend final : public GpuBackend {
+ public:
+  RunnerBackend(std::unique_ptr<runner::Evaluator> evaluator, RewardConfig reward)
+      : evaluator_(std::move(evaluator)), reward_(std::move(reward)) {}
+
+  std::vector<GpuInfo> gpus() const override {
+    std::vector<GpuInfo> out;
+    for (std::size_t i = 0; i < evaluator_->gpus().size(); ++i) {
+      const auto& d = evaluator_->gpus()[i];
+      out.push_back({static_cast<int>(i), d.name, d.memory_bytes >> 20});
+    }
+    return out;
+  }
+
+  EvaluationReport evaluate(const EvaluationJob& job) override {
+    runner::EvalRequest req;
+    req.task = job.task;
+    req.so_path = job.kernel_so;
+    req.workloads = job.include_hidden ? runner::WorkloadSet::all : runner::WorkloadSet::visible;
+    req.gpu = job.gpu;
+    runner::EvalResult r = evaluator_->evaluate(req);
+    EvaluationReport report;
+    report.evaluation = r.to_json();
+    if (r.status == "internal_error" || r.status == "bad_request" || r.status == "no_gpu") {
+      report.evaluation["status"] = "runtime_error";
+      report.evaluation["evaluator_status"] = r.status;
+    }
+    RewardInputs in;
+    in.status = reward_status(r.status);
+    in.compiled = true;
+    in.layer = job.layer;
+    if (r.ok()) {
+      runner::CalibrationEntry cal = evaluator_->calibrate(*job.task, job.gpu);
+      int expert_layer = job.layer == 0 ? 3 : job.layer;
+      const auto& expert = cal.experts.at(expert_layer);
+      for (const auto& w : r.workloads) {
+        if (!w.timing) continue;
+        auto e = expert.find(w.name);
+        auto b = cal.baseline.find(w.name);
+        if (e == expert.end() || b == cal.baseline.end()) continue;
+        in.agent_us.push_back(w.timing->median_s * 1e6);
+        in.expert_us.push_back(e->second * 1e6);
+        in.baseline_us.push_back(b->second * 1e6);
+      }
+    }
+    RewardResult rr = compute_reward(in, reward_);
+    report.reward = rr.reward;
+    report.breakdown = rr.breakdown;
+    return report;
+  }
+
+  void cancel_all() override {}  // runners have their own deadlines (EvalConfig timeouts)
+
+ private:
+  std::unique_ptr<runner::Evaluator> evaluator_;
+  RewardConfig reward_;
+};
+
+}  // namespace
+#endif
+
+std::shared_ptr<GpuBackend> make_gpu_backend(const Config& config, const tasks::TaskSet& tasks, std::string& note) {
+  (void)tasks;
   bool device_nodes = std::filesystem::exists("/dev/nvidiactl") || std::filesystem::exists("/dev/nvidia0");
   if (!device_nodes) {
     note = "none (no /dev/nvidia* device) — compile only; evaluate and submit answer no_gpu";
     return nullptr;
   }
+#ifdef D2K_HAVE_EVAL
+  runner::EvalConfig ec;
+  Config c = config;
+  c.finalize();
+  ec.state_dir = c.state_dir / "eval";
+  ec.hidden_paths = {c.tasks_dir, c.state_dir};
+  ec.compiler.cache_dir = c.state_dir / "trusted-cache";
+  ec.compiler.scratch_dir = c.state_dir / "trusted-scratch";
+  std::error_code ignored;
+  std::filesystem::create_directories(ec.state_dir, ignored);
+  try {
+    auto evaluator = std::make_unique<runner::Evaluator>(ec);
+    if (evaluator->gpu_count() == 0) {
+      note = "none usable (" + evaluator->probe_error() + ") — compile only; evaluate and submit answer no_gpu";
+      return nullptr;
+    }
+    auto backend = std::make_shared<RunnerBackend>(std::move(evaluator), c.reward);
+    auto list = backend->gpus();
+    note = std::to_string(list.size()) + " × " + list.front().name;
+    return backend;
+  } catch (const std::exception& e) {
+    note = std::string("none usable (") + e.what() + ") — compile only; evaluate and submit answer no_gpu";
+    return nullptr;
+  }
+#else
+  (void)config;
   note = "a GPU device exists, but this build has no GPU evaluator — compile only; evaluate and submit answer no_gpu";
   return nullptr;
+#endif
 }
 
 }  // namespace d2k::env

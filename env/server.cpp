@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "env/version.hpp"
+#include "protocol/detail/utf8.hpp"
 #include "sandbox/jail.hpp"
 
 namespace d2k::env {
@@ -20,14 +21,17 @@ using protocol::Value;
 
 namespace {
 
+// Compiler output echoes agent source: make it valid UTF-8 before it goes on the wire or in a log.
+std::string clean(const std::string& s) { return protocol::detail::sanitize_utf8(s, s.size() + 16); }
+
 json compile_to_json(const sandbox::CompileOutcome& c) {
   json diagnostics = json::array();
   for (const auto& d : c.diagnostics)
-    diagnostics.push_back({{"file", d.file},
+    diagnostics.push_back({{"file", clean(d.file)},
                            {"line", d.line},
                            {"column", d.column},
-                           {"severity", d.severity},
-                           {"message", d.message}});
+                           {"severity", clean(d.severity)},
+                           {"message", clean(d.message)}});
   json out = {{"ok", c.ok},
               {"cached", c.cached},
               {"seconds", c.seconds},
@@ -37,9 +41,9 @@ json compile_to_json(const sandbox::CompileOutcome& c) {
               {"sandbox_violation", c.sandbox_violation},
               {"diagnostics", diagnostics},
               {"diagnostics_dropped", c.diagnostics_dropped},
-              {"log", c.log},
+              {"log", clean(c.log)},
               {"log_truncated", c.log_truncated}};
-  if (!c.violation.empty()) out["violation"] = c.violation;
+  if (!c.violation.empty()) out["violation"] = clean(c.violation);
   return out;
 }
 
@@ -238,6 +242,18 @@ Value Server::dispatch(const Route& route, const protocol::Envelope& request, bo
   throw Error(ErrorCode::unknown_op, "unknown op '" + op + "'", "op");
 }
 
+json Server::toolchain_json() const {
+  // toolchain_version() is the nvcc banner line, then the host compiler's first line.
+  std::string v = compiler_->toolchain_version();
+  std::string nvcc = v, host;
+  if (auto nl = v.find('\n'); nl != std::string::npos) {
+    nvcc = v.substr(0, nl);
+    host = v.substr(nl + 1);
+    if (auto nl2 = host.find('\n'); nl2 != std::string::npos) host = host.substr(0, nl2);
+  }
+  return {{"nvcc", clean(nvcc)}, {"host_compiler", clean(host)}};
+}
+
 Value Server::op_hello() const {
   json gpus = json::array();
   for (const auto& g : gpu_info_)
@@ -247,7 +263,7 @@ Value Server::op_hello() const {
           {"version", kVersionString},
           {"protocol", json::array({protocol::kVersion})},
           {"gpus", gpus},
-          {"toolchain", {{"compiler", compiler_->toolchain_version()}}},
+          {"toolchain", toolchain_json()},
           {"limits",
            {{"max_message_bytes", l.max_message_bytes},
             {"max_depth", l.max_depth},
@@ -257,6 +273,8 @@ Value Server::op_hello() const {
             {"max_file_bytes", l.max_file_bytes},
             {"max_files", l.max_files},
             {"max_path_bytes", l.max_path_bytes},
+            {"max_total_items", l.max_total_items},
+            {"max_label_bytes", l.max_label_bytes},
             {"max_workspace_bytes", config_.max_workspace_bytes}}},
           {"config", config_.to_json()}};
 }
@@ -373,7 +391,7 @@ Value Server::op_step(const Route& route, const protocol::Envelope& request, boo
   }
   const std::string type(protocol::action_name(r.action));
   json last = {{"action", type}, {"ok", true}};
-  double reward = config_.reward.ok_step;
+  double reward = config_.step_reward.ok_step;
   auto fail = [&](const Error& e, double r_fail) {
     last["ok"] = false;
     last["error"] = error_json(e);
@@ -384,7 +402,7 @@ Value Server::op_step(const Route& route, const protocol::Envelope& request, boo
     if (!ep.compiles_left()) {
       fail(Error(ErrorCode::budget_exhausted, "no compiles left (" + std::to_string(ep.budget().max_compiles) +
                                                    " used)"),
-           config_.reward.invalid_action);
+           config_.step_reward.invalid_action);
       ep.record_step(last, reward);
       return finish(reward);
     }
@@ -402,7 +420,7 @@ Value Server::op_step(const Route& route, const protocol::Envelope& request, boo
     if (!submit && !ep.evaluations_left()) {
       fail(Error(ErrorCode::budget_exhausted,
                  "no evaluations left (" + std::to_string(ep.budget().max_evaluations) + " used)"),
-           config_.reward.invalid_action);
+           config_.step_reward.invalid_action);
       ep.record_step(last, reward);
       return finish(reward);
     }
@@ -420,7 +438,7 @@ Value Server::op_step(const Route& route, const protocol::Envelope& request, boo
       ep.workspace().patch(p->diff);
     }
   } catch (const Error& e) {
-    fail(e, config_.reward.invalid_action);
+    fail(e, config_.step_reward.invalid_action);
   }
   ep.record_step(last, reward);
   return finish(reward);
@@ -459,7 +477,7 @@ void Server::start_compile(const std::string& session_id, const Route& route, st
                                                         : "the compile failed; see compile.diagnostics";
         last["error"] = {{"code", code}, {"message", message}};
       }
-      double reward = outcome.ok ? config_.reward.ok_step : config_.reward.compile_error;
+      double reward = outcome.ok ? config_.step_reward.ok_step : config_.reward.compile_error;
       ep.record_step(last, reward);
       Value reply = protocol::make_ok_reply(id, step_reply(ep, reward));
       finish_deferred(session_id, id, std::move(reply), route);

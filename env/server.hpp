@@ -60,6 +60,7 @@ class Server {
   void handle(const Route& route, std::string_view payload);
   protocol::Value dispatch(const Route& route, const protocol::Envelope& request, bool& deferred);
   protocol::Value op_hello() const;
+  nlohmann::json toolchain_json() const;
   protocol::Value op_list_tasks() const;
   protocol::Value op_reset(const protocol::Envelope& request);
   protocol::Value op_step(const Route& route, const protocol::Envelope& request, bool& deferred);

@@ -74,6 +74,7 @@ void add_serve(CLI::App& app, Runner& run) {
       config.state_dir = from_file.state_dir;
       config.max_budget = from_file.max_budget;
       config.reward = from_file.reward;
+      config.step_reward = from_file.step_reward;
       config.max_workspace_bytes = from_file.max_workspace_bytes;
       config.compile_deadline_s = from_file.compile_deadline_s;
     }
