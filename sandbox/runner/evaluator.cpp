@@ -338,6 +338,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   hide.push_back(task.dir.string());
   hide.push_back(config_.state_dir.string());
   cand_job.hide_paths = hide;
+  cand_job.record_launches = req.record_launches;
   cand_job.host_memory_bytes = config_.host_memory_bytes;
 
   Gpu& g = *per_gpu_[static_cast<std::size_t>(req.gpu)];
@@ -401,6 +402,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   }
   const RunnerResult& rr = *cand.result;
   for (const auto& f : rr.flags) res.flags.push_back(f);
+  res.launches_error = rr.launches_error;
   if (rr.status == "flagged") {
     res.flags.push_back(rr.message.substr(0, rr.message.find(':')));
     return finish("flagged", rr.message);
@@ -442,6 +444,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
         we.checks.push_back(c);
       }
       we.timing = rr.workloads[w].timing;
+      we.launches = rr.workloads[w].launches;
       all_correct = all_correct && we.correct;
       res.workloads.push_back(std::move(we));
     }
@@ -485,6 +488,37 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     if (timed > 0) res.time_s = std::exp(log_sum / timed);
   }
   return finish("ok", "");
+}
+
+CopyBandwidth Evaluator::measure_copy_bandwidth(int gpu) {
+  CopyBandwidth bw;
+  if (gpu < 0 || gpu >= gpu_count()) {
+    bw.error = "no GPU with index " + std::to_string(gpu);
+    return bw;
+  }
+  Gpu& g = *per_gpu_[static_cast<std::size_t>(gpu)];
+  std::lock_guard<std::mutex> gpu_lock(g.mu);
+  auto p = RunnerProcess::start(SpawnSpec{config_.runner_path, Mode::bandwidth, gpu, false});
+  const auto answer = p->wait_ready(ms(config_.ready_timeout_s + config_.job_timeout_s));
+  if (!answer) {
+    bw.error = p->error() + (p->output().empty() ? "" : ": " + tail(p->output(), 500));
+  } else if (answer->contains("error")) {
+    bw.error = answer->value("error", std::string("unknown error"));
+  } else {
+    try {
+      bw.bytes_per_s = answer->at("bytes_per_s").get<double>();
+      bw.copy_bytes = answer->at("copy_bytes").get<std::uint64_t>();
+      bw.median_s = answer->at("median_s").get<double>();
+      bw.min_s = answer->value("min_s", 0.0);
+      bw.samples = answer->at("samples").get<int>();
+      bw.ok = std::isfinite(bw.bytes_per_s) && bw.bytes_per_s > 0;
+      if (!bw.ok) bw.error = "bandwidth out of range";
+    } catch (const json::exception& e) {
+      bw.error = std::string("malformed bandwidth answer: ") + e.what();
+    }
+  }
+  p->wait();
+  return bw;
 }
 
 CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu) {
@@ -533,6 +567,11 @@ json WorkloadEval::to_json() const {
   if (timing) {
     j["timing"] = runner::to_json(*timing);
     j["outside_s"] = outside_s;
+  }
+  if (launches) {
+    json ls = json::array();
+    for (const auto& l : *launches) ls.push_back(runner::to_json(l));
+    j["launches"] = ls;
   }
   return j;
 }

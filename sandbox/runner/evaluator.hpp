@@ -64,6 +64,7 @@ struct EvalRequest {
   int seeds = 0;                              // 0: config's
   bool timing = true;
   bool trusted = false;                       // run the .so in a trusted runner (task's own kernels)
+  bool record_launches = false;               // CUPTI launch records of each workload's first call
 };
 
 struct WorkloadEval {
@@ -73,6 +74,7 @@ struct WorkloadEval {
   std::vector<TensorCheck> checks;            // one per output × seed, plus the timed call's
   std::optional<TimingResult> timing;
   double outside_s = 0;                       // the parent's per-sample bound (0: not timed)
+  std::optional<std::vector<LaunchRecord>> launches;  // when requested and the runner could record
   nlohmann::json to_json() const;
 };
 
@@ -96,8 +98,19 @@ struct EvalResult {
   std::string gpu_name;
   PhaseTimes phases;
   std::string runner_output;                  // the candidate runner's stdout/stderr (capped)
+  std::string launches_error;                 // why launch records are missing (when requested)
   bool ok() const { return status == "ok"; }
   nlohmann::json to_json() const;
+};
+
+// The device-to-device copy bandwidth of one GPU (a `d2k-runner --mode bandwidth` process).
+struct CopyBandwidth {
+  bool ok = false;
+  std::string error;
+  double bytes_per_s = 0;          // (bytes read + bytes written) / median copy time
+  std::uint64_t copy_bytes = 0;    // size of one copy
+  double median_s = 0, min_s = 0;
+  int samples = 0;
 };
 
 class Evaluator {
@@ -118,6 +131,9 @@ class Evaluator {
   // Times baseline and experts (trusted runners, checked against the reference) on all
   // workloads, once per (GPU model, driver, toolchain, task hash); later calls read the cache.
   CalibrationEntry calibrate(const tasks::Task& task, int gpu);
+
+  // Measures the copy bandwidth of `gpu` in a fresh runner (waits for the GPU's evaluations).
+  CopyBandwidth measure_copy_bandwidth(int gpu);
 
   // Builds (and caches) a trusted .cu of the task.
   std::filesystem::path build_trusted(const tasks::Task& task, const std::filesystem::path& cu);

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@
 #include <ffi.h>
 #include <nlohmann/json.hpp>
 
+#include "sandbox/runner/launch_records.hpp"
 #include "sandbox/runner/nvml.hpp"
 #include "sandbox/runner/runner_device.hpp"
 #include "sandbox/runner/runner_seccomp.hpp"
@@ -267,6 +269,8 @@ class Runner {
     device_.cc_minor = prop.minor;
     device_.memory_bytes = prop.totalGlobalMem;
     device_.l2_bytes = static_cast<std::uint64_t>(prop.l2CacheSize);
+    cudaDeviceGetAttribute(&device_.memory_clock_khz, cudaDevAttrMemoryClockRate, 0);
+    cudaDeviceGetAttribute(&device_.memory_bus_bits, cudaDevAttrGlobalMemoryBusWidth, 0);
     cudaDriverGetVersion(&device_.cuda_driver_version);
     cudaRuntimeGetVersion(&device_.runtime_version);
     device_.nvml = nvml_.open(bus);
@@ -360,6 +364,7 @@ class Runner {
       ::close(null_fd);
     }
     if (job_.measure_overhead) measure_overhead();
+    if (job_.record_launches) start_launch_records();
     if (agent_) confine(so_fd);
     const auto baseline_threads = all_threads();
 
@@ -376,6 +381,27 @@ class Runner {
 
     for (std::size_t w = 0; w < job_.workloads.size(); ++w) run_workload(w);
   }
+
+  // CUPTI is loaded and exercised once before any foreign code (and before the filter), so its
+  // threads and files exist before the thread baseline is taken. Failure only loses the records.
+  void start_launch_records() {
+    std::string err;
+    std::vector<LaunchRecord> ignored;
+    if (!launches_.open(err) || !launches_.begin(err)) {
+      result_.launches_error = err;
+      return;
+    }
+    const cudaError_t rc = l2_flush(gpu_.flush, 1u << 20, 0, gpu_.stream);
+    const cudaError_t sync = cudaDeviceSynchronize();
+    if (!launches_.end(ignored, err)) {
+      result_.launches_error = err;
+    } else if (rc != cudaSuccess || sync != cudaSuccess) {
+      result_.launches_error = "warm-up launch failed";
+    } else if (ignored.empty()) {
+      result_.launches_error = "CUPTI recorded no kernel launch";
+    }
+  }
+  bool recording_launches() const { return job_.record_launches && result_.launches_error.empty(); }
 
   void check_threads() {
     const auto extra = foreign_threads(baseline_threads_);
@@ -462,11 +488,23 @@ class Runner {
       }
     };
 
-    // Correctness: one fresh, poisoned call per seed.
+    // Correctness: one fresh, poisoned call per seed (the first one's launches recorded on demand).
+    std::optional<std::vector<LaunchRecord>> launch_records;
     for (std::size_t s = 0; s < job_.seeds.size(); ++s) {
       prepare(s);
+      const bool record = s == 0 && recording_launches();
+      std::string err;
+      if (record && !launches_.begin(err)) result_.launches_error = err;
       call();
-      RUNNER_CUDA(cudaDeviceSynchronize(), "runtime_error");
+      const cudaError_t synced = cudaDeviceSynchronize();
+      if (record && result_.launches_error.empty()) {
+        std::vector<LaunchRecord> recs;
+        if (launches_.end(recs, err))
+          launch_records = std::move(recs);
+        else
+          result_.launches_error = err;
+      }
+      RUNNER_CUDA(synced, "runtime_error");
       RUNNER_CUDA(cudaGetLastError(), "runtime_error");
       check_ret();
       check_threads();
@@ -476,6 +514,7 @@ class Runner {
 
     WorkloadResult wr;
     wr.name = wl.name;
+    wr.launches = std::move(launch_records);
     if (job_.timing.enabled && wl.time) {
       prepare(0);
       for (int i = 0; i < job_.timing.warmup; ++i) {
@@ -553,6 +592,7 @@ class Runner {
   Emitter emit_;
   int out_fd_;
   Nvml nvml_;
+  LaunchRecorder launches_;
   Gpu gpu_;
   DeviceInfo device_;
   Job job_;
@@ -586,6 +626,8 @@ int probe(int result_fd) {
     d.cc_minor = prop.minor;
     d.memory_bytes = prop.totalGlobalMem;
     d.l2_bytes = static_cast<std::uint64_t>(prop.l2CacheSize);
+    cudaDeviceGetAttribute(&d.memory_clock_khz, cudaDevAttrMemoryClockRate, i);
+    cudaDeviceGetAttribute(&d.memory_bus_bits, cudaDevAttrGlobalMemoryBusWidth, i);
     cudaDriverGetVersion(&d.cuda_driver_version);
     cudaRuntimeGetVersion(&d.runtime_version);
     d2k::runner::Nvml nvml;
@@ -597,18 +639,65 @@ int probe(int result_fd) {
              {"error", rc == cudaSuccess ? "" : std::string(cudaGetErrorString(rc))}});
   return 0;
 }
+
+// --mode bandwidth: the device-to-device copy bandwidth of the one visible GPU (the speed of
+// light of memory-bound kernels): cudaMemcpyAsync of 2 GiB, median of 15 copies timed with events,
+// bytes read + written per second.
+int bandwidth(int result_fd) {
+  d2k::runner::Emitter emit(result_fd);
+  constexpr std::uint64_t kBytes = 2ull << 30;
+  constexpr int kSamples = 15;
+  void* src = nullptr;
+  void* dst = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  std::vector<double> times;
+  std::string error;
+  auto check = [&](cudaError_t rc, const char* what) {
+    if (rc != cudaSuccess && error.empty()) error = std::string(what) + ": " + cudaGetErrorString(rc);
+    return error.empty();
+  };
+  if (check(cudaSetDevice(0), "cudaSetDevice") && check(cudaMalloc(&src, kBytes), "cudaMalloc") &&
+      check(cudaMalloc(&dst, kBytes), "cudaMalloc") && check(cudaMemset(src, 0x5A, kBytes), "cudaMemset") &&
+      check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate") &&
+      check(cudaEventCreate(&e0), "cudaEventCreate") && check(cudaEventCreate(&e1), "cudaEventCreate")) {
+    for (int i = 0; i < kSamples + 2 && error.empty(); ++i) {
+      check(cudaEventRecord(e0, stream), "cudaEventRecord");
+      check(cudaMemcpyAsync(dst, src, kBytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+      check(cudaEventRecord(e1, stream), "cudaEventRecord");
+      check(cudaEventSynchronize(e1), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+      if (i >= 2) times.push_back(ms * 1e-3);  // two warm-up copies
+    }
+  }
+  nlohmann::json ev = {{"event", "bandwidth"}, {"copy_bytes", kBytes}};
+  if (!error.empty() || times.empty()) {
+    ev["error"] = error.empty() ? "no samples" : error;
+  } else {
+    std::sort(times.begin(), times.end());
+    const double med = times[times.size() / 2];
+    ev["samples"] = times.size();
+    ev["median_s"] = med;
+    ev["min_s"] = times.front();
+    ev["bytes_per_s"] = 2.0 * static_cast<double>(kBytes) / med;
+  }
+  emit.send(ev);
+  return error.empty() ? 0 : 1;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool agent = false, isolate = false, mode_given = false, probe_mode = false;
+  bool agent = false, isolate = false, mode_given = false, probe_mode = false, bandwidth_mode = false;
   int result_fd = 3, out_fd = 4;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--mode" && i + 1 < argc) {
       const std::string m = argv[++i];
-      if (m != "agent" && m != "trusted" && m != "probe") break;
+      if (m != "agent" && m != "trusted" && m != "probe" && m != "bandwidth") break;
       agent = m == "agent";
       probe_mode = m == "probe";
+      bandwidth_mode = m == "bandwidth";
       mode_given = true;
     } else if (a == "--isolate") {
       isolate = true;
@@ -622,7 +711,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!mode_given) {
-    std::fprintf(stderr, "usage: d2k-runner --mode agent|trusted|probe [--isolate] [--result-fd N] [--out-fd N]\n");
+    std::fprintf(stderr, "usage: d2k-runner --mode agent|trusted|probe|bandwidth [--isolate] [--result-fd N] [--out-fd N]\n");
     return 64;
   }
   if (fcntl(result_fd, F_GETFD) < 0) {
@@ -632,6 +721,7 @@ int main(int argc, char** argv) {
   if (fcntl(out_fd, F_GETFD) < 0) out_fd = -1;
   signal(SIGPIPE, SIG_IGN);
   if (probe_mode) _exit(probe(result_fd));
+  if (bandwidth_mode) _exit(bandwidth(result_fd));
   d2k::runner::Runner runner(agent, result_fd, out_fd);
   const int rc = runner.run(isolate);
   std::fflush(stdout);

@@ -45,6 +45,7 @@ std::string_view mode_name(Mode m) {
     case Mode::agent: return "agent";
     case Mode::trusted: return "trusted";
     case Mode::probe: return "probe";
+    case Mode::bandwidth: return "bandwidth";
   }
   return "agent";
 }
@@ -81,7 +82,7 @@ std::unique_ptr<RunnerProcess> RunnerProcess::start(const SpawnSpec& spec) {
   const std::string runner = spec.runner.string();
   std::vector<std::string> args = {runner, "--mode", std::string(mode_name(spec.mode)), "--result-fd", "3",
                                    "--out-fd", "4"};
-  if (spec.isolate && spec.mode != Mode::probe) args.push_back("--isolate");
+  if (spec.isolate && spec.mode != Mode::probe && spec.mode != Mode::bandwidth) args.push_back("--isolate");
   std::vector<std::string> envs = {"PATH=/usr/bin:/bin", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "HOME=/",
                                    "LANG=C", "CUDA_MODULE_LOADING=LAZY"};
   if (spec.gpu >= 0) envs.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(spec.gpu));
@@ -213,7 +214,7 @@ std::optional<nlohmann::json> RunnerProcess::wait_ready(std::chrono::millisecond
   switch (next(ev, deadline)) {
     case Read::event: {
       const auto name = ev.body.at("event").get<std::string>();
-      if (name == "ready" || name == "probe") return ev.body;
+      if (name == "ready" || name == "probe" || name == "bandwidth") return ev.body;
       error_ = ev.body.value("message", std::string("runner failed before it was ready"));
       return std::nullopt;
     }

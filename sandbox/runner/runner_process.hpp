@@ -24,7 +24,7 @@
 
 namespace d2k::runner {
 
-enum class Mode { agent, trusted, probe };
+enum class Mode { agent, trusted, probe, bandwidth };
 std::string_view mode_name(Mode m);
 
 struct SpawnSpec {

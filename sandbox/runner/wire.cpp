@@ -142,7 +142,8 @@ json to_json(const Job& job) {
             {"rse_target", job.timing.rse_target}, {"time_cap_s", job.timing.time_cap_s}}},
           {"measure_overhead", job.measure_overhead},
           {"hide_paths", job.hide_paths},
-          {"host_memory_bytes", job.host_memory_bytes}};
+          {"host_memory_bytes", job.host_memory_bytes},
+          {"record_launches", job.record_launches}};
 }
 
 Job job_from_json(const json& j) {
@@ -198,6 +199,7 @@ Job job_from_json(const json& j) {
   job.measure_overhead = get_or<bool>(j, "measure_overhead", true, c);
   job.hide_paths = get_or<std::vector<std::string>>(j, "hide_paths", {}, c);
   job.host_memory_bytes = get_or<std::uint64_t>(j, "host_memory_bytes", 8ull << 30, c);
+  job.record_launches = get_or<bool>(j, "record_launches", false, c);
   return job;
 }
 
@@ -241,11 +243,18 @@ json to_json(const RunnerResult& r) {
   for (const auto& w : r.workloads) {
     json wj = {{"name", w.name}};
     if (w.timing) wj["timing"] = to_json(*w.timing);
+    if (w.launches) {
+      json ls = json::array();
+      for (const auto& l : *w.launches) ls.push_back(to_json(l));
+      wj["launches"] = ls;
+    }
     wls.push_back(wj);
   }
-  return {{"event", "result"}, {"status", r.status}, {"message", r.message}, {"flags", r.flags},
-          {"workloads", wls}, {"overhead_s", r.overhead_s},
-          {"sample_overhead_s", r.sample_overhead_s}, {"init_s", r.init_s}};
+  json out = {{"event", "result"}, {"status", r.status}, {"message", r.message}, {"flags", r.flags},
+              {"workloads", wls}, {"overhead_s", r.overhead_s},
+              {"sample_overhead_s", r.sample_overhead_s}, {"init_s", r.init_s}};
+  if (!r.launches_error.empty()) out["launches_error"] = r.launches_error;
+  return out;
 }
 
 RunnerResult result_from_json(const json& j) {
@@ -257,6 +266,7 @@ RunnerResult result_from_json(const json& j) {
   r.overhead_s = get_or<double>(j, "overhead_s", 0, c);
   r.sample_overhead_s = get_or<double>(j, "sample_overhead_s", 0, c);
   r.init_s = get_or<double>(j, "init_s", 0, c);
+  r.launches_error = get_or<std::string>(j, "launches_error", "", c);
   const json wls = get_or<json>(j, "workloads", json::array(), c);
   if (!wls.is_array()) bad(c, "workloads must be an array");
   for (const auto& wj : wls) {
@@ -283,6 +293,13 @@ RunnerResult result_from_json(const json& j) {
         bad(c, "timing values out of range");
       w.timing = tr;
     }
+    if (wj.contains("launches")) {
+      const json& ls = wj.at("launches");
+      if (!ls.is_array() || ls.size() > kMaxLaunchRecords) bad(c, "launches must be an array of at most 4096 records");
+      std::vector<LaunchRecord> recs;
+      for (const auto& lj : ls) recs.push_back(launch_from_json(lj));
+      w.launches = std::move(recs);
+    }
     r.workloads.push_back(std::move(w));
   }
   return r;
@@ -292,7 +309,8 @@ json to_json(const DeviceInfo& d) {
   return {{"name", d.name}, {"pci_bus_id", d.pci_bus_id}, {"driver", d.driver},
           {"cuda_driver_version", d.cuda_driver_version}, {"runtime_version", d.runtime_version},
           {"sm_count", d.sm_count}, {"cc_major", d.cc_major}, {"cc_minor", d.cc_minor},
-          {"memory_bytes", d.memory_bytes}, {"l2_bytes", d.l2_bytes}, {"nvml", d.nvml}};
+          {"memory_bytes", d.memory_bytes}, {"l2_bytes", d.l2_bytes}, {"nvml", d.nvml},
+          {"memory_clock_khz", d.memory_clock_khz}, {"memory_bus_bits", d.memory_bus_bits}};
 }
 
 DeviceInfo device_from_json(const json& j) {
@@ -309,7 +327,37 @@ DeviceInfo device_from_json(const json& j) {
   d.memory_bytes = get_or<std::uint64_t>(j, "memory_bytes", 0, c);
   d.l2_bytes = get_or<std::uint64_t>(j, "l2_bytes", 0, c);
   d.nvml = get_or<bool>(j, "nvml", false, c);
+  d.memory_clock_khz = get_or<int>(j, "memory_clock_khz", 0, c);
+  d.memory_bus_bits = get_or<int>(j, "memory_bus_bits", 0, c);
+  if (d.memory_clock_khz < 0 || d.memory_bus_bits < 0) bad(c, "memory clock or bus width out of range");
   return d;
+}
+
+json to_json(const LaunchRecord& l) {
+  return {{"kernel", l.kernel},
+          {"grid", {l.grid_x, l.grid_y, l.grid_z}},
+          {"block", {l.block_x, l.block_y, l.block_z}},
+          {"registers_per_thread", l.registers_per_thread},
+          {"static_shared_bytes", l.static_shared_bytes},
+          {"dynamic_shared_bytes", l.dynamic_shared_bytes},
+          {"local_bytes_per_thread", l.local_bytes_per_thread}};
+}
+
+LaunchRecord launch_from_json(const json& j) {
+  constexpr const char* c = "bad_result";
+  LaunchRecord l;
+  l.kernel = get_or<std::string>(j, "kernel", "", c);
+  if (l.kernel.size() > 4096) bad(c, "kernel name too long");
+  const auto grid = get<std::vector<std::uint32_t>>(j, "grid", c);
+  const auto block = get<std::vector<std::uint32_t>>(j, "block", c);
+  if (grid.size() != 3 || block.size() != 3) bad(c, "grid and block must have 3 dimensions");
+  l.grid_x = grid[0]; l.grid_y = grid[1]; l.grid_z = grid[2];
+  l.block_x = block[0]; l.block_y = block[1]; l.block_z = block[2];
+  l.registers_per_thread = get<std::uint32_t>(j, "registers_per_thread", c);
+  l.static_shared_bytes = get<std::uint32_t>(j, "static_shared_bytes", c);
+  l.dynamic_shared_bytes = get<std::uint32_t>(j, "dynamic_shared_bytes", c);
+  l.local_bytes_per_thread = get<std::uint32_t>(j, "local_bytes_per_thread", c);
+  return l;
 }
 
 }  // namespace d2k::runner

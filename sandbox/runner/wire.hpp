@@ -71,6 +71,9 @@ struct Job {
   bool measure_overhead = true;  // time empty samples (before the .so is loaded) and report them
   std::vector<std::string> hide_paths;  // agent mode: made unreadable before the .so is loaded
   std::uint64_t host_memory_bytes = 8ull << 30;  // agent mode: extra address space after CUDA init
+  // Record every kernel launch of each workload's first correctness call (CUPTI activity records;
+  // d2k verify-tasks' resource properties). Off by default: it adds per-launch overhead.
+  bool record_launches = false;
 };
 
 nlohmann::json to_json(const Job& job);
@@ -110,9 +113,27 @@ struct TimingResult {
   bool stopped_by_cap = false;
 };
 
+// One kernel launch made by the entry point (CUPTI kernel activity record).
+struct LaunchRecord {
+  std::string kernel;                        // mangled name as the driver reports it
+  std::uint32_t grid_x = 0, grid_y = 0, grid_z = 0;
+  std::uint32_t block_x = 0, block_y = 0, block_z = 0;
+  std::uint32_t registers_per_thread = 0;
+  std::uint32_t static_shared_bytes = 0;
+  std::uint32_t dynamic_shared_bytes = 0;
+  std::uint32_t local_bytes_per_thread = 0;
+  std::uint64_t grid_blocks() const { return std::uint64_t{grid_x} * grid_y * grid_z; }
+  std::uint64_t block_threads() const { return std::uint64_t{block_x} * block_y * block_z; }
+};
+nlohmann::json to_json(const LaunchRecord& l);
+LaunchRecord launch_from_json(const nlohmann::json& j);  // throws WireError
+
+inline constexpr std::size_t kMaxLaunchRecords = 4096;  // per workload; more is an error
+
 struct WorkloadResult {
   std::string name;
   std::optional<TimingResult> timing;
+  std::optional<std::vector<LaunchRecord>> launches;  // when the job asked for launch records
 };
 
 struct RunnerResult {
@@ -124,6 +145,7 @@ struct RunnerResult {
   double overhead_s = 0;         // median host bracket of an empty call (subtracted from samples)
   double sample_overhead_s = 0;  // median whole empty sample, L2 flush included (outside bound)
   double init_s = 0;                        // CUDA start-up in this runner
+  std::string launches_error;               // why launch records are missing although asked for
 };
 
 nlohmann::json to_json(const TimingResult& t);
@@ -141,6 +163,12 @@ struct DeviceInfo {              // sent with "ready"
   std::uint64_t memory_bytes = 0;
   std::uint64_t l2_bytes = 0;
   bool nvml = false;
+  int memory_clock_khz = 0;      // peak memory clock (cudaDevAttrMemoryClockRate); 0 unknown
+  int memory_bus_bits = 0;       // global memory bus width; 0 unknown
+  // Theoretical DRAM bandwidth: memory clock × bus width × 2 (double data rate); 0 unknown.
+  double peak_dram_bytes_per_s() const {
+    return 2.0 * memory_clock_khz * 1e3 * (memory_bus_bits / 8.0);
+  }
 };
 nlohmann::json to_json(const DeviceInfo& d);
 DeviceInfo device_from_json(const nlohmann::json& j);

@@ -1,0 +1,314 @@
+// The sandboxed compile: validate → key → cache lookup → job dir → nvcc in a jail → parse →
+// store → remove the job dir.
+#include "sandbox/compiler.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <stdexcept>
+
+#include "sandbox/compile_cache.hpp"
+#include "sandbox/jail.hpp"
+
+namespace fs = std::filesystem;
+
+namespace d2k::sandbox {
+namespace {
+
+constexpr const char* kJob = "/job";
+constexpr std::size_t kParseBytes = 1u << 20;  // output kept for parsing; the log is cut shorter
+
+bool all_of(std::string_view s, bool (*pred)(char)) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), pred);
+}
+bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)); }
+// Values stay plain tokens: nvcc hands flags to its tools through /bin/sh.
+bool is_value_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '+' || c == '-'; }
+bool is_arch_char(char c) {
+  return std::islower(static_cast<unsigned char>(c)) || is_digit(c) || c == '_' || c == ',' || c == '=' || c == '[' || c == ']';
+}
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+std::string check_one_flag(std::string_view f) {
+  static constexpr std::string_view kExact[] = {"-O0", "-O1", "-O2", "-O3", "-lineinfo", "-std=c++17",
+                                                "-std=c++20", "--use_fast_math", "-use_fast_math"};
+  for (auto e : kExact)
+    if (f == e) return {};
+  if (starts_with(f, "-arch=") && all_of(f.substr(6), is_arch_char)) return {};
+  if (starts_with(f, "-gencode=") && all_of(f.substr(9), is_arch_char)) return {};
+  if (starts_with(f, "-maxrregcount=") && all_of(f.substr(14), is_digit) && f.size() < 20) return {};
+  if (starts_with(f, "-D")) {
+    std::string_view def = f.substr(2);
+    std::size_t eq = def.find('=');
+    std::string_view name = def.substr(0, eq);
+    if (all_of(name, is_ident_char) && !is_digit(name.front()) &&
+        (eq == std::string_view::npos || eq + 1 == def.size() || all_of(def.substr(eq + 1), is_value_char)))
+      return {};
+  }
+  return "flag not allowed: " + std::string(f.substr(0, 200));
+}
+
+std::string join_output_prefix_stripped(const std::string& text) {
+  // "/job/kernel.cu" → "kernel.cu" where a path starts (line start, space, quote, paren).
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    bool boundary = i == 0 || text[i - 1] == '\n' || text[i - 1] == ' ' || text[i - 1] == '"' ||
+                    text[i - 1] == '\'' || text[i - 1] == '(' || text[i - 1] == '`';
+    if (boundary && text.compare(i, 5, "/job/") == 0) {
+      i += 5;
+      continue;
+    }
+    out.push_back(text[i++]);
+  }
+  return out;
+}
+
+// A subprocess killed by the filter shows up only in nvcc's or gcc's words.
+bool mentions_sigsys(const std::string& log) {
+  return log.find("due to signal 31") != std::string::npos || log.find("Bad system call") != std::string::npos;
+}
+
+fs::path toolkit_root(const fs::path& tool) {  // <root>/bin/tool → <root>
+  return fs::canonical(tool).parent_path().parent_path();
+}
+
+bool under_usr(const fs::path& p) {
+  auto s = fs::canonical(p).string();
+  return s.rfind("/usr/", 0) == 0;
+}
+
+class JobDir {
+ public:
+  explicit JobDir(fs::path p) : path_(std::move(p)) { fs::create_directories(path_); }
+  JobDir(const JobDir&) = delete;
+  JobDir& operator=(const JobDir&) = delete;
+  ~JobDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// The jailed uid owns the job dir and may have swapped out/ or kernel.so for symlinks to host
+// files: walk to the artifact with O_NOFOLLOW at every step and copy from the fd.
+bool copy_artifact_out(const fs::path& job, const fs::path& dest) {
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) close(fd);
+    }
+  };
+  Closer dir{open(job.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+  if (dir.fd < 0) return false;
+  Closer out{openat(dir.fd, "out", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+  if (out.fd < 0) return false;
+  Closer src{openat(out.fd, "kernel.so", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)};
+  struct stat st {};
+  if (src.fd < 0 || fstat(src.fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return false;
+  Closer dst{open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
+  if (dst.fd < 0) return false;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = read(src.fd, buf, sizeof buf);
+    if (n == 0) return true;
+    if (n < 0) return false;
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = write(dst.fd, buf + done, static_cast<std::size_t>(n - done));
+      if (w <= 0) return false;
+      done += w;
+    }
+  }
+}
+
+CompileOutcome rejected(std::string why, std::chrono::steady_clock::time_point t0) {
+  CompileOutcome o;
+  o.diagnostics.push_back({"", 0, 0, "error", why});
+  o.log = std::move(why);
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return o;
+}
+
+}  // namespace
+
+std::string check_flags(const std::vector<std::string>& flags) {
+  for (std::size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] == "-Xptxas") {
+      if (i + 1 < flags.size() && flags[i + 1] == "-v") {
+        ++i;
+        continue;
+      }
+      return "flag not allowed: -Xptxas takes only -v";
+    }
+    if (flags[i] == "-Xptxas=-v") continue;
+    if (auto why = check_one_flag(flags[i]); !why.empty()) return why;
+  }
+  return {};
+}
+
+std::string check_workspace_path(const std::string& path) {
+  if (path.empty()) return "empty file name";
+  if (path.size() > 255) return "file name too long";
+  if (path.front() == '/') return "absolute path not allowed: " + path;
+  for (char c : path)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/'))
+      return "character not allowed in file name: " + path.substr(0, 100);
+  std::string_view rest(path);
+  while (true) {
+    std::size_t slash = rest.find('/');
+    std::string_view part = rest.substr(0, slash);
+    if (part.empty() || part == "." || part == "..") return "bad path component in: " + path;
+    if (slash == std::string_view::npos) break;
+    rest.remove_prefix(slash + 1);
+  }
+  return {};
+}
+
+Compiler::Compiler(CompilerConfig config) : config_(std::move(config)) {
+  if (config_.cache_dir.empty() || config_.scratch_dir.empty())
+    throw std::runtime_error("compiler: cache_dir and scratch_dir are required");
+  if (access(config_.nvcc.c_str(), X_OK) != 0) throw std::runtime_error("compiler: nvcc not executable: " + config_.nvcc.string());
+  if (access(config_.host_compiler.c_str(), X_OK) != 0)
+    throw std::runtime_error("compiler: host compiler not executable: " + config_.host_compiler.string());
+  fs::create_directories(config_.cache_dir);
+  fs::create_directories(config_.scratch_dir);
+  config_.scratch_dir = fs::canonical(config_.scratch_dir);
+  CompileCache cache(config_.cache_dir);
+
+  // Read once through the same jail the compiles use: a broken jail fails here, loudly.
+  auto version = [&](const fs::path& tool) {
+    JailSpec spec;
+    spec.argv = {tool.string(), "--version"};
+    spec.env = {{"PATH", "/usr/local/cuda/bin:/usr/bin:/bin"}, {"HOME", "/tmp"}, {"LANG", "C"}};
+    spec.deadline = std::chrono::seconds(30);
+    if (!under_usr(tool)) spec.mounts.push_back({toolkit_root(tool), toolkit_root(tool), false});
+    JailOutcome out = run_jailed(spec);
+    if (!out.started || out.exit_status != 0)
+      throw std::runtime_error("compiler: cannot run " + tool.string() + " --version in the jail: " +
+                               (out.started ? out.output : out.setup_error));
+    return out.output;
+  };
+  std::string host = version(config_.host_compiler);
+  toolchain_ = version(config_.nvcc) + host.substr(0, host.find('\n'));
+}
+
+std::string Compiler::toolchain_version() const { return toolchain_; }
+
+CompileOutcome Compiler::compile(const CompileRequest& request) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+
+  // 1. Validate (again: the caller validated too, but this is the last line before the compiler).
+  if (request.files.size() > config_.max_files) return rejected("too many files in the workspace", t0);
+  std::size_t total = 0;
+  for (const auto& [path, content] : request.files) {
+    if (auto why = check_workspace_path(path); !why.empty()) return rejected(why, t0);
+    total += content.size();
+  }
+  if (total > config_.max_source_bytes) return rejected("workspace too large", t0);
+  if (auto why = check_workspace_path(request.main_file); !why.empty()) return rejected(why, t0);
+  if (!request.files.count(request.main_file)) return rejected("main file not in the workspace: " + request.main_file, t0);
+  if (request.main_file.size() < 4 || request.main_file.substr(request.main_file.size() - 3) != ".cu")
+    return rejected("main file must be a .cu file: " + request.main_file, t0);
+  if (auto why = check_flags(request.flags); !why.empty()) return rejected(why, t0);
+
+  // 2. Key and cache.
+  std::vector<std::string> parts = {"d2k-compile-v1", toolchain_, config_.nvcc.string(), config_.host_compiler.string()};
+  parts.insert(parts.end(), config_.base_flags.begin(), config_.base_flags.end());
+  parts.push_back("--");
+  parts.insert(parts.end(), request.flags.begin(), request.flags.end());
+  parts.push_back(request.main_file);
+  const std::string key = content_key(parts, request.files);
+  CompileCache cache(config_.cache_dir);
+  if (auto hit = cache.lookup(key)) {
+    ++hits_;
+    hit->seconds = elapsed();
+    return *hit;
+  }
+  ++misses_;
+
+  // 3. The job dir: this request's files only, mounted at /job.
+  static std::atomic<std::uint64_t> job_counter{0};
+  JobDir job(config_.scratch_dir / ("job-" + std::to_string(getpid()) + "-" + std::to_string(job_counter++) + "-" + key.substr(0, 12)));
+  for (const auto& [path, content] : request.files) {
+    fs::path p = job.path() / path;
+    fs::create_directories(p.parent_path());
+    std::ofstream f(p, std::ios::binary);
+    f.write(content.data(), static_cast<std::streamsize>(content.size()));
+    if (!f) throw std::runtime_error("compiler: cannot write " + p.string());
+  }
+  fs::create_directories(job.path() / "out");
+
+  // 4. nvcc in the jail.
+  JailSpec spec;
+  spec.argv = {config_.nvcc.string(), "-ccbin", config_.host_compiler.string()};
+  spec.argv.insert(spec.argv.end(), config_.base_flags.begin(), config_.base_flags.end());
+  spec.argv.insert(spec.argv.end(), request.flags.begin(), request.flags.end());
+  spec.argv.insert(spec.argv.end(), {"-o", std::string(kJob) + "/out/kernel.so", std::string(kJob) + "/" + request.main_file});
+  spec.env = {{"PATH", "/usr/local/cuda/bin:/usr/bin:/bin"}, {"TMPDIR", "/tmp"}, {"HOME", "/tmp"}, {"LANG", "C"}, {"LC_ALL", "C"}};
+  spec.cwd = kJob;
+  spec.mounts.push_back({job.path(), kJob, true});
+  for (const auto& tool : {config_.nvcc, config_.host_compiler})
+    if (!under_usr(tool)) spec.mounts.push_back({toolkit_root(tool), toolkit_root(tool), false});
+  spec.hidden_paths = config_.hidden_paths;
+  spec.seccomp = SeccompProfile::compiler;
+  spec.cpu_seconds = config_.cpu_seconds;
+  spec.deadline = config_.deadline;
+  spec.address_space_bytes = config_.address_space_bytes;
+  spec.file_size_bytes = config_.file_size_bytes;
+  spec.max_processes = config_.max_processes;
+  spec.max_output_bytes = std::max(config_.max_log_bytes, kParseBytes);
+  const JailOutcome run = run_jailed(spec);
+
+  // 5. The outcome.
+  CompileOutcome out;
+  out.key = key;
+  out.exit_status = run.exit_status;
+  out.signal = run.signal;
+  out.timed_out = run.timed_out;
+  std::string text = join_output_prefix_stripped(run.started ? run.output : run.setup_error);
+  std::vector<Diagnostic> diags = parse_diagnostics(text);
+  if (!run.started) diags.insert(diags.begin(), {"", 0, 0, "fatal", "sandbox setup failed: " + run.setup_error});
+  if (run.timed_out)
+    diags.insert(diags.begin(), {"", 0, 0, "fatal", "compile exceeded its deadline of " +
+                                                         std::to_string(config_.deadline.count()) + " ms"});
+  if (run.seccomp_killed || mentions_sigsys(text)) {
+    out.sandbox_violation = true;
+    out.violation = run.seccomp_killed ? "nvcc: " + run.violation
+                                       : "a compiler subprocess was killed by the seccomp filter (SIGSYS)";
+  }
+  if (diags.size() > config_.max_diagnostics) {
+    out.diagnostics_dropped = diags.size() - config_.max_diagnostics;
+    diags.resize(config_.max_diagnostics);
+  }
+  out.diagnostics = std::move(diags);
+  out.log_truncated = run.output_dropped > 0 || text.size() > config_.max_log_bytes;
+  if (text.size() > config_.max_log_bytes) text.resize(config_.max_log_bytes);
+  out.log = std::move(text);
+  // The copy lives beside the job dir (root-owned), never inside it.
+  const fs::path built = job.path().string() + ".kernel.so";
+  struct RemoveBuilt {
+    const fs::path& p;
+    ~RemoveBuilt() {
+      std::error_code ec;
+      fs::remove(p, ec);
+    }
+  } remove_built{built};
+  out.ok = run.started && run.exit_status == 0 && !out.sandbox_violation && copy_artifact_out(job.path(), built);
+
+  // 6. Store what is a property of the source alone (not deadlines, signals, violations).
+  const bool deterministic = run.started && !run.timed_out && run.signal == 0 && !out.sandbox_violation;
+  if (deterministic) out.artifact = cache.store(key, out, out.ok ? built : fs::path());
+  out.seconds = elapsed();
+  return out;
+}
+
+}  // namespace d2k::sandbox

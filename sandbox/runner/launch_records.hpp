@@ -1,0 +1,29 @@
+// Kernel launch records for the runner (CUPTI activity API, loaded with dlopen so a machine without
+// CUPTI still runs every other job). Used only when a job asks for them (d2k verify-tasks: the
+// `resource` design properties of docs/task-format.md need every launch's grid, block, registers,
+// shared and local memory).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sandbox/runner/wire.hpp"
+
+namespace d2k::runner {
+
+class LaunchRecorder {
+ public:
+  // Loads libcupti and registers the buffer callbacks. False (and `error`) when unavailable.
+  bool open(std::string& error);
+  // Starts recording kernel launches (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL).
+  bool begin(std::string& error);
+  // The caller has synchronised the device: flushes, stops recording and returns the launches
+  // recorded since begin().
+  bool end(std::vector<LaunchRecord>& out, std::string& error);
+  bool is_open() const { return open_; }
+
+ private:
+  bool open_ = false;
+};
+
+}  // namespace d2k::runner

@@ -1,0 +1,447 @@
+#include "sandbox/runner/properties.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <regex>
+#include <sstream>
+
+extern char** environ;
+
+namespace d2k::runner {
+namespace {
+
+using nlohmann::json;
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> lines_of(std::string_view text) {
+  std::vector<std::string_view> out;
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    out.push_back(text.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
+  }
+  return out;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// "KEY:123" fields of a res-usage line.
+int field(std::string_view line, std::string_view key) {
+  std::size_t pos = 0;
+  while ((pos = line.find(key, pos)) != std::string_view::npos) {
+    const bool starts = pos == 0 || line[pos - 1] == ' ';
+    const std::size_t colon = pos + key.size();
+    if (starts && colon < line.size() && line[colon] == ':') return std::atoi(std::string(line.substr(colon + 1, 12)).c_str());
+    pos = colon;
+  }
+  return 0;
+}
+
+std::vector<std::string> workload_filter(const json& check) {
+  std::vector<std::string> out;
+  if (check.contains("workloads") && check["workloads"].is_array())
+    for (const auto& w : check["workloads"])
+      if (w.is_string()) out.push_back(w.get<std::string>());
+  return out;
+}
+
+bool selected(const std::vector<std::string>& filter, const std::string& name) {
+  if (filter.empty()) return true;
+  for (const auto& f : filter)
+    if (f == name) return true;
+  return false;
+}
+
+std::string num(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt("%.0f", v);
+  return fmt("%.4g", v);
+}
+
+PropertyResult check_sass(const tasks::Property& p, const PropertyInputs& in, PropertyResult r) {
+  if (!in.sass) {
+    r.state = PropertyState::unchecked;
+    r.detail = "no disassembly: " + in.sass_missing;
+    return r;
+  }
+  const std::string pattern = p.check.value("pattern", std::string());
+  const std::string expect = p.check.value("expect", std::string("present"));
+  const long long min_count = p.check.value("min_count", 1LL);
+  std::regex re;
+  try {
+    re = std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    r.state = PropertyState::unchecked;
+    r.detail = "pattern does not compile: " + std::string(e.what());
+    return r;
+  }
+  long long count = 0;
+  std::map<std::string, long long> by_opcode;
+  for (const auto& f : *in.sass)
+    for (const auto& op : f.opcodes)
+      if (std::regex_search(op, re)) {
+        ++count;
+        ++by_opcode[op];
+      }
+  std::string seen;
+  for (const auto& [op, n] : by_opcode) {
+    if (seen.size() > 120) {
+      seen += ", …";
+      break;
+    }
+    seen += (seen.empty() ? "" : ", ") + op + " ×" + std::to_string(n);
+  }
+  const bool holds = expect == "absent" ? count == 0 : count >= min_count;
+  r.state = holds ? PropertyState::holds : PropertyState::fails;
+  r.detail = std::to_string(count) + " matching opcode(s)" + (seen.empty() ? "" : " (" + seen + ")") + "; want " +
+             (expect == "absent" ? std::string("none") : "≥ " + std::to_string(min_count));
+  return r;
+}
+
+// The value of a per-launch metric; nullopt for `launches` (a per-workload metric).
+std::optional<double> launch_metric(const std::string& metric, const LaunchRecord& l, int sm_count) {
+  if (metric == "registers_per_thread") return l.registers_per_thread;
+  if (metric == "local_bytes_per_thread") return l.local_bytes_per_thread;
+  if (metric == "static_shared_bytes") return l.static_shared_bytes;
+  if (metric == "dynamic_shared_bytes") return l.dynamic_shared_bytes;
+  if (metric == "block_threads") return static_cast<double>(l.block_threads());
+  if (metric == "grid_blocks") return static_cast<double>(l.grid_blocks());
+  if (metric == "grid_blocks_per_sm")
+    return sm_count > 0 ? std::optional<double>(static_cast<double>(l.grid_blocks()) / sm_count) : std::nullopt;
+  return std::nullopt;
+}
+
+PropertyResult check_resource(const tasks::Property& p, const PropertyInputs& in, PropertyResult r) {
+  const std::string metric = p.check.value("metric", std::string());
+  const std::string op = p.check.value("op", std::string("=="));
+  const double value = p.check.value("value", 0.0);
+  const auto filter = workload_filter(p.check);
+  const std::string want = metric + " " + op + " " + num(value);
+
+  std::vector<const MeasuredWorkload*> ws;
+  for (const auto& w : in.workloads)
+    if (selected(filter, w.name)) ws.push_back(&w);
+  bool all_recorded = !ws.empty();
+  for (const auto* w : ws) all_recorded = all_recorded && w->launches.has_value();
+
+  if (all_recorded) {
+    if (metric == "grid_blocks_per_sm" && in.sm_count <= 0) {
+      r.state = PropertyState::unchecked;
+      r.detail = "the device's SM count is unknown";
+      return r;
+    }
+    bool holds = true;
+    std::string worst;
+    std::size_t launches = 0;
+    for (const auto* w : ws) {
+      if (metric == "launches") {
+        const double n = static_cast<double>(w->launches->size());
+        if (!compare_op(n, op, value) && worst.empty()) worst = w->name + ": " + num(n) + " launches";
+        holds = holds && compare_op(n, op, value);
+        continue;
+      }
+      for (const auto& l : *w->launches) {
+        ++launches;
+        const auto v = launch_metric(metric, l, in.sm_count);
+        if (!v) {
+          r.state = PropertyState::unchecked;
+          r.detail = "unknown metric " + metric;
+          return r;
+        }
+        if (!compare_op(*v, op, value)) {
+          if (worst.empty()) worst = w->name + ": " + num(*v) + " in " + l.kernel;
+          holds = false;
+        }
+      }
+    }
+    if (metric != "launches" && launches == 0) {
+      r.state = PropertyState::unknown;
+      r.detail = "no kernel launch recorded on the selected workloads";
+      return r;
+    }
+    r.state = holds ? PropertyState::holds : PropertyState::fails;
+    r.detail = (holds ? "every launch" : "violated at " + worst) + "; want " + want + " (launch records, " +
+               std::to_string(ws.size()) + " workload(s))";
+    return r;
+  }
+  if (ws.empty()) {
+    r.state = PropertyState::unknown;
+    r.detail = "none of its workloads was evaluated";
+    return r;
+  }
+  // Without launch records, the static per-kernel metrics come from cuobjdump -res-usage, over
+  // every kernel in the object (stricter than "every launched kernel").
+  const bool static_metric = metric == "registers_per_thread" || metric == "local_bytes_per_thread" ||
+                             metric == "static_shared_bytes";
+  const std::string why = "no launch records (" + (in.launches_missing.empty() ? std::string("not collected") : in.launches_missing) + ")";
+  if (!static_metric || !in.resources) {
+    r.state = PropertyState::unchecked;
+    r.detail = why + (static_metric ? "; no resource usage either: " + in.resources_missing
+                                     : "; " + metric + " needs them");
+    return r;
+  }
+  bool holds = true;
+  std::string worst;
+  for (const auto& k : *in.resources) {
+    const double v = metric == "registers_per_thread" ? k.registers
+                     : metric == "static_shared_bytes" ? k.shared_bytes
+                                                       : k.local_bytes + k.stack_bytes;
+    if (!compare_op(v, op, value)) {
+      if (worst.empty()) worst = num(v) + " in " + k.name;
+      holds = false;
+    }
+  }
+  r.state = in.resources->empty() ? PropertyState::unknown : holds ? PropertyState::holds : PropertyState::fails;
+  r.detail = (holds ? "every kernel" : "violated: " + worst) + "; want " + want + " (cuobjdump -res-usage, " +
+             std::to_string(in.resources->size()) + " kernel(s); " + why + ")";
+  return r;
+}
+
+PropertyResult check_measured(const tasks::Task& task, const tasks::Property& p, const PropertyInputs& in,
+                              PropertyResult r) {
+  const std::string metric = p.check.value("metric", std::string());
+  const std::string op = p.check.value("op", std::string(">="));
+  const double value = p.check.value("value", 0.0);
+  const auto filter = workload_filter(p.check);
+  if (metric == "bandwidth_fraction" && !(in.peak_dram_bytes_per_s > 0)) {
+    r.state = PropertyState::unchecked;
+    r.detail = "the device's peak DRAM bandwidth is unknown";
+    return r;
+  }
+  if (metric == "flops_fraction" && !(in.peak_flops > 0)) {
+    r.state = PropertyState::unchecked;
+    r.detail = "no peak FLOP/s is known for the device and dtype (the runner does not report one)";
+    return r;
+  }
+  if (metric != "bandwidth_fraction" && metric != "flops_fraction" && metric != "speedup_over_baseline") {
+    r.state = PropertyState::unchecked;
+    r.detail = "unknown metric " + metric;
+    return r;
+  }
+  bool holds = true, any = false, flagged = false;
+  std::string values;
+  for (const auto& w : in.workloads) {
+    if (!selected(filter, w.name)) continue;
+    if (w.flagged) flagged = true;
+    if (!w.median_s || !(*w.median_s > 0)) continue;
+    const tasks::Workload* tw = task.find_workload(w.name);
+    if (tw == nullptr) continue;
+    double v = 0;
+    if (metric == "bandwidth_fraction") {
+      v = task.bytes_of(*tw) / *w.median_s / in.peak_dram_bytes_per_s;
+    } else if (metric == "flops_fraction") {
+      v = task.flops_of(*tw) / *w.median_s / in.peak_flops;
+    } else {
+      auto b = in.baseline_s.find(w.name);
+      if (b == in.baseline_s.end()) continue;
+      v = b->second / *w.median_s;
+    }
+    any = true;
+    holds = holds && compare_op(v, op, value);
+    values += (values.empty() ? "" : ", ") + w.name + " " + fmt("%.3f", v);
+  }
+  if (!any || flagged) {
+    r.state = PropertyState::unknown;
+    r.detail = flagged ? "a timing was flagged" : "none of its workloads was timed";
+    return r;
+  }
+  r.state = holds ? PropertyState::holds : PropertyState::fails;
+  r.detail = metric + ": " + values + "; want " + op + " " + num(value);
+  if (metric == "bandwidth_fraction") r.detail += " (peak " + fmt("%.0f", in.peak_dram_bytes_per_s / 1e9) + " GB/s, " + in.peak_dram_source + ")";
+  return r;
+}
+
+}  // namespace
+
+std::vector<SassFunction> parse_sass(std::string_view text) {
+  std::vector<SassFunction> out;
+  for (std::string_view line : lines_of(text)) {
+    const std::string_view t = trim(line);
+    if (t.rfind("Function : ", 0) == 0) {
+      out.push_back({std::string(trim(t.substr(11))), {}});
+      continue;
+    }
+    if (t.size() < 4 || t[0] != '/' || t[1] != '*') continue;
+    const auto close = t.find("*/");
+    if (close == std::string_view::npos || close < 3) continue;
+    bool hex = true;
+    for (char c : t.substr(2, close - 2)) hex = hex && std::isxdigit(static_cast<unsigned char>(c));
+    if (!hex) continue;  // the encoding column: "/* 0x000fe2... */"
+    std::istringstream ss{std::string(t.substr(close + 2))};
+    std::string tok;
+    ss >> tok;
+    if (tok == "{") ss >> tok;
+    if (!tok.empty() && tok[0] == '@') ss >> tok;
+    while (!tok.empty() && (tok.back() == ';' || tok.back() == ',')) tok.pop_back();
+    if (tok.empty() || tok == "}") continue;
+    if (out.empty()) out.push_back({"", {}});
+    out.back().opcodes.push_back(tok);
+  }
+  return out;
+}
+
+std::vector<KernelResources> parse_res_usage(std::string_view text) {
+  std::vector<KernelResources> out;
+  bool pending = false;
+  KernelResources k;
+  for (std::string_view line : lines_of(text)) {
+    const std::string_view t = trim(line);
+    if (t.rfind("Function ", 0) == 0 && !t.empty() && t.back() == ':') {
+      k = KernelResources{};
+      k.name = std::string(trim(t.substr(9, t.size() - 10)));
+      pending = true;
+      continue;
+    }
+    if (pending && t.rfind("REG:", 0) == 0) {
+      k.registers = field(t, "REG");
+      k.stack_bytes = field(t, "STACK");
+      k.shared_bytes = field(t, "SHARED");
+      k.local_bytes = field(t, "LOCAL");
+      // cuobjdump prints each fatbin twice when it holds ELF and PTX; keep one entry per kernel.
+      bool dup = false;
+      for (const auto& e : out) dup = dup || e.name == k.name;
+      if (!dup) out.push_back(k);
+      pending = false;
+    }
+  }
+  return out;
+}
+
+std::optional<std::filesystem::path> find_cuobjdump(const std::filesystem::path& nvcc) {
+  std::error_code ec;
+  const auto beside = nvcc.parent_path() / "cuobjdump";
+  if (!nvcc.empty() && std::filesystem::is_regular_file(beside, ec) && ::access(beside.c_str(), X_OK) == 0) return beside;
+  if (const char* path = std::getenv("PATH")) {
+    std::string_view rest = path;
+    while (!rest.empty()) {
+      const auto colon = rest.find(':');
+      const std::filesystem::path dir{std::string(rest.substr(0, colon))};
+      if (!dir.empty()) {
+        const auto cand = dir / "cuobjdump";
+        if (std::filesystem::is_regular_file(cand, ec) && ::access(cand.c_str(), X_OK) == 0) return cand;
+      }
+      if (colon == std::string_view::npos) break;
+      rest.remove_prefix(colon + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::string& flag,
+                         const std::filesystem::path& file) {
+  ToolOutput r;
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    r.error = std::string("pipe: ") + std::strerror(errno);
+    return r;
+  }
+  const int err = memfd_create("cuobjdump-stderr", MFD_CLOEXEC);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  if (err >= 0) posix_spawn_file_actions_adddup2(&fa, err, 2);
+  std::string a0 = cuobjdump.string(), a1 = flag, a2 = file.string();
+  char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, a0.c_str(), &fa, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  if (rc != 0) {
+    ::close(out[0]);
+    if (err >= 0) ::close(err);
+    r.error = "cannot start " + a0 + ": " + std::strerror(rc);
+    return r;
+  }
+  constexpr std::size_t kCap = 64u << 20;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(out[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (r.text.size() < kCap) r.text.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string stderr_text;
+  if (err >= 0) {
+    lseek(err, 0, SEEK_SET);
+    ssize_t n = 0;
+    while ((n = ::read(err, buf, sizeof buf)) > 0 && stderr_text.size() < 4096)
+      stderr_text.append(buf, static_cast<std::size_t>(n));
+    ::close(err);
+  }
+  r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!r.ok)
+    r.error = a0 + " " + flag + " failed (" +
+              (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : std::string("signal")) +
+              "): " + std::string(trim(stderr_text.substr(0, 500)));
+  return r;
+}
+
+std::string_view to_string(PropertyState s) {
+  switch (s) {
+    case PropertyState::holds: return "holds";
+    case PropertyState::fails: return "fails";
+    case PropertyState::unknown: return "unknown";
+    case PropertyState::unchecked: return "unchecked";
+  }
+  return "unknown";
+}
+
+bool compare_op(double lhs, const std::string& op, double rhs) {
+  if (op == "<") return lhs < rhs;
+  if (op == "<=") return lhs <= rhs;
+  if (op == "==") return lhs == rhs;
+  if (op == "!=") return lhs != rhs;
+  if (op == ">=") return lhs >= rhs;
+  if (op == ">") return lhs > rhs;
+  return false;
+}
+
+PropertyResult check_property(const tasks::Task& task, const tasks::Property& p, const PropertyInputs& in) {
+  PropertyResult r;
+  r.id = p.id;
+  r.title = p.title;
+  r.layer = p.layer;
+  r.kind = p.check.is_object() ? p.check.value("kind", std::string()) : std::string();
+  try {
+    if (r.kind == "sass") return check_sass(p, in, r);
+    if (r.kind == "resource") return check_resource(p, in, r);
+    if (r.kind == "measured") return check_measured(task, p, in, r);
+  } catch (const std::exception& e) {  // a malformed check object (the loader should have refused it)
+    r.state = PropertyState::unchecked;
+    r.detail = std::string("malformed check: ") + e.what();
+    return r;
+  }
+  r.state = PropertyState::unchecked;
+  r.detail = "unknown check kind '" + r.kind + "'";
+  return r;
+}
+
+std::vector<PropertyResult> check_properties(const tasks::Task& task, const PropertyInputs& in) {
+  std::vector<PropertyResult> out;
+  for (const auto& p : task.properties) out.push_back(check_property(task, p, in));
+  return out;
+}
+
+}  // namespace d2k::runner

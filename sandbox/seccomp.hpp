@@ -1,0 +1,40 @@
+// Seccomp profiles: a syscall filter per kind of jailed work. The jail loads one last before
+// execve; the GPU runner loads the `runner` profile itself, after CUDA start-up.
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace d2k::sandbox {
+
+enum class SeccompProfile {
+  none,      // no filter (tests and trusted helpers only)
+  compiler,  // nvcc and its tools: exec allowed; no network, no tracing, no kernel-admin calls
+  runner,    // compiler's rules plus: no exec, no fork, threads only, signals to itself only
+};
+
+struct FilterOptions {
+  pid_t self_pid = 0;  // runner: the only pid kill/tgkill may target (0: getpid() when built)
+  bool all_threads = true;  // in-process load: apply to every thread (SECCOMP_FILTER_FLAG_TSYNC)
+};
+
+const char* to_string(SeccompProfile profile);
+
+// Builds the profile's filter as a classic BPF program, for loading between fork and exec
+// (building allocates; loading does not). Throws std::runtime_error on a libseccomp failure.
+std::vector<sock_filter> build_seccomp_program(SeccompProfile profile, const FilterOptions& options = {});
+
+// Builds and loads the profile into the calling process (sets no_new_privs). Returns an empty
+// string on success, otherwise what failed. A `none` profile loads nothing.
+std::string load_seccomp(SeccompProfile profile, const FilterOptions& options = {});
+
+// Async-signal-safe: loads a program built by build_seccomp_program. Returns 0 or an errno.
+int load_seccomp_program(const sock_filter* program, unsigned short length) noexcept;
+
+// "socket" for a syscall number of the native architecture ("syscall 41" when unknown).
+std::string syscall_name(int number);
+
+}  // namespace d2k::sandbox

@@ -1,0 +1,205 @@
+// The sandboxed nvcc compile (slow: real nvcc, about 3 s per compile on a 2-core machine).
+#include <unistd.h>
+
+#include "catch.hpp"
+#include "helpers.hpp"
+#include "sandbox/compiler.hpp"
+
+using namespace d2k::sandbox;
+using d2k::sandbox::testing::TempDir;
+
+namespace {
+
+const char* kGood = R"(#include <cuda_runtime.h>
+__global__ void add(const float* a, const float* b, float* c, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) c[i] = a[i] + b[i];
+}
+extern "C" int d2k_add(const float* a, const float* b, float* c, int n, cudaStream_t s) {
+  add<<<(n + 255) / 256, 256, 0, s>>>(a, b, c, n);
+  return static_cast<int>(cudaGetLastError());
+}
+)";
+
+struct Fixture {
+  TempDir dir;
+  CompilerConfig config;
+  Fixture() {
+    config.cache_dir = dir.path() / "cache";
+    config.scratch_dir = dir.path() / "scratch";
+    config.hidden_paths = {D2K_TASKS_DIR, dir.path() / "scratch"};
+    config.deadline = std::chrono::seconds(100);
+  }
+};
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+CompileRequest request(const std::string& source) {
+  CompileRequest r;
+  r.files = {{"kernel.cu", source}};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("compile: a good kernel builds once, then comes from the cache", "[compiler][slow]") {
+  Fixture f;
+  Compiler compiler(f.config);
+  CHECK(contains(compiler.toolchain_version(), "Cuda compilation tools"));
+  CHECK(contains(compiler.toolchain_version(), "g++"));
+
+  auto req = request(kGood);
+  req.flags = {"-DBLOCK=256", "-Xptxas", "-v"};
+  auto first = compiler.compile(req);
+  INFO(first.log);
+  REQUIRE(first.ok);
+  CHECK_FALSE(first.cached);
+  CHECK(first.exit_status == 0);
+  CHECK(std::filesystem::is_regular_file(first.artifact));
+  CHECK(std::filesystem::file_size(first.artifact) > 1000);
+  CHECK(first.key.size() == 32);
+  CHECK(contains(first.log, "ptxas info"));  // -Xptxas -v reached ptxas
+
+  auto second = compiler.compile(req);
+  CHECK(second.ok);
+  CHECK(second.cached);
+  CHECK(second.seconds < 0.5);
+  CHECK(second.artifact == first.artifact);
+  CHECK(second.key == first.key);
+  CHECK(compiler.cache_hits() == 1);
+  CHECK(compiler.cache_misses() == 1);
+
+  // Nothing of the job is left in the scratch dir.
+  CHECK(std::filesystem::is_empty(f.config.scratch_dir));
+
+  // A second compiler on the same cache dir (a restarted server) hits too.
+  Compiler again(f.config);
+  CHECK(again.compile(req).cached);
+}
+
+TEST_CASE("compile: a syntax error gives diagnostics with line numbers, cached as a failure", "[compiler][slow]") {
+  Fixture f;
+  Compiler compiler(f.config);
+  auto req = request("__global__ void k(float* x) {\n  x[0] = 1.0f\n}\n");
+  auto out = compiler.compile(req);
+  INFO(out.log);
+  CHECK_FALSE(out.ok);
+  CHECK_FALSE(out.timed_out);
+  CHECK(out.exit_status != 0);
+  CHECK(out.artifact.empty());
+  REQUIRE_FALSE(out.diagnostics.empty());
+  CHECK(out.diagnostics[0].file == "kernel.cu");
+  CHECK(out.diagnostics[0].severity == "error");
+  CHECK((out.diagnostics[0].line == 2 || out.diagnostics[0].line == 3));
+  CHECK_FALSE(contains(out.log, "/job/"));
+
+  auto again = compiler.compile(req);
+  CHECK(again.cached);
+  CHECK_FALSE(again.ok);
+  CHECK(again.diagnostics.size() == out.diagnostics.size());
+}
+
+TEST_CASE("compile: workspace headers work; other files cannot be included", "[compiler][slow]") {
+  Fixture f;
+  // Another job's dir inside the scratch dir, and a private task file.
+  auto other = f.dir.write("scratch/job-other/secret.cuh", "#define SECRET 42\n");
+  auto task_file = f.dir.write("tasks/private/reference.cu", "#define SECRET 43\n");
+  f.config.hidden_paths.push_back(f.dir.path() / "tasks");
+  Compiler compiler(f.config);
+
+  SECTION("a workspace header is found by a relative include") {
+    CompileRequest req;
+    req.files = {{"kernel.cu", "#include \"inc/util.cuh\"\n__global__ void k(float* x) { x[0] = VALUE; }\n"},
+                 {"inc/util.cuh", "#define VALUE 3.0f\n"}};
+    auto out = compiler.compile(req);
+    INFO(out.log);
+    CHECK(out.ok);
+  }
+  const std::vector<std::string> forbidden = {other.string(), task_file.string(), "../job-other/secret.cuh",
+                                               std::string(D2K_TASKS_DIR) + "/README.md"};
+  for (std::size_t i = 0; i < forbidden.size(); ++i) {
+    const std::string& path = forbidden[i];
+    // Section names must be the same on every run of the test case (the temp dir is not).
+    DYNAMIC_SECTION("cannot include forbidden path #" << i) {
+      auto out = compiler.compile(request("#include \"" + path + "\"\nint v = SECRET;\n"));
+      INFO(out.log);
+      CHECK_FALSE(out.ok);
+      CHECK_FALSE(out.timed_out);
+      CHECK((contains(out.log, "cannot open source file") || contains(out.log, "No such file")));
+    }
+  }
+  SECTION("#include \"/dev/zero\" fails fast") {
+    auto out = compiler.compile(request("#include \"/dev/zero\"\n"));
+    INFO(out.log);
+    CHECK_FALSE(out.ok);
+    CHECK_FALSE(out.timed_out);
+    CHECK(out.seconds < 30);
+  }
+}
+
+TEST_CASE("compile: a compile that never ends is stopped at the deadline", "[compiler][slow]") {
+  Fixture f;
+  f.config.deadline = std::chrono::seconds(5);
+  Compiler compiler(f.config);
+  // 2^28 distinct instantiations: runs far beyond any deadline.
+  auto out = compiler.compile(request(
+      "template <int N, int M> struct F { static constexpr long v = F<N - 1, 2 * M>::v + F<N - 1, 2 * M + 1>::v; };\n"
+      "template <int M> struct F<0, M> { static constexpr long v = M; };\n"
+      "static_assert(F<28, 1>::v != 0, \"x\");\n"));
+  INFO(out.log);
+  CHECK(out.timed_out);
+  CHECK_FALSE(out.ok);
+  CHECK(out.seconds >= 4.9);
+  CHECK(out.seconds < 20);
+  REQUIRE_FALSE(out.diagnostics.empty());
+  CHECK(contains(out.diagnostics[0].message, "deadline"));
+  CHECK_FALSE(compiler.compile(request("int a;\n" + std::string("// same? no: a new key\n"))).timed_out);
+}
+
+TEST_CASE("compile: a flood of errors is capped", "[compiler][slow]") {
+  Fixture f;
+  f.config.max_diagnostics = 20;
+  f.config.max_log_bytes = 2048;
+  Compiler compiler(f.config);
+  std::string src;
+  for (int i = 0; i < 3000; ++i) src += "void f" + std::to_string(i) + "() { undefined_" + std::to_string(i) + "(); }\n";
+  auto out = compiler.compile(request(src));
+  CHECK_FALSE(out.ok);
+  CHECK(out.diagnostics.size() == 20);
+  CHECK(out.diagnostics_dropped > 0);
+  CHECK(out.log_truncated);
+  CHECK(out.log.size() <= 2048);
+}
+
+TEST_CASE("compile: bad requests are outcomes, and nvcc never runs", "[compiler]") {
+  Fixture f;
+  Compiler compiler(f.config);
+  auto bad_flag = request(kGood);
+  bad_flag.flags = {"-Xcompiler", "-fplugin=/tmp/evil.so"};
+  auto out = compiler.compile(bad_flag);
+  CHECK_FALSE(out.ok);
+  REQUIRE(out.diagnostics.size() == 1);
+  CHECK(contains(out.diagnostics[0].message, "flag not allowed"));
+
+  CompileRequest bad_path;
+  bad_path.files = {{"../kernel.cu", kGood}};
+  bad_path.main_file = "../kernel.cu";
+  CHECK_FALSE(compiler.compile(bad_path).ok);
+
+  CompileRequest missing_main;
+  missing_main.files = {{"other.cu", kGood}};
+  out = compiler.compile(missing_main);
+  CHECK_FALSE(out.ok);
+  CHECK(contains(out.log, "main file"));
+  CHECK(compiler.cache_misses() == 0);
+}
+
+TEST_CASE("Compiler: a bad config throws", "[compiler]") {
+  CHECK_THROWS(Compiler(CompilerConfig{}));
+  TempDir dir;
+  CompilerConfig c;
+  c.cache_dir = dir.path() / "c";
+  c.scratch_dir = dir.path() / "s";
+  c.nvcc = "/no/nvcc";
+  CHECK_THROWS(Compiler(c));
+}

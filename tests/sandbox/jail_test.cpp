@@ -1,0 +1,293 @@
+// The jail as a user of run_jailed sees it: exit status, output, deadline, file view, network,
+// limits and the seccomp profiles.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
+#include <iterator>
+
+#include "catch.hpp"
+#include "helpers.hpp"
+#include "sandbox/jail.hpp"
+
+using namespace d2k::sandbox;
+using d2k::sandbox::testing::probe;
+using d2k::sandbox::testing::shell;
+using d2k::sandbox::testing::TempDir;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Host pids whose command line contains `marker`.
+std::vector<int> processes_with(const std::string& marker) {
+  std::vector<int> found;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : cmd)
+      if (c == '\0') c = ' ';
+    if (contains(cmd, marker)) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("jail: exit status and output of a shell", "[jail]") {
+  auto out = run_jailed(shell("echo hello; echo oops >&2; exit 7"));
+  INFO(out.setup_error);
+  REQUIRE(out.started);
+  CHECK(out.exit_status == 7);
+  CHECK(out.signal == 0);
+  CHECK_FALSE(out.timed_out);
+  CHECK(out.output == "hello\noops\n");
+  CHECK(out.output_dropped == 0);
+}
+
+TEST_CASE("jail: the command runs unprivileged as pid 1 with the filter loaded", "[jail]") {
+  auto out = run_jailed(shell("echo pid=$$; id -u; grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; hostname"));
+  REQUIRE(out.started);
+  CHECK(contains(out.output, "pid=1\n"));
+  CHECK_FALSE(contains(out.output, "\n0\n"));  // not root
+  CHECK(contains(out.output, "Seccomp:\t2"));
+  CHECK(contains(out.output, "NoNewPrivs:\t1"));
+  CHECK(contains(out.output, "CapEff:\t0000000000000000"));
+  CHECK(contains(out.output, "d2k-jail"));
+}
+
+TEST_CASE("jail: an output flood is truncated and counted without blocking", "[jail]") {
+  auto spec = shell("yes | head -c 100000000; echo done >&2");
+  spec.max_output_bytes = 4096;
+  auto out = run_jailed(spec);
+  REQUIRE(out.started);
+  CHECK(out.exit_status == 0);
+  CHECK(out.output.size() == 4096);
+  CHECK(out.output_dropped == 100000000u + 5u - 4096u);
+  CHECK(out.output.substr(0, 4) == "y\ny\n");
+}
+
+TEST_CASE("jail: the deadline kills the whole process tree", "[jail]") {
+  const std::string marker = "4242." + std::to_string(getpid());  // a unique sleep length
+  auto spec = shell("sleep " + marker + " & sleep " + marker + " & echo started; wait");
+  spec.deadline = std::chrono::milliseconds(1500);
+  auto out = run_jailed(spec);
+  REQUIRE(out.started);
+  CHECK(out.output == "started\n");
+  CHECK(out.timed_out);
+  CHECK(out.signal == SIGKILL);
+  CHECK(out.seconds >= 1.4);
+  CHECK(out.seconds < 10);
+  CHECK(processes_with("sleep " + marker).empty());
+}
+
+TEST_CASE("jail: allowlisted file view", "[jail][view]") {
+  SECTION("system dirs are read-only, /tmp is private and writable, /dev/zero is absent") {
+    auto out = run_jailed(shell(
+        "touch /usr/x 2>/dev/null && echo usr-writable; touch /etc/x 2>/dev/null && echo etc-writable; "
+        "touch /x 2>/dev/null && echo root-writable; echo t > /tmp/t && cat /tmp/t; "
+        "test -e /dev/zero || echo no-zero; head -c 4 /dev/urandom | wc -c; ls /"));
+    REQUIRE(out.started);
+    CHECK_FALSE(contains(out.output, "writable"));
+    CHECK(contains(out.output, "t\nno-zero\n4\n"));
+    CHECK_FALSE(contains(out.output, "work"));
+    CHECK_FALSE(contains(out.output, "root\n"));
+  }
+  SECTION("the tasks dir and the server's files are not there") {
+    auto out = run_jailed(shell(std::string("ls ") + D2K_TASKS_DIR + " 2>&1; ls " + D2K_SOURCE_DIR + " 2>&1; ls /work 2>&1"));
+    REQUIRE(out.started);
+    CHECK(contains(out.output, "No such file"));
+    CHECK_FALSE(contains(out.output, "CMakeLists.txt"));
+  }
+  SECTION("hidden paths inside a mount are masked; the rest stays visible and writable mounts work") {
+    TempDir dir;  // read-only mounts must be readable by the jail's unprivileged uid
+    std::filesystem::permissions(dir.path(), std::filesystem::perms(0755));
+    dir.write("visible.txt", "seen");
+    dir.write("secret/answer.txt", "42");
+    dir.write("secret.txt", "hidden file");
+    TempDir work;
+    auto spec = shell("cat /data/visible.txt; echo; cat /data/secret/answer.txt 2>&1; ls /data/secret | wc -l; "
+                      "printf '[%s]' \"$(cat /data/secret.txt)\"; echo written > /out/result.txt");
+    spec.mounts = {{dir.path(), "/data", false}, {work.path(), "/out", true}};
+    spec.hidden_paths = {dir.path() / "secret", dir.path() / "secret.txt", "/nonexistent/path"};
+    auto out = run_jailed(spec);
+    INFO(out.setup_error);
+    REQUIRE(out.started);
+    CHECK(contains(out.output, "seen\n"));
+    CHECK_FALSE(contains(out.output, "42"));
+    CHECK(contains(out.output, "[]"));  // the hidden file reads as empty
+    std::ifstream result(work.path() / "result.txt");
+    std::string text;
+    std::getline(result, text);
+    CHECK(text == "written");
+  }
+  SECTION("a hidden path under a system dir is masked too") {
+    auto spec = shell("ls /usr/share/doc 2>/dev/null | wc -l; test -d /usr/bin && echo bin-there");
+    spec.hidden_paths = {"/usr/share/doc"};
+    auto out = run_jailed(spec);
+    REQUIRE(out.started);
+    CHECK(contains(out.output, "bin-there"));
+    CHECK(out.output.substr(0, 2) == "0\n");
+  }
+}
+
+TEST_CASE("jail: setup failures are structured, not crashes", "[jail]") {
+  auto spec = shell("true");
+  spec.argv = {"/nonexistent/binary"};
+  auto out = run_jailed(spec);
+  CHECK_FALSE(out.started);
+  CHECK(contains(out.setup_error, "execve"));
+  CHECK(contains(out.setup_error, "No such file"));
+
+  spec = shell("true");
+  spec.mounts = {{"/definitely/not/here", "/x", false}};
+  out = run_jailed(spec);
+  CHECK_FALSE(out.started);
+  CHECK(contains(out.setup_error, "mount source missing"));
+
+  spec = shell("true");
+  spec.argv = {"relative/sh"};
+  CHECK_FALSE(run_jailed(spec).started);
+
+  spec = shell("true");
+  spec.seccomp = SeccompProfile::runner;
+  out = run_jailed(spec);
+  CHECK_FALSE(out.started);
+  CHECK(contains(out.setup_error, "in-process"));
+}
+
+TEST_CASE("jail: no network in a fresh network namespace", "[jail][net]") {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(listener, 8) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+
+  auto spec = probe({"connect", port});
+  spec.seccomp = SeccompProfile::none;  // the namespace alone must stop it
+  auto out = run_jailed(spec);
+  INFO(out.output << out.setup_error);
+  REQUIRE(out.started);
+  CHECK(out.exit_status == 0);
+  CHECK(contains(out.output, "refused: connect"));
+
+  spec.network = true;  // control: with the host's network the same probe connects
+  out = run_jailed(spec);
+  INFO(out.output);
+  CHECK(out.exit_status == 1);
+  CHECK(contains(out.output, "allowed: connect"));
+  close(listener);
+}
+
+TEST_CASE("jail: RLIMIT_NPROC contains a fork bomb", "[jail][limits]") {
+  auto spec = probe({"forks", "200"});
+  spec.max_processes = 16;
+  auto out = run_jailed(spec);
+  INFO(out.output << out.setup_error);
+  REQUIRE(out.started);
+  CHECK(out.exit_status == 0);
+  CHECK(contains(out.output, "Resource temporarily unavailable"));
+
+  auto bomb = shell("b() { b | b & }; b; wait");
+  bomb.max_processes = 32;
+  bomb.deadline = std::chrono::seconds(3);
+  auto t0 = std::chrono::steady_clock::now();
+  out = run_jailed(bomb);
+  CHECK(out.started);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
+}
+
+TEST_CASE("seccomp compiler profile", "[seccomp]") {
+  SECTION("socket(AF_INET) is denied with EACCES, AF_UNIX works") {
+    auto out = run_jailed(probe({"socket_inet"}));
+    INFO(out.output << out.setup_error);
+    CHECK(out.exit_status == 0);
+    CHECK(contains(out.output, "errno=13"));
+    out = run_jailed(probe({"socket_unix"}));
+    CHECK(out.exit_status == 1);  // allowed
+  }
+  SECTION("ptrace kills the process") {
+    auto out = run_jailed(probe({"ptrace"}));
+    INFO(out.output << out.setup_error);
+    REQUIRE(out.started);
+    CHECK(out.seccomp_killed);
+    CHECK(out.signal == SIGSYS);
+    CHECK_FALSE(out.violation.empty());
+    CHECK(out.output.empty());
+  }
+  SECTION("32-bit and x32 system calls kill the process") {
+    for (const char* what : {"int80", "x32"}) {
+      auto out = run_jailed(probe({what}));
+      INFO(what << ": " << out.output);
+      CHECK(out.seccomp_killed);
+    }
+  }
+  SECTION("unshare and io_uring are refused") {
+    for (const char* what : {"unshare", "io_uring"}) {
+      auto out = run_jailed(probe({what}));
+      INFO(out.output);
+      CHECK(out.exit_status == 0);
+      CHECK(contains(out.output, "errno=1 "));
+    }
+  }
+  SECTION("without a profile the same ptrace is not killed (control)") {
+    auto spec = probe({"ptrace"});
+    spec.seccomp = SeccompProfile::none;
+    auto out = run_jailed(spec);
+    CHECK_FALSE(out.seccomp_killed);
+  }
+}
+
+TEST_CASE("seccomp runner profile, loaded in-process", "[seccomp][runner]") {
+  SECTION("fork is refused") {
+    auto out = run_jailed(probe({"runner_fork"}));
+    INFO(out.output << out.setup_error);
+    CHECK(out.exit_status == 0);
+    CHECK(contains(out.output, "refused: fork errno=1 "));
+  }
+  SECTION("execve kills") {
+    auto out = run_jailed(probe({"runner_exec"}));
+    INFO(out.output << out.setup_error);
+    CHECK(out.seccomp_killed);
+  }
+  SECTION("threads and signals to itself work; signals to others are refused") {
+    auto out = run_jailed(probe({"runner_threads"}));
+    INFO(out.output << out.setup_error);
+    CHECK(out.exit_status == 0);
+  }
+}
+
+TEST_CASE("seccomp: programs build for every profile", "[seccomp]") {
+  CHECK(build_seccomp_program(SeccompProfile::none).empty());
+  CHECK(build_seccomp_program(SeccompProfile::compiler).size() > 10);
+  CHECK(build_seccomp_program(SeccompProfile::runner, {1234, true}).size() >
+        build_seccomp_program(SeccompProfile::compiler).size());
+  CHECK(syscall_name(101) == "syscall 101 (ptrace)");
+}
+
+TEST_CASE("jail: many jails at once, each with its own output and process budget", "[jail][threads]") {
+  std::vector<std::future<JailOutcome>> runs;
+  for (int i = 0; i < 8; ++i) {
+    auto spec = probe({"forks", "6"});  // 6 children each: fits max_processes=8 only per jail
+    spec.max_processes = 8;
+    runs.push_back(std::async(std::launch::async, [spec] { return run_jailed(spec); }));
+  }
+  for (auto& r : runs) {
+    JailOutcome out = r.get();
+    INFO(out.output << out.setup_error << " signal=" << out.signal << " timed_out=" << out.timed_out << " s=" << out.seconds);
+    REQUIRE(out.started);
+    CHECK(out.exit_status == 1);  // all 6 forks succeeded
+    CHECK(contains(out.output, "forked 6"));
+  }
+}
