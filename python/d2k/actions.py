@@ -1,0 +1,77 @@
+"""Builders for the six actions of protocol v1, and one normaliser for user-given actions."""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from .errors import InvalidAction
+
+ACTION_TYPES: tuple[str, ...] = ("write_file", "edit", "patch", "compile", "evaluate", "submit")
+
+# Fields each action type carries on the wire (all strings).
+ACTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "write_file": ("path", "content"),
+    "edit": ("path", "old", "new"),
+    "patch": ("diff",),
+    "compile": (),
+    "evaluate": (),
+    "submit": (),
+}
+
+
+def write_file(path: str, content: str) -> dict[str, Any]:
+    return {"type": "write_file", "path": path, "content": content}
+
+
+def edit(path: str, old: str, new: str) -> dict[str, Any]:
+    return {"type": "edit", "path": path, "old": old, "new": new}
+
+
+def patch(diff: str) -> dict[str, Any]:
+    return {"type": "patch", "diff": diff}
+
+
+def compile() -> dict[str, Any]:  # noqa: A001 - the action's name on the wire
+    return {"type": "compile"}
+
+
+def evaluate() -> dict[str, Any]:
+    return {"type": "evaluate"}
+
+
+def submit() -> dict[str, Any]:
+    return {"type": "submit"}
+
+
+def normalize_action(action: Any) -> dict[str, Any]:
+    """Turns what a user or a policy produced into a wire action map.
+
+    Accepts a map with ``type`` as a name ("edit") or as an index into :data:`ACTION_TYPES`
+    (what ``KernelEnv.action_space.sample()`` gives), or a JSON string of such a map. Keeps only
+    the fields of that type, so a Dict-space sample sends just what its type needs. Raises
+    :class:`InvalidAction` (client side, nothing sent) for anything else.
+    """
+    if isinstance(action, (str, bytes)):
+        try:
+            action = json.loads(action)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidAction(f"action is not valid JSON: {exc}", field="action") from None
+    if not isinstance(action, Mapping):
+        raise InvalidAction(f"action must be a map, got {type(action).__name__}", field="action")
+    kind = action.get("type")
+    if not isinstance(kind, str):
+        try:  # numpy integers from a Discrete space, plain ints
+            index = int(kind)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise InvalidAction("action.type must be a name or an index", field="action.type") from None
+        if not 0 <= index < len(ACTION_TYPES) or isinstance(kind, bool):
+            raise InvalidAction(f"action.type index {index} out of range", field="action.type")
+        kind = ACTION_TYPES[index]
+    if kind not in ACTION_FIELDS:
+        # Unknown names go to the server unchanged: it is the judge of what exists.
+        return {str(k): v for k, v in action.items()}
+    out: dict[str, Any] = {"type": kind}
+    for name in ACTION_FIELDS[kind]:
+        if name in action:
+            out[name] = action[name]  # types are the server's to check (invalid_action)
+    return out
