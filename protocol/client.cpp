@@ -1,5 +1,7 @@
 #include "protocol/client.hpp"
 
+#include <random>
+
 #include "protocol/messages.hpp"
 
 namespace d2k {
@@ -16,7 +18,9 @@ ClientError::ClientError(ErrorCode c, const std::string& message, bool retry, st
 Client::Client(const std::string& endpoint) : Client(endpoint, Options{}) {}
 
 Client::Client(const std::string& endpoint, Options options)
-    : options_(options), socket_(context_, zmq::socket_type::dealer) {
+    : options_(options),
+      socket_(context_, zmq::socket_type::dealer),
+      next_id_((std::random_device{}() % (1u << 30)) * 1024 + 1) {
   socket_.set(zmq::sockopt::linger, 0);
   limits_.max_message_bytes = 256u << 20;  // replies carry whole workspaces and logs
   limits_.max_string_bytes = 64u << 20;

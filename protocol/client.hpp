@@ -58,7 +58,7 @@ class Client {
   Options options_;
   zmq::context_t context_{1};
   zmq::socket_t socket_;
-  std::uint64_t next_id_ = 1;
+  std::uint64_t next_id_;  // starts at a random value: ids of clients sharing a session must not collide
   protocol::Limits limits_;
 };
 

@@ -79,8 +79,9 @@ TEST_CASE("d2k tasks --check passes on the built-in tasks and fails on a broken 
   CHECK(r.status == 0);
   CHECK(r.out.find("vector_add") != std::string::npos);
   auto dir = d2k::test::temp_dir("d2k-badtasks");
-  std::filesystem::create_directories(dir / "broken");
-  std::ofstream(dir / "broken" / "task.json") << "{ not json";
+  std::filesystem::copy(std::filesystem::path(D2K_TASKS_DIR) / "vector_add", dir / "broken",
+                        std::filesystem::copy_options::recursive);
+  std::ofstream(dir / "broken" / "task.json", std::ios::trunc) << "{ not json";
   r = run("tasks --check --tasks " + dir.string());
   CHECK(r.status == 1);
   CHECK(r.out.find("task.json") != std::string::npos);

@@ -219,7 +219,7 @@ TEST_CASE("budgets end episodes with a reason", "[server]") {
   r = c.step(s2, {{"type", "compile"}});
   CHECK(r["observation"]["last"]["error"]["code"] == "budget_exhausted");
 
-  std::string s3 = open_episode(c, 1, {{"wall_seconds", 0.0}});
+  std::string s3 = open_episode(c, 1, {{"wall_seconds", 1e-6}});
   r = c.step(s3, w);
   CHECK(r["truncated"] == true);
   CHECK(r["info"]["end_reason"] == "wall_time");
@@ -307,9 +307,10 @@ TEST_CASE("one action in flight per session: busy, and a retry of the in-flight 
     std::string b = d2k::protocol::encode({{"v", 1}, {"id", id}, {"op", "step"}, {"session", s}, {"action", action}});
     d.send(zmq::buffer(b), zmq::send_flags::none);
   };
-  send(1, {{"type", "compile"}});
-  send(1, {{"type", "compile"}});  // a retry while in flight
-  send(2, {{"type", "write_file"}, {"path", "b.cuh"}, {"content", "x"}});
+  // ids are per session: pick ones the other client of this session has not used
+  send(7001, {{"type", "compile"}});
+  send(7001, {{"type", "compile"}});  // a retry while in flight
+  send(7002, {{"type", "write_file"}, {"path", "b.cuh"}, {"content", "x"}});
   std::map<std::uint64_t, std::vector<Value>> replies;
   for (int i = 0; i < 3; ++i) {
     zmq::message_t m;
@@ -317,12 +318,13 @@ TEST_CASE("one action in flight per session: busy, and a retry of the in-flight 
     Value v = d2k::protocol::decode(std::string_view(static_cast<const char*>(m.data()), m.size()), d2k::protocol::Limits{});
     replies[v["id"].get<std::uint64_t>()].push_back(v);
   }
-  REQUIRE(replies[2].size() == 1);
-  CHECK(replies[2][0]["error"]["code"] == "busy");
-  CHECK(replies[2][0]["error"]["retryable"] == true);
-  REQUIRE(replies[1].size() == 2);
-  CHECK(replies[1][0] == replies[1][1]);
-  CHECK(replies[1][0]["observation"]["last"]["compile"]["ok"] == true);
+  REQUIRE(replies[7002].size() == 1);
+  INFO(replies[7002][0].dump());
+  CHECK(replies[7002][0]["error"]["code"] == "busy");
+  CHECK(replies[7002][0]["error"]["retryable"] == true);
+  REQUIRE(replies[7001].size() == 2);
+  CHECK(replies[7001][0] == replies[7001][1]);
+  CHECK(replies[7001][0]["observation"]["last"]["compile"]["ok"] == true);
   CHECK(c.observe(s)["observation"]["budget"]["compiles_used"] == 1);  // ran once
 }
 
