@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
     auto t0 = steady_clock::now();
     Value r = c.step(s, {{"type", "compile"}});
     cold_ms.push_back(duration<double, std::milli>(steady_clock::now() - t0).count());
-    if (!r["observation"]["last"]["ok"].get<bool>()) std::fprintf(stderr, "cold compile failed\n");
+    if (!r["observation"]["last"]["ok"].get<bool>())
+      std::fprintf(stderr, "cold compile failed: %s\n", r["observation"]["last"].dump().substr(0, 600).c_str());
   }
   for (int i = 0; i < 20; ++i) {
     std::string sid = c.reset("vector_add", 1, 1000 + i, {{"max_compiles", 100}})["session"].get<std::string>();

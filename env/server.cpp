@@ -1,6 +1,7 @@
 #include "env/server.hpp"
 
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -64,6 +65,11 @@ std::string route_key(const Route& route) {
 Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> gpu)
     : config_(std::move(config)), tasks_(std::move(tasks)), gpu_(std::move(gpu)) {
   config_.finalize();
+  // Each open episode holds its log file; many sessions need more than the usual 1024 descriptors.
+  if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, 1u << 16);
+    ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
 
@@ -102,6 +108,18 @@ void Server::bind() {
     throw std::runtime_error("cannot bind " + config_.endpoint + ": " + e.what());
   }
   bound_endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+  if (config_.record || (!config_.events_endpoint.empty() && config_.events_endpoint != "none")) {
+    RecorderConfig rc;
+    if (config_.record) {
+      rc.log_dir = config_.log_dir;
+      rc.catalogue = config_.catalogue;
+    }
+    rc.events_endpoint = config_.events_endpoint == "none"  ? std::string()
+                         : config_.events_endpoint.empty() ? default_events_endpoint(bound_endpoint_)
+                                                           : config_.events_endpoint;
+    rc.server_info = make_server_info(config_, compiler_->toolchain_version(), gpu_info_);
+    recorder_ = std::make_unique<Recorder>(rc);
+  }
 }
 
 void Server::request_stop() {
@@ -157,11 +175,12 @@ void Server::run() {
       last_reap = clock::now();
     }
   }
+  std::vector<std::string> remaining;
   for (auto& [id, session] : sessions_) {
-    if (session.episode) session.episode->end("server_shutdown");
-    ++end_reasons_["server_shutdown"];
+    session.episode->end("server_shutdown");
+    remaining.push_back(id);
   }
-  sessions_.clear();
+  for (const auto& id : remaining) erase_session(id, "server_shutdown");
   compile_pool_->stop();
   for (auto& q : gpu_queues_) q->stop();
 }
@@ -188,7 +207,9 @@ void Server::send(const Route& route, const std::string& bytes) {
 
 void Server::handle(const Route& route, std::string_view payload) {
   ++requests_;
+  const double t_request = unix_now();
   std::optional<std::uint64_t> id;
+  std::optional<protocol::Envelope> parsed;
   Value reply;
   bool deferred = false;
   try {
@@ -197,7 +218,8 @@ void Server::handle(const Route& route, std::string_view payload) {
       auto it = request.find("id");
       if (it != request.end() && it->is_number_unsigned()) id = it->get<std::uint64_t>();
     }
-    protocol::Envelope envelope = protocol::parse_envelope(request);
+    parsed = protocol::parse_envelope(request);
+    const protocol::Envelope& envelope = *parsed;
     if (stopping_) throw Error(ErrorCode::shutting_down, "the server is shutting down");
     // Retries of ops without a session are answered from the global cache.
     if (envelope.op == "reset" || envelope.op == "close") {
@@ -215,10 +237,20 @@ void Server::handle(const Route& route, std::string_view payload) {
       auto bytes = std::make_shared<const std::string>(protocol::encode(reply));
       remember_global(key, bytes);
       send(route, *bytes);
+      record_exchange(envelope, reply, t_request);
       return;
     }
     reply = dispatch(route, envelope, deferred);
-    if (deferred) return;  // the reply goes out when the work lands
+    if (deferred) {  // the reply goes out when the work lands (or a retry was answered from the cache)
+      if (envelope.op == "step")
+        if (auto it = sessions_.find(envelope.body.value("session", "")); it != sessions_.end() &&
+                                                                          it->second.in_flight == envelope.id &&
+                                                                          it->second.in_flight_request.is_null()) {
+          it->second.in_flight_request = envelope.body;
+          it->second.in_flight_t = t_request;
+        }
+      return;
+    }
   } catch (const Error& e) {
     ++errors_;
     reply = protocol::make_error_reply(id, e);
@@ -228,6 +260,26 @@ void Server::handle(const Route& route, std::string_view payload) {
     reply = protocol::make_error_reply(id, Error(ErrorCode::internal, std::string("internal error: ") + e.what()));
   }
   send(route, protocol::encode(reply));
+  if (parsed) record_exchange(*parsed, reply, t_request);
+}
+
+void Server::record_exchange(const protocol::Envelope& request, const Value& reply, double t_request) try {
+  if (request.op == "reset") {
+    if (!recorder_ || !reply.value("ok", false)) return;
+    auto it = sessions_.find(reply.value("session", ""));
+    if (it != sessions_.end()) recorder_->begin(*it->second.episode, request.body, reply, t_request, unix_now());
+    return;
+  }
+  if (request.op != "step" && request.op != "observe" && request.op != "close") return;
+  auto s = request.body.find("session");
+  if (s == request.body.end() || !s->is_string()) return;
+  auto it = sessions_.find(s->get<std::string>());
+  if (it == sessions_.end()) return;
+  if (recorder_) recorder_->record(*it->second.episode, request.body, reply, t_request, unix_now());
+  // A close answered here ends the session once nothing is in flight.
+  if (request.op == "close" && it->second.closing && !it->second.in_flight) erase_session(it->first, "closed");
+} catch (const std::exception& e) {
+  std::cerr << "d2k serve: recording failed: " << e.what() << "\n";  // never the server's end
 }
 
 Value Server::dispatch(const Route& route, const protocol::Envelope& request, bool& deferred) {
@@ -567,6 +619,9 @@ void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Va
   send(route, *bytes);
   for (const auto& w : s.waiters) send(w, *bytes);
   s.waiters.clear();
+  if (recorder_ && !s.in_flight_request.is_null())
+    recorder_->record(*s.episode, s.in_flight_request, reply, s.in_flight_t, unix_now());
+  s.in_flight_request = nullptr;
   if (s.closing) erase_session(session_id, "closed");
 }
 
@@ -583,17 +638,22 @@ Value Server::op_close(const protocol::Envelope& request) {
   ep.end("closed");
   json out = {{"session", id}, {"end_reason", *ep.end_reason()}, {"steps", ep.steps()},
               {"total_reward", ep.total_reward()}};
-  if (s.in_flight) {
-    s.closing = true;  // the action in flight still answers; the session goes when it lands
-  } else {
-    erase_session(id, "closed");
-  }
+  // The session goes once this reply is logged (record_exchange), or, with an action in flight,
+  // when that action's reply lands.
+  s.closing = true;
   return out;
 }
 
 void Server::erase_session(const std::string& id, const std::string& reason) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
+  if (recorder_) {
+    try {
+      recorder_->end(*it->second.episode, reason);
+    } catch (const std::exception& e) {
+      std::cerr << "d2k serve: recorder: " << e.what() << "\n";
+    }
+  }
   ++sessions_ended_;
   ++end_reasons_[reason];
   if (auto g = session_gpu_.find(id); g != session_gpu_.end()) {

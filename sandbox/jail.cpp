@@ -377,13 +377,14 @@ int child_main(void* arg) {
   // The order is the design: see sandbox/README.md.
   static constexpr Ordered kBeforeView[] = {
       {kWaitParent, wait_for_parent}, {kNewSession, new_session}, {kParentDeath, die_with_parent},
-      {kStdio, redirect_stdio},       {kLimits, apply_limits},    {kHostname, set_hostname},
-      {kPrivateMounts, make_mounts_private},
+      {kStdio, redirect_stdio},       {kHostname, set_hostname},  {kPrivateMounts, make_mounts_private},
   };
   static constexpr Ordered kAfterView[] = {
       {kRootReadOnly, make_root_read_only}, {kPivotRoot, enter_root},   {kChdir, change_dir},
       {kDropPrivileges, drop_privileges},   {kParentDeath, die_with_parent}, {kNoNewPrivs, no_new_privs},
-      {kCloseFds, close_inherited_fds},     {kSeccomp, install_seccomp},
+      // Limits after the file view: a server with many descriptors open (one per episode log)
+      // would otherwise hit the jail's open-files limit while building the view.
+      {kCloseFds, close_inherited_fds},     {kLimits, apply_limits},       {kSeccomp, install_seccomp},
   };
   for (const auto& s : kBeforeView)
     if (int err = s.fn(p)) fail(p, s.step, err);
