@@ -41,9 +41,13 @@ struct Config {
   StepRewards step_reward;
   protocol::Limits limits;                           // message, nesting, string and file limits
   std::size_t max_workspace_bytes = 2u << 20;        // all files of one workspace
-  std::size_t reply_cache_per_session = 64;          // retried ids answered from here
+  std::size_t reply_cache_per_session = 16;          // retried ids answered from here
   std::size_t reply_cache_global = 4096;             // for ops without a session
   double compile_deadline_s = 120;                   // wall clock of one nvcc run
+  bool record = true;                                // write episode logs and the catalogue
+  std::filesystem::path log_dir;                     // episode logs; default state_dir/episodes
+  std::filesystem::path catalogue;                   // SQLite index of episodes; default state_dir/catalogue.sqlite
+  std::string events_endpoint;                       // PUB socket for `d2k watch`; default: port+1 / <ipc>.events; "none" = off
 
   // Fills unset paths and derived values (state_dir, compile_workers).
   void finalize();
