@@ -2,6 +2,8 @@
 #include <iostream>
 
 #include "env/cli/commands.hpp"
+#include "env/cli/verify_tasks.hpp"
+#include "env/cli/recording.hpp"
 #include "env/version.hpp"
 
 int main(int argc, char** argv) {
@@ -17,6 +19,12 @@ int main(int argc, char** argv) {
   d2k::cli::add_tasks(app, run);
   d2k::cli::add_play(app, run);
   d2k::cli::add_demo(app, run);
+  d2k::cli::add_verify_tasks(app, run);
+  d2k::cli::add_replay(app, run);
+  d2k::cli::add_episodes(app, run);
+  d2k::cli::add_report(app, run);
+  d2k::cli::add_watch(app, run);
+  d2k::cli::add_export(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -589,7 +589,8 @@ json EvalResult::to_json() const {
           {"phases",
            {{"reference_s", phases.reference_s}, {"wait_ready_s", phases.wait_ready_s},
             {"candidate_s", phases.candidate_s}, {"compare_s", phases.compare_s}, {"total_s", phases.total_s}}},
-          {"runner_output", runner_output}};
+          {"runner_output", runner_output},
+          {"launches_error", launches_error}};
 }
 
 }  // namespace d2k::runner

@@ -345,18 +345,26 @@ json to_json(const LaunchRecord& l) {
 
 LaunchRecord launch_from_json(const json& j) {
   constexpr const char* c = "bad_result";
+  // Every number a non-negative 32-bit integer (nlohmann would wrap a negative one silently).
+  auto u32 = [&](const json& v, const char* what) -> std::uint32_t {
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 0xFFFFFFFFll)
+      bad(c, std::string("launch record field '") + what + "' is not a 32-bit count");
+    return static_cast<std::uint32_t>(v.get<std::int64_t>());
+  };
+  if (!j.is_object()) bad(c, "a launch record must be an object");
   LaunchRecord l;
   l.kernel = get_or<std::string>(j, "kernel", "", c);
   if (l.kernel.size() > 4096) bad(c, "kernel name too long");
-  const auto grid = get<std::vector<std::uint32_t>>(j, "grid", c);
-  const auto block = get<std::vector<std::uint32_t>>(j, "block", c);
-  if (grid.size() != 3 || block.size() != 3) bad(c, "grid and block must have 3 dimensions");
-  l.grid_x = grid[0]; l.grid_y = grid[1]; l.grid_z = grid[2];
-  l.block_x = block[0]; l.block_y = block[1]; l.block_z = block[2];
-  l.registers_per_thread = get<std::uint32_t>(j, "registers_per_thread", c);
-  l.static_shared_bytes = get<std::uint32_t>(j, "static_shared_bytes", c);
-  l.dynamic_shared_bytes = get<std::uint32_t>(j, "dynamic_shared_bytes", c);
-  l.local_bytes_per_thread = get<std::uint32_t>(j, "local_bytes_per_thread", c);
+  const json grid = get<json>(j, "grid", c);
+  const json block = get<json>(j, "block", c);
+  if (!grid.is_array() || !block.is_array() || grid.size() != 3 || block.size() != 3)
+    bad(c, "grid and block must have 3 dimensions");
+  l.grid_x = u32(grid[0], "grid"); l.grid_y = u32(grid[1], "grid"); l.grid_z = u32(grid[2], "grid");
+  l.block_x = u32(block[0], "block"); l.block_y = u32(block[1], "block"); l.block_z = u32(block[2], "block");
+  l.registers_per_thread = u32(get<json>(j, "registers_per_thread", c), "registers_per_thread");
+  l.static_shared_bytes = u32(get<json>(j, "static_shared_bytes", c), "static_shared_bytes");
+  l.dynamic_shared_bytes = u32(get<json>(j, "dynamic_shared_bytes", c), "dynamic_shared_bytes");
+  l.local_bytes_per_thread = u32(get<json>(j, "local_bytes_per_thread", c), "local_bytes_per_thread");
   return l;
 }
 

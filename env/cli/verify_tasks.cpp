@@ -1,0 +1,340 @@
+#include "env/cli/verify_tasks.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "sandbox/compiler.hpp"
+#include "sandbox/runner/evaluator.hpp"
+#include "sandbox/runner/properties.hpp"
+#include "sandbox/runner/verify_report.hpp"
+#include "tasks/loader/task.hpp"
+
+namespace d2k::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using runner::KernelVerdict;
+using runner::TaskVerdict;
+
+struct Options {
+  std::string tasks_dir;
+  std::vector<std::string> only;
+  int seeds = 3;
+  int gpu = 0;
+  std::string results;
+  std::string state;
+};
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n') c = ';';
+  while (!s.empty() && (s.back() == ';' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string tail(const std::string& s, std::size_t n) { return s.size() <= n ? s : "…" + s.substr(s.size() - n); }
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Tools {
+  runner::Evaluator* evaluator = nullptr;
+  sandbox::Compiler* compiler = nullptr;
+  std::optional<fs::path> cuobjdump;
+  runner::DeviceInfo device;
+  double copy_bytes_per_s = 0;
+  int gpu = 0;
+  int seeds = 3;
+};
+
+// One kernel of a task through the agents' path: sandboxed compile with the task's flags, an
+// agent-mode evaluation on every workload, then its design properties on its own code.
+KernelVerdict verify_kernel(const tasks::Task& task, const std::string& label, const fs::path& rel, Tools& tools,
+                            const std::map<std::string, double>& baseline_s) {
+  KernelVerdict k;
+  k.label = label;
+  k.file = rel.string();
+  std::printf("  compiling %s/%s ...\n", task.id.c_str(), k.file.c_str());
+  std::fflush(stdout);
+  sandbox::CompileRequest creq;
+  creq.main_file = task.main_file;
+  creq.flags = task.compile_flags;
+  try {
+    creq.files[task.main_file] = tasks::read_task_file(task.dir, rel);
+  } catch (const std::exception& e) {
+    k.status = "missing";
+    k.message = e.what();
+    return k;
+  }
+  const auto tc = std::chrono::steady_clock::now();
+  const sandbox::CompileOutcome co = tools.compiler->compile(creq);
+  k.compile_s = since(tc);
+  if (!co.ok) {
+    k.status = "compile_error";
+    k.message = one_line(tail(co.log, 600));
+    std::printf("    compile_error: %s\n", k.message.c_str());
+    return k;
+  }
+
+  std::printf("  evaluating %s %s on %zu workloads × %d seeds (agent mode) ...\n", task.id.c_str(), label.c_str(),
+              task.workloads.size(), tools.seeds);
+  std::fflush(stdout);
+  runner::EvalRequest req;
+  req.task = &task;
+  req.so_path = co.artifact;
+  req.workloads = runner::WorkloadSet::all;
+  req.gpu = tools.gpu;
+  req.seeds = tools.seeds;
+  req.timing = true;
+  req.trusted = false;
+  req.record_launches = true;
+  const auto te = std::chrono::steady_clock::now();
+  const runner::EvalResult r = tools.evaluator->evaluate(req);
+  k.evaluate_s = since(te);
+  k.status = r.status;
+  k.message = one_line(r.message);
+  runner::PropertyInputs in;
+  for (const auto& w : r.workloads) {
+    k.correct[w.name] = w.correct;
+    if (w.timing) {
+      k.times[w.name] = w.timing->median_s;
+      k.throttled[w.name] = w.timing->throttled;
+    }
+    runner::MeasuredWorkload m;
+    m.name = w.name;
+    if (w.timing && r.ok()) m.median_s = w.timing->median_s;
+    m.flagged = r.status == "flagged";
+    m.launches = w.launches;
+    in.workloads.push_back(std::move(m));
+  }
+  std::printf("    %s%s%s (%.1f s)\n", r.status.c_str(), k.message.empty() ? "" : ": ", k.message.c_str(), k.evaluate_s);
+  for (const auto& [w, t] : k.times) std::printf("      %-24s %10.1f µs%s\n", w.c_str(), t * 1e6, k.correct[w] ? "" : "  WRONG");
+
+  in.launches_missing = r.launches_error.empty() ? (r.ok() ? "" : "evaluation " + r.status) : r.launches_error;
+  if (!tools.cuobjdump) {
+    in.sass_missing = in.resources_missing = "cuobjdump not found beside nvcc or on PATH";
+  } else {
+    const auto sass = runner::run_cuobjdump(*tools.cuobjdump, "-sass", co.artifact);
+    if (sass.ok) in.sass = runner::parse_sass(sass.text);
+    else in.sass_missing = sass.error;
+    const auto res = runner::run_cuobjdump(*tools.cuobjdump, "-res-usage", co.artifact);
+    if (res.ok) in.resources = runner::parse_res_usage(res.text);
+    else in.resources_missing = res.error;
+  }
+  in.sm_count = tools.device.sm_count;
+  in.peak_dram_bytes_per_s = tools.device.peak_dram_bytes_per_s();
+  in.peak_dram_source = "memory clock × bus width × 2";
+  if (!(in.peak_dram_bytes_per_s > 0) && tools.copy_bytes_per_s > 0) {
+    in.peak_dram_bytes_per_s = tools.copy_bytes_per_s;
+    in.peak_dram_source = "measured copy bandwidth (the device reports no memory clock)";
+  }
+  in.baseline_s = baseline_s;
+  k.properties = runner::check_properties(task, in);
+  for (const auto& p : k.properties)
+    std::printf("      property %-24s %-9s %s\n", p.id.c_str(), std::string(runner::to_string(p.state)).c_str(),
+                p.detail.c_str());
+  std::fflush(stdout);
+  return k;
+}
+
+TaskVerdict verify_task(const tasks::Task& task, Tools& tools) {
+  TaskVerdict v;
+  v.task = task.id;
+  v.title = task.title;
+  for (const auto& w : task.workloads) {
+    v.workloads.push_back(w.name);
+    v.visible[w.name] = w.visible;
+    v.bytes[w.name] = task.bytes_of(w);
+  }
+  std::printf("== %s (%s): %zu workloads (%zu visible), %zu properties\n", task.id.c_str(), task.title.c_str(),
+              task.workloads.size(), task.visible_workloads().size(), task.properties.size());
+  v.kernels.push_back(verify_kernel(task, "baseline", "baseline.cu", tools, {}));
+  const auto baseline_times = v.kernels.front().times;
+  for (int layer = 1; layer <= 3; ++layer)
+    v.kernels.push_back(verify_kernel(task, "L" + std::to_string(layer),
+                                      fs::path("experts") / ("L" + std::to_string(layer) + ".cu"), tools, baseline_times));
+  for (std::size_t i = 1; i < v.kernels.size(); ++i)
+    v.ladder.push_back(runner::ladder_step(v.kernels[i - 1], v.kernels[i]));
+  v.is_memory_bound = runner::memory_bound(task);
+  v.sol = runner::speed_of_light(task, v.kernels.back(), tools.copy_bytes_per_s);
+  runner::derive_checks(v, task, tools.copy_bytes_per_s);
+  return v;
+}
+
+int verify(const Options& o, const std::string& command) {
+  const fs::path root = o.tasks_dir.empty() ? default_tasks_dir() : fs::path(o.tasks_dir);
+  tasks::TaskSet set = tasks::load_tasks(root);
+  for (const auto& e : set.errors) std::printf("NOT LOADED %s: %s\n", e.file.c_str(), e.what());
+  std::vector<const tasks::Task*> chosen;
+  for (const auto& name : o.only) {
+    const tasks::Task* t = set.find(name);
+    if (t == nullptr) {
+      std::fprintf(stderr, "verify-tasks: no task '%s' in %s\n", name.c_str(), root.string().c_str());
+      return 1;
+    }
+    chosen.push_back(t);
+  }
+  if (o.only.empty())
+    for (const auto& t : set.tasks) chosen.push_back(&t);
+  if (chosen.empty()) {
+    std::fprintf(stderr, "verify-tasks: no task to verify in %s\n", root.string().c_str());
+    return 1;
+  }
+  if (o.seeds < 1) {
+    std::fprintf(stderr, "verify-tasks: --seeds must be at least 1\n");
+    return 1;
+  }
+
+  const bool device_nodes = fs::exists("/dev/nvidiactl") || fs::exists("/dev/nvidia0");
+  if (!device_nodes) {
+    std::fprintf(stderr, "verify-tasks needs a GPU; none found (no /dev/nvidia* device)\n");
+    return 2;
+  }
+  const fs::path state = o.state.empty() ? fs::temp_directory_path() / ("d2k-verify-" + std::to_string(getuid()))
+                                         : fs::path(o.state);
+  fs::create_directories(state);
+  const fs::path abs_root = fs::absolute(root);
+
+  runner::EvalConfig ec;
+  ec.state_dir = state / "eval";
+  ec.hidden_paths = {abs_root, state};
+  ec.compiler.cache_dir = state / "trusted-cache";
+  ec.compiler.scratch_dir = state / "trusted-scratch";
+  ec.seeds = o.seeds;
+  ec.agent_pool_size = 1;
+  fs::create_directories(ec.state_dir);
+  fs::create_directories(ec.compiler.cache_dir);
+  fs::create_directories(ec.compiler.scratch_dir);
+  runner::Evaluator evaluator(ec);
+  if (evaluator.gpu_count() == 0) {
+    std::fprintf(stderr, "verify-tasks needs a GPU; none found (%s)\n", evaluator.probe_error().c_str());
+    return 2;
+  }
+  if (o.gpu < 0 || o.gpu >= evaluator.gpu_count()) {
+    std::fprintf(stderr, "verify-tasks: no GPU with index %d (%d found)\n", o.gpu, evaluator.gpu_count());
+    return 1;
+  }
+
+  // The agents' compiler: same fixed flags, same jail, the task folder and state hidden.
+  sandbox::CompilerConfig cc;
+  cc.cache_dir = state / "compile-cache";
+  cc.scratch_dir = state / "scratch";
+  cc.hidden_paths = {abs_root, state};
+  fs::create_directories(cc.cache_dir);
+  fs::create_directories(cc.scratch_dir);
+  sandbox::Compiler compiler(cc);
+
+  Tools tools;
+  tools.evaluator = &evaluator;
+  tools.compiler = &compiler;
+  tools.cuobjdump = runner::find_cuobjdump(cc.nvcc);
+  tools.device = evaluator.gpus()[static_cast<std::size_t>(o.gpu)];
+  tools.gpu = o.gpu;
+  tools.seeds = o.seeds;
+
+  runner::RunHeader h;
+  h.date = now_utc();
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  h.host = host;
+  h.gpu = tools.device.name + " (" + tools.device.pci_bus_id + ", " + std::to_string(tools.device.sm_count) + " SMs, sm_" +
+          std::to_string(tools.device.cc_major) + std::to_string(tools.device.cc_minor) + ")";
+  h.driver = tools.device.driver.empty() ? "unknown (no NVML)" : tools.device.driver;
+  h.cuda_driver = std::to_string(tools.device.cuda_driver_version / 1000) + "." +
+                  std::to_string(tools.device.cuda_driver_version % 1000 / 10);
+  h.toolchain = one_line(compiler.toolchain_version());
+  h.cuobjdump = tools.cuobjdump ? tools.cuobjdump->string() : "missing (sass and res-usage properties unchecked)";
+  h.peak_dram_bytes_per_s = tools.device.peak_dram_bytes_per_s();
+  h.seeds = o.seeds;
+  h.command = command;
+  std::printf("verify-tasks on %s, driver %s, %s\n", h.gpu.c_str(), h.driver.c_str(), h.toolchain.c_str());
+  std::printf("cuobjdump: %s\n", h.cuobjdump.c_str());
+  std::printf("measuring the device-to-device copy bandwidth ...\n");
+  std::fflush(stdout);
+  const runner::CopyBandwidth bw = evaluator.measure_copy_bandwidth(o.gpu);
+  if (bw.ok) {
+    tools.copy_bytes_per_s = bw.bytes_per_s;
+    h.copy_bytes_per_s = bw.bytes_per_s;
+    h.copy_bytes = bw.copy_bytes;
+    h.copy_samples = bw.samples;
+    std::printf("  copy bandwidth: %.0f GB/s (read + write; %.2f GiB copies, median of %d: %.3f ms); peak (clock × bus × 2): %.0f GB/s\n",
+                bw.bytes_per_s / 1e9, static_cast<double>(bw.copy_bytes) / (1 << 30), bw.samples, bw.median_s * 1e3,
+                h.peak_dram_bytes_per_s / 1e9);
+  } else {
+    h.copy_error = bw.error;
+    std::printf("  copy bandwidth NOT measured: %s\n", bw.error.c_str());
+  }
+
+  std::vector<TaskVerdict> verdicts;
+  for (const tasks::Task* t : chosen) {
+    verdicts.push_back(verify_task(*t, tools));
+    std::printf("  %s: %s\n", t->id.c_str(), verdicts.back().passed() ? "PASS" : "FAIL");
+    std::fflush(stdout);
+  }
+
+  const fs::path results = o.results.empty() ? root / "RESULTS.md" : fs::path(o.results);
+  const std::string report = runner::render_markdown(h, verdicts);
+  // The whole report on stdout too: a log of the run carries it even when the file stays behind.
+  std::printf("\n======== %s ========\n%s======== end of %s ========\n\n", results.filename().string().c_str(),
+              report.c_str(), results.filename().string().c_str());
+  {
+    std::ofstream out(results, std::ios::binary | std::ios::trunc);
+    out << report;
+    if (!out) {
+      std::fprintf(stderr, "verify-tasks: cannot write %s\n", results.string().c_str());
+      return 1;
+    }
+  }
+  int failed = 0;
+  for (const auto& v : verdicts) {
+    std::printf("%-24s %s\n", v.task.c_str(), v.passed() ? "PASS" : "FAIL");
+    for (const auto& c : v.checks)
+      if (!c.passed) std::printf("    FAIL %s: %s\n", c.name.c_str(), c.detail.c_str());
+    failed += v.passed() ? 0 : 1;
+  }
+  std::printf("wrote %s; %zu task(s), %d failed\n", results.string().c_str(), verdicts.size(), failed);
+  return failed == 0 && bw.ok ? 0 : 1;
+}
+
+}  // namespace
+
+void add_verify_tasks(CLI::App& app, Runner& run) {
+  auto* cmd = app.add_subcommand(
+      "verify-tasks",
+      "On a GPU machine: compile and evaluate every task's baseline and experts through the agents' sandboxed path, "
+      "check correctness, the L1<L2<L3 ladder, the speed of light and the design properties; write tasks/RESULTS.md. "
+      "Exit 1 on any failed check, 2 without a GPU");
+  auto o = std::make_shared<Options>();
+  cmd->add_option("--tasks", o->tasks_dir, "Tasks folder (default: the built-in tasks)");
+  cmd->add_option("--task", o->only, "Verify only this task (repeatable)");
+  cmd->add_option("--seeds", o->seeds, "Input seeds per workload for correctness (default 3)")->check(CLI::Range(1, 100));
+  cmd->add_option("--gpu", o->gpu, "GPU index (PCI bus order; default 0)");
+  cmd->add_option("--results", o->results, "Markdown report to write (default: <tasks>/RESULTS.md)");
+  cmd->add_option("--state", o->state, "Scratch and cache folder (default: $TMPDIR/d2k-verify-<uid>)");
+  cmd->callback([&run, o, cmd] {
+    std::string command = "d2k verify-tasks";
+    for (const auto& a : cmd->remaining()) command += " " + a;
+    if (!o->tasks_dir.empty()) command += " --tasks " + o->tasks_dir;
+    for (const auto& t : o->only) command += " --task " + t;
+    command += " --seeds " + std::to_string(o->seeds);
+    run = [o, command] { return verify(*o, command); };
+  });
+}
+
+}  // namespace d2k::cli

@@ -1,0 +1,102 @@
+// What `d2k verify-tasks` proves about a task, as data: per-kernel results (baseline, L1..L3),
+// the speed ladder, L3 against the speed of light (measured copy bandwidth), the design
+// properties, and the Markdown report (tasks/RESULTS.md). Pure arithmetic and text: testable on
+// a CPU; the command (env/cli/verify_tasks.cpp) fills it from real evaluations.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sandbox/runner/properties.hpp"
+#include "tasks/loader/task.hpp"
+
+namespace d2k::runner {
+
+inline constexpr double kLadderMinRatio = 1.05;     // each layer at least 5 % faster (geomean)
+inline constexpr double kSolTarget = 0.75;          // L3 vs copy bandwidth on large workloads
+inline constexpr double kLargeBytes = 256.0 * (1 << 20);  // "large": ≥ 256 MiB of traffic per call
+inline constexpr double kMemoryBoundIntensity = 4.0;      // flops per byte at or below: memory-bound
+
+struct KernelVerdict {
+  std::string label;                         // baseline, L1, L2, L3
+  std::string file;                          // task-relative path
+  std::string status;                        // ok | compile_error | incorrect | runtime_error | ...
+  std::string message;
+  std::map<std::string, double> times;       // workload → median seconds (timed workloads)
+  std::map<std::string, bool> correct;       // workload → correct on every seed
+  std::map<std::string, bool> throttled;     // workload → SM clock throttled while timed
+  std::vector<PropertyResult> properties;    // in task.properties order (empty: not evaluated)
+  double compile_s = 0, evaluate_s = 0;
+  bool ok() const { return status == "ok"; }
+};
+
+struct LadderStep {
+  std::string slower, faster;
+  double ratio = 0;                          // geomean over shared workloads of t_slower / t_faster
+  int workloads = 0;
+  double min_ratio = kLadderMinRatio;
+  bool passed = false;
+  std::string detail;
+};
+// Geometric mean of slower/faster over the workloads both timed; passed when ≥ min_ratio.
+LadderStep ladder_step(const KernelVerdict& slower, const KernelVerdict& faster, double min_ratio = kLadderMinRatio);
+
+struct SolRow {
+  std::string workload;
+  double bytes = 0;                          // task bytes(w): minimum DRAM traffic
+  double time_s = 0;
+  double achieved_bytes_per_s = 0;
+  double fraction = 0;                       // of the measured copy bandwidth
+  bool large = false;
+  bool passed = true;                        // only large workloads can fail
+  std::string why;                           // for a shortfall: the likely cause
+};
+// flops(w)/bytes(w) ≤ kMemoryBoundIntensity on every workload.
+bool memory_bound(const tasks::Task& task);
+std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,
+                                   double large_bytes = kLargeBytes, double target = kSolTarget);
+
+struct Check {
+  std::string name;
+  bool passed = false;
+  std::string detail;
+};
+
+struct TaskVerdict {
+  std::string task, title;
+  std::vector<KernelVerdict> kernels;        // baseline, L1, L2, L3 (in that order)
+  std::vector<LadderStep> ladder;
+  bool is_memory_bound = false;
+  std::vector<SolRow> sol;
+  std::vector<Check> checks;
+  std::vector<std::string> workloads;        // every workload of the task, in task order
+  std::map<std::string, bool> visible;
+  std::map<std::string, double> bytes;
+  bool passed() const;
+};
+
+// Correctness, ladder, speed of light and property checks from kernels/ladder/sol (fills
+// verdict.checks). Properties: each expert Lk must show every property of layers ≤ k (holds),
+// and every property new at layer k must be absent (fails) on the L(k−1) expert (the baseline
+// for k = 1); unknown or unchecked is never a pass.
+void derive_checks(TaskVerdict& verdict, const tasks::Task& task, double copy_bytes_per_s);
+
+struct RunHeader {
+  std::string date;                          // ISO 8601, UTC
+  std::string host;
+  std::string gpu, driver, cuda_driver, toolchain;
+  std::string cuobjdump;                     // path or "missing"
+  double copy_bytes_per_s = 0;               // 0: not measured (copy_error says why)
+  std::string copy_error;
+  std::uint64_t copy_bytes = 0;
+  int copy_samples = 0;
+  double peak_dram_bytes_per_s = 0;
+  int seeds = 0;
+  std::string command;
+};
+
+std::string render_task_markdown(const TaskVerdict& verdict);
+std::string render_markdown(const RunHeader& header, const std::vector<TaskVerdict>& verdicts);
+
+}  // namespace d2k::runner

@@ -1,0 +1,399 @@
+// CPU tests of what `d2k verify-tasks` computes: design properties from captured cuobjdump output
+// of the vector_add experts (tests/verify/fixtures, made with nvcc -arch=sm_90 and cuobjdump 13),
+// launch records and timings; the ladder and speed-of-light arithmetic; the RESULTS.md text.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "catch.hpp"
+#include "sandbox/runner/evaluator.hpp"
+#include "sandbox/runner/properties.hpp"
+#include "sandbox/runner/verify_report.hpp"
+#include "tasks/loader/task.hpp"
+
+using namespace d2k;
+using runner::PropertyState;
+
+namespace {
+
+// Relative closeness (Catch's Approx is spelled differently in v2 and v3).
+bool near(double a, double b) { return std::fabs(a - b) <= 1e-5 * std::max(1.0, std::fabs(b)); }
+
+std::string fixture(const std::string& name) {
+  std::ifstream in(std::filesystem::path(D2K_SOURCE_DIR) / "tests" / "verify" / "fixtures" / name);
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// vector_add plus a hygiene property that no layer of its ladder can introduce (L2 already has no
+// local memory), so the derived checks have a failure to find.
+const tasks::Task& vector_add() {
+  static const tasks::Task t = [] {
+    tasks::Task task = tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "vector_add");
+    tasks::Property p;
+    p.id = "no_local_memory";
+    p.title = "No local memory (no register spills)";
+    p.layer = 3;
+    p.check = {{"kind", "resource"}, {"metric", "local_bytes_per_thread"}, {"op", "=="}, {"value", 0}};
+    task.properties.push_back(p);
+    return task;
+  }();
+  return t;
+}
+
+const tasks::Property& prop(const std::string& id) {
+  for (const auto& p : vector_add().properties)
+    if (p.id == id) return p;
+  FAIL("vector_add has no property " << id);
+  throw std::logic_error("unreachable");
+}
+
+runner::PropertyInputs with_sass(const std::string& file) {
+  runner::PropertyInputs in;
+  in.sass = runner::parse_sass(fixture(file));
+  return in;
+}
+
+runner::LaunchRecord launch(std::uint32_t grid, std::uint32_t block = 256) {
+  runner::LaunchRecord l;
+  l.kernel = "k";
+  l.grid_x = grid;
+  l.grid_y = l.grid_z = 1;
+  l.block_x = block;
+  l.block_y = l.block_z = 1;
+  l.registers_per_thread = 32;
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("SASS opcodes are read per function, predicates and encodings skipped", "[verify][properties]") {
+  const auto fns = runner::parse_sass(fixture("vector_add_L3.sass"));
+  REQUIRE(fns.size() == 2);
+  CHECK(fns[0].name.find("vector_add_scalar") != std::string::npos);
+  CHECK(fns[1].name.find("vector_add_vec4") != std::string::npos);
+  std::size_t ldg128 = 0, exits = 0;
+  for (const auto& f : fns)
+    for (const auto& op : f.opcodes) {
+      CHECK(op.find("/*") == std::string::npos);
+      CHECK(op.front() != '@');
+      CHECK(op.back() != ';');
+      ldg128 += op == "LDG.E.EF.128";
+      exits += op == "EXIT";
+    }
+  CHECK(ldg128 == 6);
+  CHECK(exits >= 2);  // "@P0 EXIT" lines count as EXIT
+  CHECK(runner::parse_sass("no disassembly here\n/* 0x000fe200 */\n").empty());
+}
+
+TEST_CASE("sass properties: 128-bit accesses hold on L3 and fail on L2", "[verify][properties]") {
+  const auto& task = vector_add();
+  const auto l3 = with_sass("vector_add_L3.sass");
+  const auto l2 = with_sass("vector_add_L2.sass");
+  auto r = runner::check_property(task, prop("vector_loads"), l3);
+  CHECK(r.state == PropertyState::holds);
+  CHECK(r.detail.find("6 matching") != std::string::npos);
+  CHECK(runner::check_property(task, prop("vector_stores"), l3).state == PropertyState::holds);
+  CHECK(runner::check_property(task, prop("vector_loads"), l2).state == PropertyState::fails);
+  CHECK(runner::check_property(task, prop("vector_stores"), l2).state == PropertyState::fails);
+
+  tasks::Property p = prop("vector_loads");
+  p.check["min_count"] = 7;  // six 128-bit loads in the L3 object: seven are not there
+  CHECK(runner::check_property(task, p, l3).state == PropertyState::fails);
+  p.check["expect"] = "absent";
+  CHECK(runner::check_property(task, p, l3).state == PropertyState::fails);
+  CHECK(runner::check_property(task, p, l2).state == PropertyState::holds);
+
+  runner::PropertyInputs none;
+  none.sass_missing = "cuobjdump not found";
+  r = runner::check_property(task, prop("vector_loads"), none);
+  CHECK(r.state == PropertyState::unchecked);
+  CHECK(r.detail.find("cuobjdump not found") != std::string::npos);
+}
+
+TEST_CASE("resource usage is parsed; stack frames count as local memory", "[verify][properties]") {
+  const auto l3 = runner::parse_res_usage(fixture("vector_add_L3.res"));
+  REQUIRE(l3.size() == 2);
+  CHECK(l3[0].registers == 14);
+  CHECK(l3[1].registers == 29);
+  CHECK(l3[1].stack_bytes == 0);
+  const auto spill = runner::parse_res_usage(fixture("local_array.res"));
+  REQUIRE(spill.size() == 1);
+  CHECK(spill[0].name == "local_array");
+  CHECK(spill[0].stack_bytes == 256);
+
+  const auto& task = vector_add();
+  runner::PropertyInputs in;
+  in.workloads.push_back({"pow2_64m", 1e-4, false, std::nullopt});
+  in.launches_missing = "CUPTI not found";
+  in.resources = l3;
+  auto r = runner::check_property(task, prop("no_local_memory"), in);
+  CHECK(r.state == PropertyState::holds);
+  CHECK(r.detail.find("CUPTI not found") != std::string::npos);
+  in.resources = spill;
+  r = runner::check_property(task, prop("no_local_memory"), in);
+  CHECK(r.state == PropertyState::fails);
+  CHECK(r.detail.find("256 in local_array") != std::string::npos);
+  // Launch geometry cannot come from the object file.
+  CHECK(runner::check_property(task, prop("grid_sized_to_machine"), in).state == PropertyState::unchecked);
+}
+
+TEST_CASE("resource properties from launch records", "[verify][properties]") {
+  const auto& task = vector_add();
+  runner::PropertyInputs in;
+  in.sm_count = 132;
+  // Grid-stride: 132 SMs × 8 blocks on the large workloads; the filter ignores odd_1m.
+  in.workloads.push_back({"odd_1m", 1e-5, false, std::vector<runner::LaunchRecord>{launch(3907)}});
+  in.workloads.push_back({"pow2_64m", 2e-4, false, std::vector<runner::LaunchRecord>{launch(1056)}});
+  in.workloads.push_back({"odd_48m", 1.5e-4, false, std::vector<runner::LaunchRecord>{launch(1056)}});
+  auto r = runner::check_property(task, prop("grid_sized_to_machine"), in);
+  CHECK(r.state == PropertyState::holds);
+  // One block per 256 elements of 64 Mi elements: 262144 blocks, 1985.9 per SM.
+  in.workloads[1].launches = std::vector<runner::LaunchRecord>{launch(262144)};
+  r = runner::check_property(task, prop("grid_sized_to_machine"), in);
+  CHECK(r.state == PropertyState::fails);
+  CHECK(r.detail.find("pow2_64m") != std::string::npos);
+  // Every launch counts: a second, well-sized launch does not hide the first.
+  in.workloads[1].launches = std::vector<runner::LaunchRecord>{launch(1056), launch(262144)};
+  CHECK(runner::check_property(task, prop("grid_sized_to_machine"), in).state == PropertyState::fails);
+
+  tasks::Property launches = prop("grid_sized_to_machine");
+  launches.check["metric"] = "launches";
+  launches.check["op"] = "==";
+  launches.check["value"] = 1;
+  CHECK(runner::check_property(task, launches, in).state == PropertyState::fails);  // 2 on pow2_64m
+  in.workloads[1].launches = std::vector<runner::LaunchRecord>{launch(1056)};
+  CHECK(runner::check_property(task, launches, in).state == PropertyState::holds);
+
+  // Launch records win over res-usage for registers.
+  tasks::Property regs = prop("no_local_memory");
+  regs.check["metric"] = "registers_per_thread";
+  regs.check["op"] = "<=";
+  regs.check["value"] = 31;
+  CHECK(runner::check_property(task, regs, in).state == PropertyState::fails);  // 32 in every record
+  regs.check["value"] = 32;
+  CHECK(runner::check_property(task, regs, in).state == PropertyState::holds);
+
+  runner::PropertyInputs nothing;  // none of the property's workloads evaluated
+  nothing.workloads.push_back({"odd_1m", 1e-5, false, std::vector<runner::LaunchRecord>{launch(4)}});
+  CHECK(runner::check_property(task, prop("grid_sized_to_machine"), nothing).state == PropertyState::unknown);
+}
+
+TEST_CASE("measured properties: bandwidth fraction, flags, missing peaks", "[verify][properties]") {
+  const auto& task = vector_add();
+  runner::PropertyInputs in;
+  in.peak_dram_bytes_per_s = 4.8e12;
+  in.peak_dram_source = "test";
+  // pow2_64m moves 12 × 67108864 bytes: at 200 µs that is 4.03 TB/s, 83.9 % of 4.8 TB/s.
+  in.workloads.push_back({"pow2_64m", 200e-6, false, std::nullopt});
+  auto r = runner::check_property(task, prop("coalesced_single_pass"), in);
+  CHECK(r.state == PropertyState::holds);
+  CHECK(r.detail.find("pow2_64m 0.839") != std::string::npos);
+  in.workloads.push_back({"odd_48m", 5e-3, false, std::nullopt});  // the chunked baseline's pace
+  CHECK(runner::check_property(task, prop("coalesced_single_pass"), in).state == PropertyState::fails);
+  in.workloads[1].flagged = true;
+  CHECK(runner::check_property(task, prop("coalesced_single_pass"), in).state == PropertyState::unknown);
+  in.workloads[1].flagged = false;
+  in.peak_dram_bytes_per_s = 0;
+  CHECK(runner::check_property(task, prop("coalesced_single_pass"), in).state == PropertyState::unchecked);
+
+  tasks::Property speedup = prop("coalesced_single_pass");
+  speedup.check["metric"] = "speedup_over_baseline";
+  speedup.check["value"] = 10;
+  in.baseline_s = {{"pow2_64m", 5e-3}, {"odd_48m", 4e-3}};
+  in.workloads[1].median_s = 150e-6;
+  CHECK(runner::check_property(task, speedup, in).state == PropertyState::holds);  // 25× and 26.7×
+  speedup.check["metric"] = "flops_fraction";
+  CHECK(runner::check_property(task, speedup, in).state == PropertyState::unchecked);
+
+  CHECK(runner::compare_op(1, "<=", 1));
+  CHECK_FALSE(runner::compare_op(1, "<", 1));
+  CHECK(runner::compare_op(2, "!=", 1));
+  CHECK_FALSE(runner::compare_op(1, "~", 1));
+}
+
+TEST_CASE("ladder steps are geometric means over shared workloads", "[verify][ladder]") {
+  runner::KernelVerdict a, b;
+  a.label = "L1";
+  b.label = "L2";
+  a.status = b.status = "ok";
+  a.times = {{"x", 4e-3}, {"y", 1e-3}, {"z", 1.0}};
+  b.times = {{"x", 1e-3}, {"y", 1e-3}};  // z not timed for b: left out
+  auto s = runner::ladder_step(a, b);
+  CHECK(s.workloads == 2);
+  CHECK(near(s.ratio, 2.0));
+  CHECK(s.passed);
+  b.times = {{"x", 4e-3 / 1.04}, {"y", 1e-3 / 1.04}};
+  s = runner::ladder_step(a, b);
+  CHECK(near(s.ratio, 1.04));
+  CHECK_FALSE(s.passed);  // below 1.05
+  b.times = {{"x", 4e-3 / 1.06}, {"y", 1e-3 / 1.06}};
+  CHECK(runner::ladder_step(a, b).passed);
+  b.status = "incorrect";
+  s = runner::ladder_step(a, b);
+  CHECK_FALSE(s.passed);
+  CHECK(s.detail.find("L2 incorrect") != std::string::npos);
+}
+
+TEST_CASE("speed of light against the copy bandwidth, large workloads only", "[verify][sol]") {
+  const auto& task = vector_add();
+  CHECK(runner::memory_bound(task));
+  runner::KernelVerdict l3;
+  l3.label = "L3";
+  l3.status = "ok";
+  const double copy = 4.3e12;
+  // pow2_64m: 805306368 B in 230 µs = 3.50 TB/s = 81.4 %; odd_48m at 60 % falls short.
+  l3.times = {{"pow2_64m", 230e-6}, {"odd_48m", 603979812.0 / (0.6 * copy)}, {"odd_1m", 12e-6}, {"single", 3e-6}};
+  const auto rows = runner::speed_of_light(task, l3, copy);
+  REQUIRE(rows.size() == task.workloads.size());
+  for (const auto& r : rows) {
+    if (r.workload == "pow2_64m") {
+      CHECK(r.large);
+      CHECK(near(r.fraction, 805306368.0 / 230e-6 / copy));
+      CHECK(r.passed);
+    } else if (r.workload == "odd_48m") {
+      CHECK(r.large);
+      CHECK(near(r.fraction, 0.6));
+      CHECK_FALSE(r.passed);
+      CHECK_FALSE(r.why.empty());
+    } else if (r.workload == "odd_1m" || r.workload == "single") {
+      CHECK_FALSE(r.large);
+      CHECK(r.passed);  // small workloads are reported, never failed
+    } else {
+      CHECK_FALSE(r.passed);  // pow2_64m_plus_7: large but not timed
+      CHECK(r.why == "L3 not timed on it");
+    }
+  }
+}
+
+TEST_CASE("checks and RESULTS.md for a task", "[verify][report]") {
+  const auto& task = vector_add();
+  runner::TaskVerdict v;
+  v.task = task.id;
+  v.title = task.title;
+  for (const auto& w : task.workloads) {
+    v.workloads.push_back(w.name);
+    v.visible[w.name] = w.visible;
+    v.bytes[w.name] = task.bytes_of(w);
+  }
+  const char* labels[] = {"baseline", "L1", "L2", "L3"};
+  const double pace[] = {0.15e12, 3.0e12, 3.4e12, 3.9e12};  // bytes/s of each kernel
+  const char* sass[] = {"vector_add_L2.sass", "vector_add_L2.sass", "vector_add_L2.sass", "vector_add_L3.sass"};
+  const std::uint32_t grid[] = {1024, 262144, 1056, 1056};
+  for (int k = 0; k < 4; ++k) {
+    runner::KernelVerdict kv;
+    kv.label = labels[k];
+    kv.file = k == 0 ? "baseline.cu" : std::string("experts/") + labels[k] + ".cu";
+    kv.status = "ok";
+    runner::PropertyInputs in = with_sass(sass[k]);
+    in.resources = runner::parse_res_usage(fixture("vector_add_L3.res"));
+    in.sm_count = 132;
+    in.peak_dram_bytes_per_s = 4.8e12;
+    for (const auto& w : task.workloads) {
+      const double t = task.bytes_of(w) / pace[k];
+      kv.times[w.name] = t;
+      kv.correct[w.name] = true;
+      in.workloads.push_back({w.name, t, false, std::vector<runner::LaunchRecord>{launch(grid[k])}});
+    }
+    kv.properties = runner::check_properties(task, in);
+    v.kernels.push_back(kv);
+  }
+  for (int k = 1; k < 4; ++k) v.ladder.push_back(runner::ladder_step(v.kernels[k - 1], v.kernels[k]));
+  v.is_memory_bound = runner::memory_bound(task);
+  v.sol = runner::speed_of_light(task, v.kernels.back(), 4.3e12);
+  runner::derive_checks(v, task, 4.3e12);
+
+  auto check = [&](const std::string& name) -> const runner::Check& {
+    for (const auto& c : v.checks)
+      if (c.name == name) return c;
+    FAIL("no check " << name);
+    throw std::logic_error("unreachable");
+  };
+  CHECK(check("correct: L3").passed);
+  CHECK(check("ladder: L2 → L3").passed);
+  CHECK(check("speed of light: L3 ≥ 75% of copy bandwidth on large workloads").passed);  // 3.9/4.3 = 90.7 %
+  CHECK(check("property on L3: vector_loads (L3) holds").passed);
+  CHECK(check("property new at L3: vector_loads absent on L2").passed);
+  CHECK(check("property new at L2: grid_sized_to_machine absent on L1").passed);
+  CHECK(check("property new at L1: coalesced_single_pass absent on baseline").passed);
+  // The L2 kernel has no local memory either: a property new at L3 that L2 already shows.
+  CHECK_FALSE(check("property new at L3: no_local_memory absent on L2").passed);
+  CHECK_FALSE(v.passed());
+
+  runner::RunHeader h;
+  h.date = "2026-12-01T01:02:03Z";
+  h.host = "gpu-host";
+  h.gpu = "NVIDIA H200 (0000:00:05.0, 132 SMs, sm_90)";
+  h.driver = "580.159.04";
+  h.cuda_driver = "13.0";
+  h.toolchain = "Cuda compilation tools, release 13.0, V13.0.88";
+  h.cuobjdump = "/usr/local/cuda/bin/cuobjdump";
+  h.copy_bytes_per_s = 4.3e12;
+  h.copy_bytes = 2ull << 30;
+  h.copy_samples = 15;
+  h.seeds = 3;
+  h.command = "d2k verify-tasks --seeds 3";
+  const std::string md = runner::render_markdown(h, {v});
+  CHECK(md.find("| GPU | NVIDIA H200 (0000:00:05.0, 132 SMs, sm_90) |") != std::string::npos);
+  CHECK(md.find("| driver | 580.159.04 (CUDA 13.0) |") != std::string::npos);
+  CHECK(md.find("| date | 2026-12-01T01:02:03Z |") != std::string::npos);
+  CHECK(md.find("| copy bandwidth (D2D, read + write) | 4300 GB/s (cudaMemcpyAsync of 2.0 GiB, median of 15) |") !=
+        std::string::npos);
+  CHECK(md.find("## vector_add — Vector addition: **FAIL**") != std::string::npos);
+  CHECK(md.find("| vector_loads | L3 | sass | fails | fails | fails | holds |") != std::string::npos);
+  CHECK(md.find("| no_local_memory | L3 | resource | holds | holds | holds | holds |") != std::string::npos);
+  CHECK(md.find("| grid_sized_to_machine | L2 | resource | holds | fails | holds | holds |") != std::string::npos);
+  CHECK(md.find("| L1 → L2 | 1.133× | 5 | PASS |") != std::string::npos);
+  CHECK(md.find("| property new at L3: no_local_memory absent on L2 | FAIL |") != std::string::npos);
+  // pow2_64m: 805306368 bytes at 3.9 TB/s = 206.5 µs for L3.
+  CHECK(md.find("| pow2_64m | yes | 805306368 | 5368.7 | 268.4 | 236.9 | 206.5 | 90.7 |") != std::string::npos);
+  CHECK(md.find("| result | FAIL (1 task(s)) |") != std::string::npos);
+}
+
+TEST_CASE("launch records travel on the runner's wire and are validated", "[verify][wire]") {
+  runner::RunnerResult r;
+  runner::WorkloadResult w;
+  w.name = "pow2_64m";
+  runner::LaunchRecord l = launch(1056, 256);
+  l.grid_y = 2;
+  l.local_bytes_per_thread = 16;
+  w.launches = std::vector<runner::LaunchRecord>{l};
+  r.workloads.push_back(w);
+  r.launches_error = "";
+  const auto back = runner::result_from_json(runner::to_json(r));
+  REQUIRE(back.workloads.size() == 1);
+  REQUIRE(back.workloads[0].launches);
+  REQUIRE(back.workloads[0].launches->size() == 1);
+  const auto& b = back.workloads[0].launches->front();
+  CHECK(b.grid_blocks() == 2112);
+  CHECK(b.block_threads() == 256);
+  CHECK(b.local_bytes_per_thread == 16);
+
+  auto j = runner::to_json(r);
+  j["workloads"][0]["launches"][0]["grid"] = {1, 2};
+  CHECK_THROWS_AS(runner::result_from_json(j), runner::WireError);
+  j = runner::to_json(r);
+  j["workloads"][0]["launches"][0]["registers_per_thread"] = -1;
+  CHECK_THROWS_AS(runner::result_from_json(j), runner::WireError);
+  j = runner::to_json(r);
+  j["workloads"][0]["launches"] = nlohmann::json::array();
+  for (std::size_t i = 0; i <= runner::kMaxLaunchRecords; ++i) j["workloads"][0]["launches"].push_back(runner::to_json(l));
+  CHECK_THROWS_AS(runner::result_from_json(j), runner::WireError);
+
+  runner::Job job = runner::make_job(vector_add(), vector_add().visible_workloads(), {1}, "/x.so", runner::TimingSpec{});
+  CHECK_FALSE(runner::job_from_json(runner::to_json(job)).record_launches);
+  job.record_launches = true;
+  CHECK(runner::job_from_json(runner::to_json(job)).record_launches);
+
+  runner::DeviceInfo d;
+  d.name = "H200";
+  d.memory_clock_khz = 3201000;
+  d.memory_bus_bits = 5120;
+  const auto dd = runner::device_from_json(runner::to_json(d));
+  CHECK(near(dd.peak_dram_bytes_per_s(), 2.0 * 3201000e3 * 640));
+}
