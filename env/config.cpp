@@ -19,6 +19,8 @@ void Config::finalize() {
     else
       state_dir = "/tmp/d2k-" + std::to_string(::getuid());
   }
+  if (log_dir.empty()) log_dir = state_dir / "episodes";
+  if (catalogue.empty()) catalogue = state_dir / "catalogue.sqlite";
   if (compile_workers == 0) compile_workers = std::max(1u, std::thread::hardware_concurrency());
 }
 
@@ -77,7 +79,11 @@ json Config::to_json() const {
           {"max_workspace_bytes", max_workspace_bytes},
           {"reply_cache_per_session", reply_cache_per_session},
           {"reply_cache_global", reply_cache_global},
-          {"compile_deadline_s", compile_deadline_s}};
+          {"compile_deadline_s", compile_deadline_s},
+          {"record", record},
+          {"log_dir", log_dir.string()},
+          {"catalogue", catalogue.string()},
+          {"events_endpoint", events_endpoint}};
 }
 
 Config Config::from_json(const json& j) {
@@ -85,7 +91,8 @@ Config Config::from_json(const json& j) {
   check_keys(j,
              {"endpoint", "tasks_dir", "state_dir", "max_sessions", "idle_timeout_s", "compile_workers",
               "shutdown_grace_s", "default_budget", "max_budget", "reward", "step_reward", "max_workspace_bytes",
-              "reply_cache_per_session", "reply_cache_global", "compile_deadline_s"},
+              "reply_cache_per_session", "reply_cache_global", "compile_deadline_s", "record", "log_dir",
+              "catalogue", "events_endpoint"},
              "");
   read(j, "endpoint", c.endpoint, "");
   std::string p;
@@ -110,6 +117,14 @@ Config Config::from_json(const json& j) {
   read(j, "reply_cache_per_session", c.reply_cache_per_session, "");
   read(j, "reply_cache_global", c.reply_cache_global, "");
   read(j, "compile_deadline_s", c.compile_deadline_s, "");
+  read(j, "record", c.record, "");
+  p.clear();
+  read(j, "log_dir", p, "");
+  c.log_dir = p;
+  p.clear();
+  read(j, "catalogue", p, "");
+  c.catalogue = p;
+  read(j, "events_endpoint", c.events_endpoint, "");
   return c;
 }
 

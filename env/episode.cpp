@@ -28,7 +28,7 @@ json Episode::observation() const {
   for (const tasks::Workload* w : task_->visible_workloads()) {
     json sizes = json::object();
     for (const auto& [k, v] : w->sizes) sizes[k] = v;
-    workloads.push_back({{"name", w->name}, {"sizes", sizes}});
+    workloads.push_back({{"name", w->name}, {"sizes", sizes}, {"timed", w->timed}});
   }
   json guidance = json::array();
   for (const tasks::Guidance& g : task_->guidance_up_to(layer_))

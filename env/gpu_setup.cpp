@@ -60,7 +60,8 @@ class RunnerBackend final : public GpuBackend {
       int expert_layer = job.layer == 0 ? 3 : job.layer;
       const auto& expert = cal.experts.at(expert_layer);
       for (const auto& w : r.workloads) {
-        if (!w.timing) continue;
+        const tasks::Workload* tw = job.task->find_workload(w.name);
+        if (!w.timing || !tw || !tw->timed) continue;  // correctness-only workloads do not count
         auto e = expert.find(w.name);
         auto b = cal.baseline.find(w.name);
         if (e == expert.end() || b == cal.baseline.end()) continue;

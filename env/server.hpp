@@ -21,6 +21,7 @@
 #include "env/config.hpp"
 #include "env/episode.hpp"
 #include "env/gpu_backend.hpp"
+#include "env/recorder.hpp"
 #include "env/scheduler.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/compiler.hpp"
@@ -45,6 +46,8 @@ class Server {
   // Async-signal-safe: may be called from a signal handler or another thread.
   void request_stop();
   const std::string& endpoint() const { return bound_endpoint_; }
+  // The PUB endpoint of episode events (`d2k watch`), "" when off.
+  std::string events_endpoint() const { return recorder_ ? recorder_->events_endpoint() : std::string(); }
   const Config& config() const { return config_; }
 
  private:
@@ -54,6 +57,8 @@ class Server {
     std::optional<std::uint64_t> in_flight;  // request id of the action running now
     std::vector<Route> waiters;              // routes of retries of the in-flight request
     bool closing = false;                    // closed while work was in flight: erase when it lands
+    protocol::Value in_flight_request;       // for the episode log, written when the reply lands
+    double in_flight_t = 0;                  // when it arrived (unix seconds)
   };
 
   void on_frames(std::vector<zmq::message_t>& frames);
@@ -75,6 +80,7 @@ class Server {
   void finish_deferred(const std::string& session_id, std::uint64_t id, protocol::Value reply,
                        const Route& route);
   void send(const Route& route, const std::string& bytes);
+  void record_exchange(const protocol::Envelope& request, const protocol::Value& reply, double t_request);
   void remember(Session& session, std::uint64_t id, std::shared_ptr<const std::string> reply);
   void remember_global(const std::string& key, std::shared_ptr<const std::string> reply);
   std::shared_ptr<const std::string> cached(const Session& session, std::uint64_t id) const;
@@ -89,6 +95,7 @@ class Server {
   std::shared_ptr<GpuBackend> gpu_;
   std::vector<GpuInfo> gpu_info_;
   std::unique_ptr<sandbox::Compiler> compiler_;
+  std::unique_ptr<Recorder> recorder_;
   Mailbox mailbox_;
   std::unique_ptr<WorkerPool> compile_pool_;
   std::vector<std::unique_ptr<WorkerPool>> gpu_queues_;  // one per GPU: one timed run at a time

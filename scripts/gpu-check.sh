@@ -22,8 +22,14 @@ if [ "${1:-}" = "--pack" ]; then
   echo "$BUILD" > "$PACK/BUILD_DIR"
   echo "$ROOT" > "$PACK/SOURCE_DIR"
   (cd "$BUILD" && find . \( -name CTestTestfile.cmake -o -name DartConfiguration.tcl \) -exec cp --parents {} "$PACK/build/" \;)
+  # Only what runs there: the GPU tests' binaries, the server and runner, the example client
+  # (the device call's tree is limited in size).
   for f in "$BUILD"/bin/*; do
     [ -x "$f" ] || continue
+    case "$(basename "$f")" in
+      d2k|d2k-runner|d2k_sandbox_probe|example_*|*gpu*|*exploits*|bench_*) ;;
+      *) continue ;;
+    esac
     strip -o "$PACK/build/bin/$(basename "$f")" "$f"
     # Shared libraries beside glibc/libstdc++/CUDA's own, which the GPU machine may lack (libzmq…).
     ldd "$f" | awk '/=> \// {print $3}' | while read -r lib; do
@@ -35,7 +41,7 @@ if [ "${1:-}" = "--pack" ]; then
   done
   if [ -d "$BUILD/tests/exploits/kernels" ]; then
     mkdir -p "$PACK/build/tests/exploits/kernels"
-    cp "$BUILD"/tests/exploits/kernels/*.so "$PACK/build/tests/exploits/kernels/"
+    for so in "$BUILD"/tests/exploits/kernels/*.so; do strip -g -o "$PACK/build/tests/exploits/kernels/$(basename "$so")" "$so"; done
   fi
   du -sh "$PACK"
   exit 0
@@ -62,9 +68,18 @@ LOG="$OUT/gpu-check.log"
   ctest --test-dir "$BUILD" -L gpu --output-on-failure -V --timeout 600 || rc=$?
   if [ -x "$BUILD/bin/d2k" ] && "$BUILD/bin/d2k" --help 2>&1 | grep -q verify-tasks; then
     echo "== d2k verify-tasks"
-    "$BUILD/bin/d2k" verify-tasks --tasks "$SRC/tasks" || rc=$?
+    "$BUILD/bin/d2k" verify-tasks --tasks "$SRC/tasks" --results "$OUT/RESULTS.md" || rc=$?
   else
     echo "== d2k verify-tasks: not in this build (skipped)"
+  fi
+  if [ -x "$BUILD/bin/d2k" ]; then
+    echo "== d2k demo (server, runner backend, reward)"
+    (cd "$SRC" && XDG_CACHE_HOME="$OUT/.demo-cache" "$BUILD/bin/d2k" demo --layer 1) || rc=$?
+    rm -rf "$OUT/.demo-cache"
+  fi
+  if [ -x "$ROOT/.carry/vadd/harness" ]; then
+    echo "== vector_add variants (bench/vector_add)"
+    (cd "$ROOT/.carry/vadd" && ./harness 67108864 ./*.so) || true
   fi
   echo "== gpu-check done, rc=$rc"
   exit $rc

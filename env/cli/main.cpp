@@ -1,4 +1,6 @@
 // `d2k`: the one binary — server, task tools and clients.
+#include <fcntl.h>
+
 #include <iostream>
 
 #include "env/cli/commands.hpp"
@@ -7,6 +9,10 @@
 #include "env/version.hpp"
 
 int main(int argc, char** argv) {
+  // A parent may start us with stdin/stdout/stderr closed; then the first pipes we open would land on
+  // 0-2 and be mistaken for (or clobbered as) standard streams by the children we start.
+  for (int fd = 0; fd < 3; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0 && ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) < 0) return 125;
   CLI::App app{"d2k-gym: an environment server for agents that write GPU kernels.\n"
                "Agents open episodes on CUDA tasks at a guidance layer (L0-L3), edit source, compile in a\n"
                "sandbox, evaluate on a GPU and get rewards relative to the expert design.",

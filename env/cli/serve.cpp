@@ -50,6 +50,12 @@ void add_serve(CLI::App& app, Runner& run) {
   cmd->add_option("--shutdown-grace", cfg->shutdown_grace_s,
                   "On SIGINT/SIGTERM, seconds to let work in flight finish before cancelling it")
       ->capture_default_str();
+  cmd->add_flag_function("--no-record", [cfg](std::int64_t) { cfg->record = false; },
+                "Write no episode logs and no catalogue (sessions can also opt out: reset options.record=false)");
+  cmd->add_option("--log-dir", cfg->log_dir, "Episode logs (default: <state-dir>/episodes)");
+  cmd->add_option("--catalogue", cfg->catalogue, "SQLite episode catalogue (default: <state-dir>/catalogue.sqlite)");
+  cmd->add_option("--events", cfg->events_endpoint,
+                  "PUB endpoint for `d2k watch` (default: the server port + 1, or <ipc path>.events; 'none' = off)");
   cmd->add_flag("--strict", *strict, "Refuse to start if any task folder fails to load");
   cmd->add_flag("--no-gpu", *no_gpu, "Do not look for GPUs (compile-only server)");
   auto body = [=]() -> int {
@@ -77,6 +83,10 @@ void add_serve(CLI::App& app, Runner& run) {
       config.step_reward = from_file.step_reward;
       config.max_workspace_bytes = from_file.max_workspace_bytes;
       config.compile_deadline_s = from_file.compile_deadline_s;
+      if (config.record) config.record = from_file.record;
+      if (config.log_dir.empty()) config.log_dir = from_file.log_dir;
+      if (config.catalogue.empty()) config.catalogue = from_file.catalogue;
+      if (config.events_endpoint.empty()) config.events_endpoint = from_file.events_endpoint;
     }
     if (!tasks_dir->empty()) config.tasks_dir = *tasks_dir;
     if (config.tasks_dir.empty()) config.tasks_dir = default_tasks_dir();
@@ -107,7 +117,8 @@ void add_serve(CLI::App& app, Runner& run) {
     sigaction(SIGTERM, &sa, nullptr);
     signal(SIGPIPE, SIG_IGN);
     std::cerr << "d2k serve: listening on " << server.endpoint() << " with " << server.config().tasks_dir
-              << "; GPUs: " << gpu_note << "\n"
+              << "; GPUs: " << gpu_note << "; events: "
+              << (server.events_endpoint().empty() ? std::string("off") : server.events_endpoint()) << "\n"
               << std::flush;
     server.run();
     g_server = nullptr;

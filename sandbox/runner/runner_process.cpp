@@ -103,10 +103,16 @@ std::unique_ptr<RunnerProcess> RunnerProcess::start(const SpawnSpec& spec) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);
-    if (dup2(result[1], 3) < 0) _exit(126);
-    if (dup2(job[0], 0) < 0 || dup2(log[1], 1) < 0 || dup2(log[1], 2) < 0 || dup2(out, 4) < 0)
-      child_fail(3, "dup2");
-    for (int fd = 5; fd < 1024; ++fd) ::close(fd);
+    // Lift every source above the targets first: a parent whose stdin was closed gets a pipe end
+    // as fd 0 (dup2(0, 0) would keep its close-on-exec flag), and a source may sit on another
+    // target's number (dup2 onto 3 would clobber it).
+    const int j = fcntl(job[0], F_DUPFD_CLOEXEC, 10), r = fcntl(result[1], F_DUPFD_CLOEXEC, 10);
+    const int l = fcntl(log[1], F_DUPFD_CLOEXEC, 10), o = fcntl(out, F_DUPFD_CLOEXEC, 10);
+    if (j < 0 || r < 0 || l < 0 || o < 0) _exit(126);
+    if (dup2(r, 3) < 0) _exit(126);
+    if (dup2(j, 0) < 0 || dup2(l, 1) < 0 || dup2(l, 2) < 0 || dup2(o, 4) < 0) child_fail(3, "dup2");
+    if (syscall(SYS_close_range, 5u, ~0u, 0u) != 0)
+      for (int fd = 5; fd < 1024; ++fd) ::close(fd);
     for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);

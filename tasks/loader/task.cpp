@@ -347,7 +347,7 @@ Arg parse_arg(const Obj& o) {
 }
 
 Workload parse_workload(const Obj& o) {
-  o.only({"name", "visible", "sizes", "params"});
+  o.only({"name", "visible", "sizes", "params", "timed"});
   Workload w;
   w.name = o.str("name", kMaxNameLength);
   if (!is_lower_name(w.name)) o.fail("name", "must match [a-z0-9_]+");
@@ -362,6 +362,7 @@ Workload parse_workload(const Obj& o) {
     w.sizes[sym] = v;
   }
   w.params = o.has("params") ? o.object("params").raw() : json::object();
+  w.timed = o.has("timed") ? o.boolean("timed") : true;
   return w;
 }
 

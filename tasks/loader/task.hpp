@@ -35,6 +35,9 @@ struct Workload {
   bool visible = true;
   std::map<std::string, std::int64_t> sizes;  // symbol → value, e.g. {"n": 1<<24}
   nlohmann::json params;                      // free-form extras for task generators
+  // false: checked for correctness only (too small to time meaningfully, e.g. n=1); left out of the
+  // speed geometric means (reward, verify-tasks ladder and speed of light).
+  bool timed = true;
 };
 
 struct Tolerance { double atol = 0; double rtol = 0; std::string why; };

@@ -94,6 +94,10 @@ TEST_CASE("vector_add loads with every field", "[tasks]") {
   CHECK(t.entry == "d2k_vector_add");
   CHECK(t.main_file == "kernel.cu");
   CHECK(t.dir == fs::canonical(kVectorAdd));
+  // Tiny workloads are for correctness only; the large ones are timed.
+  CHECK_FALSE(t.find_workload("single")->timed);
+  CHECK_FALSE(t.find_workload("odd_1m")->timed);
+  CHECK(t.find_workload("pow2_64m")->timed);
   REQUIRE(t.args.size() == 4);
   CHECK(t.args[0].name == "a");
   CHECK(t.args[0].role == Role::input);

@@ -1,0 +1,367 @@
+#include "env/recorder.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "env/version.hpp"
+#include "protocol/codec.hpp"
+
+namespace d2k::env {
+
+using nlohmann::json;
+
+struct Recorder::Active {
+  EpisodeRow row;
+  std::unique_ptr<EpisodeLogWriter> writer;  // null when not recording or after a failure
+  std::uint64_t next_n = 0;
+  std::vector<std::string> layer_properties;  // ids of the design properties for this layer
+};
+
+namespace {
+
+const json* path_of(const json& j, std::initializer_list<const char*> keys) {
+  const json* at = &j;
+  for (const char* k : keys) {
+    if (!at->is_object()) return nullptr;
+    auto it = at->find(k);
+    if (it == at->end()) return nullptr;
+    at = &*it;
+  }
+  return at;
+}
+
+std::optional<double> number_at(const json& j, std::initializer_list<const char*> keys) {
+  const json* v = path_of(j, keys);
+  if (v && v->is_number()) return v->get<double>();
+  return std::nullopt;
+}
+
+// How many of `wanted` the evaluation says the kernel implements; nullopt when it measured none.
+std::optional<int> properties_met(const json& evaluation, const std::vector<std::string>& wanted) {
+  const json* props = path_of(evaluation, {"properties"});
+  if (!props || wanted.empty()) return std::nullopt;
+  auto met = [&](const std::string& id) -> std::optional<bool> {
+    const json* v = nullptr;
+    if (props->is_object()) {
+      auto it = props->find(id);
+      if (it != props->end()) v = &*it;
+    } else if (props->is_array()) {
+      for (const json& p : *props)
+        if (p.is_object() && p.value("id", "") == id) {
+          for (const char* k : {"met", "ok", "pass", "value"})
+            if (p.contains(k)) v = &p[k];
+        }
+    }
+    if (v && v->is_boolean()) return v->get<bool>();
+    if (v && v->is_object() && v->contains("met") && (*v)["met"].is_boolean()) return (*v)["met"].get<bool>();
+    return std::nullopt;
+  };
+  int count = 0;
+  bool any = false;
+  for (const auto& id : wanted) {
+    auto m = met(id);
+    if (m) any = true;
+    if (m.value_or(false)) ++count;
+  }
+  if (!any) return std::nullopt;
+  return count;
+}
+
+}  // namespace
+
+// Updates a catalogue row from one exchange (shared with rebuilding rows from logs).
+void summarize_exchange(EpisodeRow& row, const json& request, const json& reply,
+                        const std::vector<std::string>& layer_properties) {
+  if (!reply.is_object() || !reply.value("ok", false)) return;
+  if (auto s = number_at(reply, {"observation", "step"})) row.steps = static_cast<std::uint32_t>(*s);
+  if (auto r = number_at(reply, {"info", "total_reward"})) row.total_reward = *r;
+  if (const json* reason = path_of(reply, {"info", "end_reason"}); reason && reason->is_string())
+    row.end_reason = reason->get<std::string>();
+  if (request.value("op", "") != "step") return;
+  const json* breakdown = path_of(reply, {"info", "reward"});
+  bool correct = breakdown && breakdown->is_object() && breakdown->value("correct", false);
+  std::optional<double> score = breakdown ? number_at(*breakdown, {"score"}) : std::nullopt;
+  if (correct && score) row.best_score = std::max(row.best_score.value_or(*score), *score);
+  const json* type = path_of(request, {"action", "type"});
+  if (!type || !type->is_string() || type->get<std::string>() != "submit") return;
+  const json* last = path_of(reply, {"observation", "last"});
+  bool ok = last && last->is_object() && last->value("ok", false) && correct;
+  row.outcome = ok ? "correct" : "incorrect";
+  row.submit_score = ok ? score : std::nullopt;
+  row.submit_speedup = ok && breakdown ? number_at(*breakdown, {"speedup_vs_baseline"}) : std::nullopt;
+  row.properties_met.reset();
+  row.properties_total.reset();
+  if (last && last->is_object() && last->contains("evaluation")) {
+    if (auto met = properties_met((*last)["evaluation"], layer_properties)) {
+      row.properties_met = *met;
+      row.properties_total = static_cast<int>(layer_properties.size());
+    }
+  }
+}
+
+std::vector<std::string> layer_property_ids(const tasks::Task& task, int layer) {
+  std::vector<std::string> ids;
+  for (const auto& p : task.properties)
+    if (layer == 0 || p.layer <= layer) ids.push_back(p.id);  // L0's target is the full (L3) expert
+  return ids;
+}
+
+EpisodeRow row_from_log(const EpisodeLog& log, const std::filesystem::path& path) {
+  const json& h = log.header;
+  EpisodeRow row;
+  row.session = h.value("session", "");
+  if (const json* t = path_of(h, {"task"}); t && t->is_object()) {
+    row.task = t->value("id", "");
+    row.task_hash = t->value("content_hash", "");
+  }
+  row.layer = h.value("layer", 0);
+  row.label = h.value("label", "");
+  row.seed = h.value("seed", std::uint64_t{0});
+  row.started_at = h.value("started_at", 0.0);
+  row.log_path = path.string();
+  if (const json* s = path_of(h, {"server", "version"}); s && s->is_string()) row.server_version = s->get<std::string>();
+  std::vector<std::string> props;
+  if (const json* p = path_of(h, {"properties"}); p && p->is_array())
+    for (const json& id : *p)
+      if (id.is_string()) props.push_back(id.get<std::string>());
+  for (const LogExchange& x : log.exchanges) summarize_exchange(row, x.request, x.reply, props);
+  double last_t = log.exchanges.empty() ? row.started_at : log.exchanges.back().t_reply;
+  if (log.end) {
+    row.ended_at = log.end->value("t", last_t);
+    row.end_reason = log.end->value("end_reason", row.end_reason);
+    if (row.outcome == "running") row.outcome = "unsubmitted";
+  } else {
+    // The server died before the session ended: what the log holds is all there is.
+    row.ended_at = last_t;
+    if (row.end_reason.empty()) row.end_reason = "server_died";
+    if (row.outcome == "running") row.outcome = "unsubmitted";
+    row.log_status = log.torn_tail ? "torn: " + log.torn_tail->reason : "unfinished";
+  }
+  row.wall_s = *row.ended_at - row.started_at;
+  return row;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string default_events_endpoint(const std::string& server_endpoint) {
+  if (server_endpoint.rfind("ipc://", 0) == 0) return server_endpoint + ".events";
+  if (server_endpoint.rfind("tcp://", 0) == 0) {
+    auto colon = server_endpoint.rfind(':');
+    if (colon == std::string::npos || colon < 6) return "";
+    std::string port = server_endpoint.substr(colon + 1);
+    if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit)) return "";
+    int p = std::stoi(port);
+    if (p <= 0 || p >= 65535) return "";
+    return server_endpoint.substr(0, colon + 1) + std::to_string(p + 1);
+  }
+  return "";
+}
+
+json make_server_info(const Config& config, const std::string& toolchain, const std::vector<GpuInfo>& gpus) {
+  json g = json::array();
+  for (const auto& x : gpus) g.push_back({{"index", x.index}, {"name", x.name}, {"memory_mib", x.memory_mib}});
+  std::string driver;
+  if (std::ifstream in("/proc/driver/nvidia/version"); in) std::getline(in, driver);
+  return {{"server", "d2k-gym"},
+          {"version", kVersionString},
+          {"protocol", protocol::kVersion},
+          {"toolchain", toolchain},
+          {"driver", driver},
+          {"gpus", g},
+          {"config", config.to_json()}};
+}
+
+Recorder::Recorder(RecorderConfig config) : config_(std::move(config)) {
+  if (!config_.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(config_.log_dir, ec);
+    if (ec)
+      std::cerr << "d2k serve: episode logs off: cannot create " << config_.log_dir << ": " << ec.message() << "\n";
+    else
+      logs_ok_ = true;
+  }
+  if (!config_.catalogue.empty()) {
+    try {
+      catalogue_ = std::make_unique<Catalogue>(config_.catalogue);
+    } catch (const std::exception& e) {
+      std::cerr << "d2k serve: episode catalogue off: " << e.what() << "\n";
+    }
+  }
+  if (!config_.events_endpoint.empty()) {
+    pub_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pub);
+    pub_->set(zmq::sockopt::linger, 0);
+    pub_->set(zmq::sockopt::sndhwm, 10000);
+    try {
+      pub_->bind(config_.events_endpoint);
+    } catch (const zmq::error_t& e) {
+      throw std::runtime_error("cannot bind the episode events endpoint " + config_.events_endpoint + ": " +
+                               e.what());
+    }
+    bound_events_ = pub_->get(zmq::sockopt::last_endpoint);
+  }
+}
+
+Recorder::~Recorder() = default;
+
+std::string Recorder::events_endpoint() const { return bound_events_; }
+
+std::filesystem::path Recorder::log_path(const std::string& session) const {
+  auto it = active_.find(session);
+  if (it == active_.end() || !it->second->writer) return {};
+  return it->second->writer->path();
+}
+
+void Recorder::publish(const std::string& session, const json& event) {
+  if (!pub_) return;
+  try {
+    std::vector<std::uint8_t> bytes = json::to_msgpack(event);
+    pub_->send(zmq::buffer(session), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    pub_->send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait);
+  } catch (const std::exception& e) {
+    std::cerr << "d2k serve: episode event dropped: " << e.what() << "\n";
+  }
+}
+
+void Recorder::fail_log(Active& a, const std::string& why) {
+  std::cerr << "d2k serve: episode log of session " << a.row.session << " failed: " << why << "\n";
+  a.writer.reset();
+  a.row.log_status = "failed: " + why;
+  save_row(a);
+}
+
+void Recorder::append(Active& a, const json& record) {
+  if (!a.writer) return;
+  try {
+    a.writer->append(record);
+  } catch (const std::exception& e) {
+    fail_log(a, e.what());
+  }
+}
+
+void Recorder::save_row(Active& a) {
+  if (!catalogue_) return;
+  try {
+    catalogue_->upsert(a.row);
+  } catch (const std::exception& e) {
+    std::cerr << "d2k serve: catalogue update of session " << a.row.session << " failed: " << e.what() << "\n";
+  }
+}
+
+void Recorder::begin(const Episode& episode, const json& request, const json& reply, double t_request,
+                     double t_reply) {
+  try {
+    auto a = std::make_unique<Active>();
+    EpisodeRow& row = a->row;
+    row.session = episode.id();
+    row.task = episode.task().id;
+    row.task_hash = episode.task().content_hash;
+    row.layer = episode.layer();
+    row.label = episode.label();
+    row.seed = episode.seed();
+    row.started_at = t_request;
+    row.server_version = kVersionString;
+    a->layer_properties = layer_property_ids(episode.task(), episode.layer());
+    const json* record = path_of(request, {"options", "record"});
+    bool wanted = !(record && record->is_boolean() && !record->get<bool>());
+    const Budget& b = episode.budget();
+    json header = {{"k", "header"},
+                   {"format", kLogFormatVersion},
+                   {"protocol", protocol::kVersion},
+                   {"session", episode.id()},
+                   {"task", {{"id", episode.task().id}, {"content_hash", episode.task().content_hash},
+                             {"title", episode.task().title}}},
+                   {"layer", episode.layer()},
+                   {"seed", episode.seed()},
+                   {"label", episode.label()},
+                   {"budget", {{"max_steps", b.max_steps}, {"max_compiles", b.max_compiles},
+                               {"max_evaluations", b.max_evaluations}, {"wall_seconds", b.wall_seconds}}},
+                   {"properties", a->layer_properties},
+                   {"started_at", t_request},
+                   {"server", config_.server_info}};
+    if (!wanted) {
+      row.log_status = "disabled";
+    } else if (!logs_ok_) {
+      row.log_status = config_.log_dir.empty() ? "disabled" : "failed: log directory unusable";
+    } else {
+      std::filesystem::path path = config_.log_dir / (episode.id() + ".d2klog");
+      row.log_path = path.string();
+      try {
+        a->writer = std::make_unique<EpisodeLogWriter>(path, config_.sync);
+        a->writer->append(header);
+      } catch (const std::exception& e) {
+        a->writer.reset();
+        row.log_status = std::string("failed: ") + e.what();
+        std::cerr << "d2k serve: episode log of session " << row.session << " failed: " << e.what() << "\n";
+      }
+    }
+    append(*a, {{"k", "exchange"}, {"n", a->next_n++}, {"t_request", t_request}, {"t_reply", t_reply},
+                {"request", request}, {"reply", reply}});
+    summarize_exchange(row, request, reply, a->layer_properties);
+    save_row(*a);
+    publish(row.session, {{"kind", "begin"}, {"session", row.session}, {"header", header}, {"n", 0},
+                          {"t_request", t_request}, {"t_reply", t_reply}, {"request", request}, {"reply", reply}});
+    active_[row.session] = std::move(a);
+  } catch (const std::exception& e) {
+    std::cerr << "d2k serve: recorder: begin of session " << episode.id() << " failed: " << e.what() << "\n";
+  }
+}
+
+void Recorder::record(const Episode& episode, const json& request, const json& reply, double t_request,
+                      double t_reply) {
+  try {
+    auto it = active_.find(episode.id());
+    if (it == active_.end()) return;
+    Active& a = *it->second;
+    std::uint64_t n = a.next_n++;
+    append(a, {{"k", "exchange"}, {"n", n}, {"t_request", t_request}, {"t_reply", t_reply}, {"request", request},
+               {"reply", reply}});
+    std::string before = a.row.outcome;
+    summarize_exchange(a.row, request, reply, a.layer_properties);
+    if (a.row.outcome != before) save_row(a);
+    publish(a.row.session, {{"kind", "exchange"}, {"session", a.row.session}, {"n", n}, {"t_request", t_request},
+                            {"t_reply", t_reply}, {"request", request}, {"reply", reply}});
+  } catch (const std::exception& e) {
+    std::cerr << "d2k serve: recorder: record for session " << episode.id() << " failed: " << e.what() << "\n";
+  }
+}
+
+void Recorder::end(const Episode& episode, const std::string& reason) {
+  try {
+    auto it = active_.find(episode.id());
+    if (it == active_.end()) return;
+    Active& a = *it->second;
+    double now = unix_now();
+    a.row.ended_at = now;
+    a.row.wall_s = now - a.row.started_at;
+    a.row.steps = episode.steps();
+    a.row.total_reward = episode.total_reward();
+    a.row.end_reason = episode.end_reason().value_or(reason);
+    if (a.row.outcome == "running") a.row.outcome = "unsubmitted";
+    json record = {{"k", "end"}, {"reason", reason}, {"end_reason", a.row.end_reason}, {"steps", a.row.steps},
+                   {"total_reward", a.row.total_reward}, {"outcome", a.row.outcome}, {"t", now}};
+    append(a, record);
+    if (a.writer) {
+      try {
+        a.writer->close();
+      } catch (const std::exception& e) {
+        fail_log(a, e.what());
+      }
+    }
+    save_row(a);
+    json event = record;
+    event.erase("k");
+    event["kind"] = "end";
+    event["session"] = a.row.session;
+    publish(a.row.session, event);
+    active_.erase(it);
+  } catch (const std::exception& e) {
+    std::cerr << "d2k serve: recorder: end of session " << episode.id() << " failed: " << e.what() << "\n";
+  }
+}
+
+}  // namespace d2k::env

@@ -1,0 +1,92 @@
+// The Recorder: writes one episode log per session (env/episode_log.hpp), keeps the catalogue row
+// of each episode (env/catalogue.hpp) and publishes episode events for `d2k watch` on a ZeroMQ PUB
+// socket (topic = session id). Called only from the server loop thread. Write errors never escape:
+// they go to stderr and mark the episode's log as failed in the catalogue.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <zmq.hpp>
+
+#include "env/catalogue.hpp"
+#include "env/episode.hpp"
+#include "env/episode_log.hpp"
+#include "env/gpu_backend.hpp"
+
+namespace d2k::env {
+
+struct RecorderConfig {
+  std::filesystem::path log_dir;     // one <session>.d2klog per episode; "" = no logs
+  std::filesystem::path catalogue;   // sqlite file; "" = no catalogue
+  std::string events_endpoint;       // "" = no PUB socket
+  nlohmann::json server_info;        // versions, toolchain, gpus, config that affects results
+  bool sync = true;                  // fdatasync after every record (survives power loss, not only kill -9)
+};
+
+class Recorder {
+ public:
+  // Creates log_dir, opens the catalogue and binds the PUB socket. A log dir or catalogue that
+  // cannot be used is reported on stderr and left off; an events endpoint that cannot be bound
+  // throws std::runtime_error (a start-up configuration error).
+  explicit Recorder(RecorderConfig config);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // After a successful reset; `request`/`reply` are the decoded maps. Honors request.options.record == false.
+  void begin(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
+             double t_reply);
+  // Every later request/reply of that session (step, observe, close), in the order replies are sent.
+  void record(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
+              double t_reply);
+  // The session is gone (closed, idle_timeout, server_shutdown): final record + catalogue row.
+  void end(const Episode& episode, const std::string& reason);
+  std::string events_endpoint() const;  // the bound PUB endpoint ("" if none)
+
+  // --- extensions ---
+  // The log file of a session being recorded ("" when not recorded or unknown).
+  std::filesystem::path log_path(const std::string& session) const;
+  std::size_t active() const { return active_.size(); }
+
+ private:
+  struct Active;
+  void publish(const std::string& session, const nlohmann::json& event);
+  void append(Active& a, const nlohmann::json& record);
+  void save_row(Active& a);
+  void fail_log(Active& a, const std::string& why);
+
+  RecorderConfig config_;
+  std::unique_ptr<Catalogue> catalogue_;
+  bool logs_ok_ = false;
+  zmq::context_t context_{1};
+  std::unique_ptr<zmq::socket_t> pub_;
+  std::string bound_events_;
+  std::map<std::string, std::unique_ptr<Active>> active_;
+};
+
+// events endpoint = tcp port+1 of the server endpoint, or "<ipc path>.events" for ipc; "" when the
+// endpoint is neither (or its port is not a number).
+std::string default_events_endpoint(const std::string& server_endpoint);
+
+// The header's `server` block for a server: {server, version, protocol, toolchain, driver, gpus,
+// config}; `config` is Config::to_json() (what affects results: budgets, reward, limits).
+nlohmann::json make_server_info(const Config& config, const std::string& toolchain, const std::vector<GpuInfo>& gpus);
+
+// Folds one exchange (request/reply maps) into a catalogue row: steps, total reward, end reason, best
+// score, and for a submit the outcome, score, speedup and design properties met (of `layer_properties`).
+void summarize_exchange(EpisodeRow& row, const nlohmann::json& request, const nlohmann::json& reply,
+                        const std::vector<std::string>& layer_properties);
+// Ids of the design properties an episode at `layer` is measured against (all of them at L0).
+std::vector<std::string> layer_property_ids(const tasks::Task& task, int layer);
+// The catalogue row a log describes (for indexing logs of a server that died: `d2k episodes --index`).
+EpisodeRow row_from_log(const EpisodeLog& log, const std::filesystem::path& path);
+
+// Unix time now, in seconds (what the server passes as t_request / t_reply).
+double unix_now();
+
+}  // namespace d2k::env
