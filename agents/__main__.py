@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-AGENTS = ("expert", "baseline", "random_edit", "llm")
+AGENTS = ("expert", "baseline", "random_edit", "llm", "demo")
 
 
 def main() -> int:

@@ -91,8 +91,12 @@ class EpisodeResult:
         if not last.get("ok", True):
             err = last.get("error") or {}
             self.count_error(err.get("code") or ("compile_error" if "compile" in last else "failed"))
+        # The server puts the reward's breakdown (score = t_expert / t) in info.reward.
+        breakdown = r.info.get("reward") if isinstance(r.info, dict) else None
         evaluation = last.get("evaluation")
-        if isinstance(evaluation, dict) and isinstance(evaluation.get("score"), (int, float)):
+        if isinstance(breakdown, dict) and isinstance(breakdown.get("score"), (int, float)):
+            self.score = float(breakdown["score"])
+        elif isinstance(evaluation, dict) and isinstance(evaluation.get("score"), (int, float)):
             self.score = float(evaluation["score"])
 
     def line(self, as_json: bool = False) -> str:
