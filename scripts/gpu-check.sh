@@ -81,6 +81,10 @@ LOG="$OUT/gpu-check.log"
     echo "== vector_add variants (bench/vector_add)"
     (cd "$ROOT/.carry/vadd" && ./harness 67108864 ./*.so) || true
   fi
+  if [ -x "$BUILD/bin/bench_gpu" ] && [ "${D2K_GPU_BENCH:-1}" = 1 ]; then
+    echo "== bench_gpu (one GPU)"
+    (cd "$SRC" && CUDA_VISIBLE_DEVICES=0 "$BUILD/bin/bench_gpu" --runs 20 --sessions 32 --seconds 45) || true
+  fi
   echo "== gpu-check done, rc=$rc"
   exit $rc
 } 2>&1 | tee "$LOG"

@@ -1,4 +1,4 @@
-// vector_add expert, layer 3 (low level): L2's full-machine grid, moving data as 128-bit vectors
+// vector_add expert, layer 3 (low level): a grid of four machine waves, moving data as 128-bit vectors
 // (float4: one LDG.E.128 per 4 elements instead of 4 LDG.E), four vectors of a and four of b in
 // flight per thread over block-contiguous tiles, a scalar tail (n % 4 elements), and a scalar
 // fallback for pointers that are not 16-byte aligned. No streaming cache hints: on the H200 they
@@ -16,8 +16,8 @@ __device__ __forceinline__ float4 add4(float4 x, float4 z) {
   return make_float4(x.x + z.x, x.y + z.y, x.z + z.z, x.w + z.w);
 }
 
-// Each block walks contiguous tiles of kTile vectors (grid-stride over tiles, so the grid still
-// fills the machine exactly once): a warp's accesses stay within one 2 KiB stretch per load, and
+// Each block walks contiguous tiles of kTile vectors (grid-stride over tiles): a warp's accesses
+// stay within one 2 KiB stretch per load, and
 // consecutive loads of a thread are 4 KiB apart instead of a whole grid apart.
 __global__ void __launch_bounds__(kThreads)
 vector_add_vec4(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ y,
@@ -67,7 +67,9 @@ cudaError_t full_grid(int* blocks) {
     if (err != cudaSuccess) return err;
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vector_add_vec4, kThreads, 0);
     if (err != cudaSuccess) return err;
-    cached_blocks = sms * (per_sm > 0 ? per_sm : 1);
+    // Four waves of the full machine (32 blocks per SM at 256 threads, still within L2's
+    // grid_sized_to_machine bound): a block that finishes its tiles early makes room for another.
+    cached_blocks = sms * (per_sm > 0 ? per_sm : 1) * 4;
     cached_device = device;
   }
   *blocks = cached_blocks;
