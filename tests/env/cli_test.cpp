@@ -145,3 +145,19 @@ TEST_CASE("d2k demo plays the scripted episode and says what needs a GPU", "[cli
   CHECK(r.out.find("cached") != std::string::npos);
   CHECK(r.out.find("demo finished") != std::string::npos);
 }
+
+TEST_CASE("the C++ example client runs against a server", "[cli][slow]") {
+  d2k::test::TestServer srv;
+  FILE* p = ::popen((std::string(D2K_BINARY_DIR) + "/bin/example_minimal_client " + srv.endpoint + " 2>&1").c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = ::pclose(p);
+  INFO(out);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(out.find("compile ok: true") != std::string::npos);
+  CHECK(out.find("no GPU on this server") != std::string::npos);
+}
