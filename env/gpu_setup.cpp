@@ -7,6 +7,7 @@
 
 #ifdef D2K_HAVE_EVAL
 #include "sandbox/runner/evaluator.hpp"
+#include "sandbox/runner/properties.hpp"
 #endif
 
 namespace d2k::env {
@@ -26,8 +27,8 @@ std::string reward_status(const std::string& s) {
 // against the layer's expert and the baseline, timed on the same GPU (calibration cache).
 class RunnerBackend final : public GpuBackend {
  public:
-  RunnerBackend(std::unique_ptr<runner::Evaluator> evaluator, RewardConfig reward)
-      : evaluator_(std::move(evaluator)), reward_(std::move(reward)) {}
+  RunnerBackend(std::unique_ptr<runner::Evaluator> evaluator, RewardConfig reward, std::filesystem::path nvcc)
+      : evaluator_(std::move(evaluator)), reward_(std::move(reward)), cuobjdump_(runner::find_cuobjdump(nvcc)) {}
 
   std::vector<GpuInfo> gpus() const override {
     std::vector<GpuInfo> out;
@@ -44,6 +45,7 @@ class RunnerBackend final : public GpuBackend {
     req.so_path = job.kernel_so;
     req.workloads = job.include_hidden ? runner::WorkloadSet::all : runner::WorkloadSet::visible;
     req.gpu = job.gpu;
+    req.record_launches = true;  // launch records for the design properties (first correctness call only)
     runner::EvalResult r = evaluator_->evaluate(req);
     EvaluationReport report;
     report.evaluation = r.to_json();
@@ -57,6 +59,7 @@ class RunnerBackend final : public GpuBackend {
     in.layer = job.layer;
     if (r.ok()) {
       runner::CalibrationEntry cal = evaluator_->calibrate(*job.task, job.gpu);
+      report.evaluation["properties"] = design_properties(job, r, cal);
       int expert_layer = job.layer == 0 ? 3 : job.layer;
       const auto& expert = cal.experts.at(expert_layer);
       for (const auto& w : r.workloads) {
@@ -79,8 +82,49 @@ class RunnerBackend final : public GpuBackend {
   void cancel_all() override {}  // runners have their own deadlines (EvalConfig timeouts)
 
  private:
+  // The task's design properties, checked mechanically on this kernel (the same checker as
+  // `d2k verify-tasks`): {id: {met, state, layer, title, detail}}.
+  nlohmann::json design_properties(const EvaluationJob& job, const runner::EvalResult& r,
+                                   const runner::CalibrationEntry& cal) const {
+    runner::PropertyInputs in;
+    for (const auto& w : r.workloads) {
+      in.workloads.emplace_back();
+      runner::MeasuredWorkload& m = in.workloads.back();
+      m.name = w.name;
+      if (w.timing) m.median_s = w.timing->median_s;
+      m.launches = w.launches;
+    }
+    in.launches_missing = r.launches_error;
+    if (!cuobjdump_) {
+      in.sass_missing = in.resources_missing = "cuobjdump not found beside nvcc or on PATH";
+    } else {
+      const auto sass = runner::run_cuobjdump(*cuobjdump_, "-sass", job.kernel_so);
+      if (sass.ok) in.sass = runner::parse_sass(sass.text);
+      else in.sass_missing = sass.error;
+      const auto res = runner::run_cuobjdump(*cuobjdump_, "-res-usage", job.kernel_so);
+      if (res.ok) in.resources = runner::parse_res_usage(res.text);
+      else in.resources_missing = res.error;
+    }
+    if (job.gpu >= 0 && static_cast<std::size_t>(job.gpu) < evaluator_->gpus().size()) {
+      const auto& d = evaluator_->gpus()[static_cast<std::size_t>(job.gpu)];
+      in.sm_count = d.sm_count;
+      in.peak_dram_bytes_per_s = d.peak_dram_bytes_per_s();
+      in.peak_dram_source = "memory clock × bus width × 2";
+    }
+    in.baseline_s = cal.baseline;
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& p : runner::check_properties(*job.task, in))
+      out[p.id] = {{"met", p.state == runner::PropertyState::holds},
+                   {"state", std::string(runner::to_string(p.state))},
+                   {"layer", p.layer},
+                   {"title", p.title},
+                   {"detail", p.detail}};
+    return out;
+  }
+
   std::unique_ptr<runner::Evaluator> evaluator_;
   RewardConfig reward_;
+  std::optional<std::filesystem::path> cuobjdump_;
 };
 
 }  // namespace
@@ -109,7 +153,7 @@ std::shared_ptr<GpuBackend> make_gpu_backend(const Config& config, const tasks::
       note = "none usable (" + evaluator->probe_error() + ") — compile only; evaluate and submit answer no_gpu";
       return nullptr;
     }
-    auto backend = std::make_shared<RunnerBackend>(std::move(evaluator), c.reward);
+    auto backend = std::make_shared<RunnerBackend>(std::move(evaluator), c.reward, ec.compiler.nvcc);
     auto list = backend->gpus();
     note = std::to_string(list.size()) + " × " + list.front().name;
     return backend;

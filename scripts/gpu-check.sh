@@ -83,7 +83,9 @@ LOG="$OUT/gpu-check.log"
   fi
   if [ -x "$BUILD/bin/bench_gpu" ] && [ "${D2K_GPU_BENCH:-1}" = 1 ]; then
     echo "== bench_gpu (one GPU)"
-    (cd "$SRC" && CUDA_VISIBLE_DEVICES=0 "$BUILD/bin/bench_gpu" --runs 20 --sessions 32 --seconds 45) || true
+    # Its figures also go to $OUT/bench_gpu.txt (bench/README.md records them).
+    (cd "$SRC" && CUDA_VISIBLE_DEVICES=0 "$BUILD/bin/bench_gpu" --runs 20 --sessions 32 --seconds 45 2>&1 |
+      tee "$OUT/bench_gpu.txt") || true
   fi
   echo "== gpu-check done, rc=$rc"
   exit $rc

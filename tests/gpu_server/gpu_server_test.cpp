@@ -112,6 +112,11 @@ TEST_CASE("the layer's expert scores near 1 and submit ends the episode over hid
   CHECK(sub["terminated"] == true);
   CHECK(sub["info"]["end_reason"] == "submitted");
   CHECK(sub["observation"]["last"]["evaluation"]["workloads"].size() > visible);
+  // The task's design properties, checked on this kernel: L1's is there, L3's 128-bit loads are not.
+  const Value& props = sub["observation"]["last"]["evaluation"]["properties"];
+  INFO(props.dump());
+  CHECK(props["coalesced_single_pass"]["met"] == true);
+  CHECK(props["vector_loads"]["met"] == false);
 }
 
 TEST_CASE("the baseline is correct and far below the expert; a wrong kernel is incorrect", "[gpu]") {
@@ -167,6 +172,7 @@ TEST_CASE("sessions spread over the GPUs and evaluate at once", "[gpu]") {
   std::set<int> used;
   for (const auto& r : results) {
     CHECK(r["observation"]["last"]["evaluation"]["status"] == "ok");
+    CHECK(r["observation"]["last"]["evaluation"]["properties"]["vector_loads"]["met"] == true);
     used.insert(r["observation"]["last"]["evaluation"]["gpu"].get<int>());
   }
   CHECK(used.size() >= 2);
