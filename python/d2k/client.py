@@ -159,7 +159,9 @@ class Client:
         waiting = set(by_id)
         while waiting:
             now = time.monotonic()
-            for rid in list(waiting):
+            # In the caller's order (a set has none): a pipelined step must reach the server after
+            # the one before it, or the server sees them the other way round.
+            for rid in [q.request_id for q in pending if q.request_id in waiting]:
                 p = by_id[rid]
                 if now >= p.deadline:
                     p.error = ClientTimeout(
