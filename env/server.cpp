@@ -118,7 +118,16 @@ void Server::bind() {
                          : config_.events_endpoint.empty() ? default_events_endpoint(bound_endpoint_)
                                                            : config_.events_endpoint;
     rc.server_info = make_server_info(config_, compiler_->toolchain_version(), gpu_info_);
-    recorder_ = std::make_unique<Recorder>(rc);
+    try {
+      recorder_ = std::make_unique<Recorder>(rc);
+    } catch (const std::exception& e) {
+      // A derived events endpoint (port + 1) may be taken by someone else: serve without live
+      // events rather than not at all. An endpoint the user asked for stays an error.
+      if (!config_.events_endpoint.empty() || rc.events_endpoint.empty()) throw;
+      std::cerr << "d2k serve: no live events (" << e.what() << "); use --events to pick an endpoint\n";
+      rc.events_endpoint.clear();
+      recorder_ = std::make_unique<Recorder>(rc);
+    }
   }
 }
 
