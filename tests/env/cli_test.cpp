@@ -13,24 +13,11 @@ extern char** environ;
 
 namespace {
 
-const std::string kBin = std::string(D2K_BINARY_DIR) + "/bin/d2k";
+const std::string& kBin = d2k::test::d2k_binary();
 
-struct Run {
-  int status;
-  std::string out;
-};
+using Run = d2k::test::CommandResult;
 
-Run run(const std::string& args) {
-  std::string cmd = kBin + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
+Run run(const std::string& args) { return d2k::test::run_command(kBin + " " + args); }
 
 pid_t spawn_server(const std::string& endpoint, const std::string& state) {
   std::vector<std::string> args = {kBin, "serve", "--endpoint", endpoint, "--tasks", D2K_TASKS_DIR, "--state-dir", state};
@@ -148,16 +135,10 @@ TEST_CASE("d2k demo plays the scripted episode and says what needs a GPU", "[cli
 
 TEST_CASE("the C++ example client runs against a server", "[cli][slow]") {
   d2k::test::TestServer srv;
-  FILE* p = ::popen((std::string(D2K_BINARY_DIR) + "/bin/example_minimal_client " + srv.endpoint + " 2>&1").c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = ::pclose(p);
+  auto [status, out] =
+      d2k::test::run_command(std::string(D2K_BINARY_DIR) + "/bin/example_minimal_client " + srv.endpoint);
   INFO(out);
-  CHECK(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(status == 0);
   CHECK(out.find("compile ok: true") != std::string::npos);
   CHECK(out.find("no GPU on this server") != std::string::npos);
 }

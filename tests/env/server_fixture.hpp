@@ -1,7 +1,10 @@
 // A real server on a real ZeroMQ ipc socket, run on a thread of the test process.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <atomic>
 #include <filesystem>
@@ -56,6 +59,29 @@ struct TestServer {
   std::string endpoint;
   std::thread thread;
 };
+
+// The `d2k` binary of this build.
+inline const std::string& d2k_binary() {
+  static const std::string bin = std::string(D2K_BINARY_DIR) + "/bin/d2k";
+  return bin;
+}
+
+struct CommandResult {
+  int status;       // exit status, or 128 + signal
+  std::string out;  // stdout and stderr
+};
+
+// Runs a shell command to completion and collects its output.
+inline CommandResult run_command(const std::string& command) {
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (!p) throw std::runtime_error("popen failed: " + command);
+  std::string out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
 
 inline const char* kGoodKernel = R"(#include <cuda_runtime.h>
 #include <cstdint>

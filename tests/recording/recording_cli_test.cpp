@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "catch.hpp"
+#include "../env/server_fixture.hpp"
 #include "env/catalogue.hpp"
 #include "env/episode_log.hpp"
 #include "protocol/client.hpp"
@@ -27,19 +28,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kBin = std::string(D2K_BINARY_DIR) + "/bin/d2k";
-
-const char* kGoodKernel = R"(#include <cuda_runtime.h>
-#include <cstdint>
-__global__ void add(const float* a, const float* b, float* y, int64_t n) {
-  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a[i] + b[i];
-}
-extern "C" int d2k_vector_add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
-  add<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(a, b, y, n);
-  return (int)cudaGetLastError();
-}
-)";
+const std::string& kBin = d2k::test::d2k_binary();
+using d2k::test::kGoodKernel;
 
 const char* kBadKernel = R"(#include <cuda_runtime.h>
 #include <cstdint>
@@ -48,28 +38,11 @@ extern "C" int d2k_vector_add(const float* a, const float* b, float* y, int64_t 
 }
 )";
 
-fs::path temp_dir(const std::string& prefix) {
-  std::string tmpl = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();
-  REQUIRE(::mkdtemp(tmpl.data()));
-  return tmpl;
-}
+using d2k::test::temp_dir;
 
-struct Run {
-  int status;
-  std::string out;
-};
+using Run = d2k::test::CommandResult;
 
-Run run(const std::string& args) {
-  std::string cmd = kBin + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
+Run run(const std::string& args) { return d2k::test::run_command(kBin + " " + args); }
 
 // A child process with its stdout (and stderr) on a pipe we read.
 struct Child {
