@@ -168,7 +168,7 @@ Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>&
     ww.name = w->name;
     for (const tasks::Arg& a : task.args) {
       WireArg wa;
-      const auto dt = parse_dtype(tasks::to_string(a.dtype));
+      const auto dt = parse_dtype(tasks::to_string(task.dtype_of(a, *w)));
       if (!dt) throw WireError("bad_job", "unknown dtype of argument " + a.name);
       wa.dtype = *dt;
       try {
@@ -188,7 +188,7 @@ Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>&
             count *= static_cast<std::uint64_t>(d);
           }
           wa.count = count;
-          if (wa.role == ArgRole::input) wa.gen = parse_generator(a.init);
+          if (wa.role == ArgRole::input) wa.gen = parse_generator(task.init_of(a, *w), w->sizes, w->params);
         }
       } catch (const WireError&) {
         throw;

@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
+
 namespace d2k::runner {
 namespace {
 
@@ -52,6 +54,28 @@ __global__ void generate_kernel(T* out, std::uint64_t count, int dist, double a,
   }
 }
 
+// Zipf-distributed bytes: rank r has probability proportional to 1/(r+1)^s; value = inverse of
+// the fixed permutation rank(v) = (167 v + 13) mod 256 applied to the drawn rank.
+struct ZipfTable {
+  float cdf[256];  // cumulative probability of ranks 0..r, cdf[255] = 1
+};
+
+__global__ void zipf_kernel(std::uint8_t* out, std::uint64_t count, ZipfTable t, std::uint64_t key) {
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride) {
+    const float u = static_cast<float>(unit(splitmix64(key ^ splitmix64(i))));
+    int lo = 0, hi = 255;  // first rank with cdf > u
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (t.cdf[mid] > u) hi = mid;
+      else lo = mid + 1;
+    }
+    // 167 * 23 = 3841 = 15 * 256 + 1: 23 is the inverse of 167 mod 256.
+    out[i] = static_cast<std::uint8_t>(((lo - 13 + 256) * 23) & 255);
+  }
+}
+
 __global__ void flush_kernel(std::uint32_t* buf, std::uint64_t words, std::uint32_t salt) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < words;
@@ -72,6 +96,19 @@ cudaError_t launch(void* ptr, std::uint64_t count, const Generator& g, std::uint
 cudaError_t generate(void* ptr, Dtype dtype, std::uint64_t count, const Generator& gen,
                      std::uint64_t seed, std::uint32_t arg_index, cudaStream_t stream) {
   const std::uint64_t key = splitmix64(seed ^ splitmix64(0xA5A5000000000000ull + arg_index));
+  if (gen.dist == Dist::zipf_bytes) {
+    if (dtype != Dtype::u8) return cudaErrorInvalidValue;
+    ZipfTable t{};
+    double total = 0;
+    double w[256];
+    for (int r = 0; r < 256; ++r) total += (w[r] = std::pow(static_cast<double>(r + 1), -gen.a));
+    double acc = 0;
+    for (int r = 0; r < 256; ++r) t.cdf[r] = static_cast<float>((acc += w[r]) / total);
+    t.cdf[255] = 1.0f;  // u < 1 always finds a rank
+    zipf_kernel<<<1024, 256, 0, stream>>>(static_cast<std::uint8_t*>(ptr), count, t, key);
+    return cudaGetLastError();
+  }
+  if (gen.dist == Dist::csr_row_ptr || gen.dist == Dist::csr_col_idx) return cudaErrorInvalidValue;  // host side
   switch (dtype) {
     case Dtype::f32: return launch<float>(ptr, count, gen, key, stream);
     case Dtype::f64: return launch<double>(ptr, count, gen, key, stream);

@@ -40,6 +40,7 @@
 
 #include "sandbox/runner/launch_records.hpp"
 #include "sandbox/runner/nvml.hpp"
+#include "sandbox/runner/csr_gen.hpp"
 #include "sandbox/runner/runner_device.hpp"
 #include "sandbox/runner/runner_seccomp.hpp"
 #include "sandbox/runner/wire.hpp"
@@ -467,7 +468,14 @@ class Runner {
     auto prepare = [&](std::size_t seed_index) {
       for (std::size_t a = 0; a < n; ++a) {
         const WireArg& arg = wl.args[a];
-        if (arg.role == ArgRole::input)
+        if (arg.role == ArgRole::input && (arg.gen.dist == Dist::csr_row_ptr || arg.gen.dist == Dist::csr_col_idx)) {
+          // Host-built structure, shared by both parts of one call (keyed by seed and shape).
+          const CsrStructure& csr = csr_for(arg.gen, job_.seeds[seed_index]);
+          const auto& part = arg.gen.dist == Dist::csr_row_ptr ? csr.row_ptr : csr.col_idx;
+          if (part.size() != arg.count) throw Stop{"bad_job", "csr part size does not match the argument"};
+          RUNNER_CUDA(cudaMemcpy(bufs[a], part.data(), part.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
+                      "runtime_error");
+        } else if (arg.role == ArgRole::input)
           RUNNER_CUDA(generate(bufs[a], arg.dtype, arg.count, arg.gen, job_.seeds[seed_index],
                                static_cast<std::uint32_t>(a), gpu_.stream), "runtime_error");
         else if (arg.role == ArgRole::output)  // poison: NaN for floats, all ones for integers
@@ -595,7 +603,30 @@ class Runner {
   LaunchRecorder launches_;
   Gpu gpu_;
   DeviceInfo device_;
+  // The last CSR structure built (both parts of a call and every call of a seed reuse it).
+  const CsrStructure& csr_for(const Generator& g, std::uint64_t seed) {
+    const bool same = csr_valid_ && csr_seed_ == seed && csr_gen_.rows == g.rows && csr_gen_.cols == g.cols &&
+                      csr_gen_.nnz == g.nnz && csr_gen_.max_row == g.max_row && csr_gen_.pattern == g.pattern &&
+                      csr_gen_.a == g.a;
+    if (!same) {
+      csr_valid_ = false;
+      try {
+        csr_ = make_csr(g, seed);
+      } catch (const WireError& e) {
+        throw Stop{"bad_job", e.what()};
+      }
+      csr_gen_ = g;
+      csr_seed_ = seed;
+      csr_valid_ = true;
+    }
+    return csr_;
+  }
+
   Job job_;
+  CsrStructure csr_;
+  Generator csr_gen_;
+  std::uint64_t csr_seed_ = 0;
+  bool csr_valid_ = false;
   Layout layout_;
   RunnerResult result_;
   void (*entry_)() = nullptr;

@@ -1,5 +1,6 @@
 #include "sandbox/runner/wire.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace d2k::runner {
@@ -41,12 +42,16 @@ std::string_view dist_name(Dist d) {
     case Dist::randint: return "randint";
     case Dist::constant: return "constant";
     case Dist::iota: return "iota";
+    case Dist::csr_row_ptr: return "csr_row_ptr";
+    case Dist::csr_col_idx: return "csr_col_idx";
+    case Dist::zipf_bytes: return "zipf_bytes";
   }
   return "uniform";
 }
 
 std::optional<Dist> parse_dist(std::string_view s) {
-  for (Dist d : {Dist::uniform, Dist::normal, Dist::randint, Dist::constant, Dist::iota})
+  for (Dist d : {Dist::uniform, Dist::normal, Dist::randint, Dist::constant, Dist::iota, Dist::csr_row_ptr,
+                 Dist::csr_col_idx, Dist::zipf_bytes})
     if (dist_name(d) == s) return d;
   return std::nullopt;
 }
@@ -96,17 +101,78 @@ bool is_float(Dtype d) {
   return d == Dtype::f32 || d == Dtype::f64 || d == Dtype::bf16 || d == Dtype::f16;
 }
 
-Generator parse_generator(const json& init) {
+Generator parse_generator(const json& init) { return parse_generator(init, {}, json::object()); }
+
+bool is_custom_generator(std::string_view name) { return name == "csr" || name == "zipf_bytes"; }
+
+namespace {
+
+std::int64_t need_size(const std::map<std::string, std::int64_t>& sizes, const char* name,
+                       const std::string& generator) {
+  const auto it = sizes.find(name);
+  if (it == sizes.end())
+    bad("bad_job", "generator '" + generator + "' needs the workload size '" + name + "'");
+  return it->second;
+}
+
+Generator parse_custom(const json& init, const std::map<std::string, std::int64_t>& sizes, const json& params) {
+  if (!init.contains("generator") || !init.at("generator").is_string())
+    bad("bad_job", "a custom generator needs a string 'generator'");
+  const auto name = init.at("generator").get<std::string>();
+  if (!is_custom_generator(name)) bad("generator_unsupported", "unknown custom generator '" + name + "'");
+  if (sizes.empty()) bad("generator_unsupported", "custom generator '" + name + "' needs a workload");
+  const json gp = init.contains("params") ? init.at("params") : json::object();
+  if (!gp.is_object()) bad("bad_job", "generator params must be an object");
+  const json wp = params.is_object() ? params : json::object();
+  Generator g;
+  if (name == "zipf_bytes") {
+    g.dist = Dist::zipf_bytes;
+    g.a = number(wp, "zipf_s", 0);
+    if (g.a < 0 || g.a > 16) bad("bad_job", "zipf_s must be in [0, 16]");
+    return g;
+  }
+  // csr
+  const std::string part = gp.contains("part") && gp.at("part").is_string() ? gp.at("part").get<std::string>() : "";
+  if (part == "row_ptr") g.dist = Dist::csr_row_ptr;
+  else if (part == "col_idx") g.dist = Dist::csr_col_idx;
+  else bad("bad_job", "csr generator params.part must be row_ptr or col_idx");
+  g.rows = need_size(sizes, "rows", name);
+  g.cols = need_size(sizes, "cols", name);
+  g.nnz = need_size(sizes, "nnz", name);
+  if (g.rows < 1 || g.cols < 1 || g.nnz < 1 || g.nnz > 0x7fffffffLL || g.rows >= 0x7fffffffLL ||
+      g.cols > 0x7fffffffLL)
+    bad("bad_job", "csr sizes out of range (1 <= rows, cols, nnz < 2^31)");
+  if (static_cast<double>(g.nnz) > static_cast<double>(g.rows) * static_cast<double>(g.cols))
+    bad("bad_job", "csr nnz exceeds rows*cols");
+  const std::string pattern =
+      wp.contains("pattern") && wp.at("pattern").is_string() ? wp.at("pattern").get<std::string>() : "uniform";
+  if (pattern == "uniform") g.pattern = CsrPattern::uniform;
+  else if (pattern == "power_law") g.pattern = CsrPattern::power_law;
+  else if (pattern == "banded") g.pattern = CsrPattern::banded;
+  else bad("bad_job", "csr pattern must be uniform, power_law or banded");
+  g.a = number(wp, "alpha", 2.0);
+  if (g.pattern == CsrPattern::power_law && !(g.a > 1.0 && g.a <= 8.0)) bad("bad_job", "csr alpha must be in (1, 8]");
+  const double max_row = number(wp, "max_row", 0);
+  if (max_row < 0 || max_row != std::floor(max_row)) bad("bad_job", "csr max_row must be a non-negative integer");
+  g.max_row = static_cast<std::int64_t>(std::min<double>(max_row, static_cast<double>(g.cols)));
+  const std::int64_t cap = g.max_row > 0 ? g.max_row : g.cols;
+  if (static_cast<double>(cap) * static_cast<double>(g.rows) < static_cast<double>(g.nnz))
+    bad("bad_job", "csr nnz exceeds rows*max_row");
+  return g;
+}
+
+}  // namespace
+
+Generator parse_generator(const json& init, const std::map<std::string, std::int64_t>& sizes, const json& params) {
   Generator g;
   if (init.is_null()) return g;  // default: uniform [-1, 1]
   if (!init.is_object() || !init.contains("dist") || !init.at("dist").is_string())
     bad("bad_job", "input generator must be an object with a string 'dist'");
   const auto name = init.at("dist").get<std::string>();
-  if (name == "custom")
-    bad("generator_unsupported",
-        "custom input generators (a task's trusted generate.cu) are not supported yet");
+  if (name == "custom") return parse_custom(init, sizes, params);
   const auto dist = parse_dist(name);
-  if (!dist) bad("bad_job", "unknown input generator '" + name + "'");
+  if (!dist || *dist == Dist::csr_row_ptr || *dist == Dist::csr_col_idx || *dist == Dist::zipf_bytes)
+    bad("bad_job", "unknown input generator '" + name + "'");
   g.dist = *dist;
   switch (g.dist) {
     case Dist::uniform: g.a = number(init, "low", -1); g.b = number(init, "high", 1); break;
@@ -114,6 +180,7 @@ Generator parse_generator(const json& init) {
     case Dist::randint: g.a = number(init, "low", 0); g.b = number(init, "high", 100); break;
     case Dist::constant: g.a = number(init, "value", 0); g.b = 0; break;
     case Dist::iota: g.a = number(init, "start", 0); g.b = number(init, "step", 1); break;
+    default: break;
   }
   if ((g.dist == Dist::uniform || g.dist == Dist::randint) && g.b < g.a)
     bad("bad_job", "input generator has high < low");
@@ -128,6 +195,8 @@ json to_json(const Job& job) {
     for (const auto& a : w.args)
       args.push_back({{"role", role_name(a.role)}, {"dtype", dtype_name(a.dtype)}, {"count", a.count},
                       {"dist", dist_name(a.gen.dist)}, {"a", a.gen.a}, {"b", a.gen.b},
+                      {"rows", a.gen.rows}, {"cols", a.gen.cols}, {"nnz", a.gen.nnz},
+                      {"max_row", a.gen.max_row}, {"pattern", static_cast<int>(a.gen.pattern)},
                       {"scalar", a.scalar}});
     wls.push_back({{"name", w.name}, {"args", args}, {"time", w.time}});
   }
@@ -178,6 +247,24 @@ Job job_from_json(const json& j) {
       a.gen.dist = *dist;
       a.gen.a = get_or<double>(aj, "a", -1, c);
       a.gen.b = get_or<double>(aj, "b", 1, c);
+      a.gen.rows = get_or<std::int64_t>(aj, "rows", 0, c);
+      a.gen.cols = get_or<std::int64_t>(aj, "cols", 0, c);
+      a.gen.nnz = get_or<std::int64_t>(aj, "nnz", 0, c);
+      a.gen.max_row = get_or<std::int64_t>(aj, "max_row", 0, c);
+      const int pattern = get_or<int>(aj, "pattern", 0, c);
+      if (pattern < 0 || pattern > 2) bad(c, "unknown csr pattern");
+      a.gen.pattern = static_cast<CsrPattern>(pattern);
+      if (a.gen.dist == Dist::csr_row_ptr || a.gen.dist == Dist::csr_col_idx) {
+        if (a.dtype != Dtype::i32) bad(c, "csr parts are i32");
+        if (a.gen.rows < 1 || a.gen.cols < 1 || a.gen.nnz < 1 || a.gen.nnz > 0x7fffffffLL ||
+            a.gen.rows >= 0x7fffffffLL || a.gen.cols > 0x7fffffffLL || a.gen.max_row < 0)
+          bad(c, "csr sizes out of range");
+        const std::uint64_t want = a.gen.dist == Dist::csr_row_ptr ? static_cast<std::uint64_t>(a.gen.rows) + 1
+                                                                   : static_cast<std::uint64_t>(a.gen.nnz);
+        if (a.count != want) bad(c, "csr part has " + std::to_string(a.count) + " elements, the structure needs " +
+                                        std::to_string(want));
+      }
+      if (a.gen.dist == Dist::zipf_bytes && a.dtype != Dtype::u8) bad(c, "zipf_bytes is for u8 inputs");
       a.scalar = get_or<double>(aj, "scalar", 0, c);
       if (a.role != ArgRole::scalar && a.count == 0) bad(c, "tensor argument with 0 elements");
       w.args.push_back(a);

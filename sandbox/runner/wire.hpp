@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -28,15 +29,29 @@ enum class ArgRole { input, output, scalar };
 
 // How an input's elements are drawn from (seed, arg index, element index). Counter-based, so any
 // runner with the same seed produces bit-identical inputs on any GPU.
-enum class Dist { uniform, normal, randint, constant, iota };
+// The custom generators (task.json {"dist":"custom","generator":...}) are trusted code of the runner:
+// csr_row_ptr / csr_col_idx (one CSR structure, see csr_gen.hpp; both parts of one call come from
+// the same structure) and zipf_bytes (u8 values, P(v) ~ 1/(rank(v)+1)^s).
+enum class Dist { uniform, normal, randint, constant, iota, csr_row_ptr, csr_col_idx, zipf_bytes };
+enum class CsrPattern { uniform, power_law, banded };
 struct Generator {
   Dist dist = Dist::uniform;
-  double a = -1;  // uniform: low, normal: mean, randint: low (inclusive), constant: value, iota: start
+  double a = -1;  // uniform: low, normal: mean, randint: low (inclusive), constant: value, iota: start,
+                  // csr power_law: alpha, zipf_bytes: s
   double b = 1;   // uniform: high, normal: std, randint: high (inclusive), iota: step
+  // csr_*: the structure's shape and pattern (from the workload's sizes rows, cols, nnz and params).
+  std::int64_t rows = 0, cols = 0, nnz = 0;
+  std::int64_t max_row = 0;      // csr: cap on a row's length (0: cols)
+  CsrPattern pattern = CsrPattern::uniform;
 };
 // Parses a task.json "init" object ({"dist":"uniform","low":-1,"high":1} ...). Throws WireError for
-// an unknown or malformed generator; {"dist":"custom"} gives code "generator_unsupported".
+// an unknown or malformed generator. A custom generator needs the workload: its sizes and params
+// (without them, code "generator_unsupported").
 Generator parse_generator(const nlohmann::json& init);
+Generator parse_generator(const nlohmann::json& init, const std::map<std::string, std::int64_t>& sizes,
+                          const nlohmann::json& params);
+// The names of the custom generators the runner implements, for the task loader's checks.
+bool is_custom_generator(std::string_view name);
 
 struct WireArg {                 // one parameter of the entry point, resolved for one workload
   ArgRole role = ArgRole::input;

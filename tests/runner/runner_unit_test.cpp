@@ -11,6 +11,7 @@
 #include "catch.hpp"
 #include "sandbox/runner/calibration.hpp"
 #include "sandbox/runner/compare.hpp"
+#include "sandbox/runner/csr_gen.hpp"
 #include "sandbox/runner/evaluator.hpp"
 #include "sandbox/runner/runner_process.hpp"
 #include "sandbox/runner/wire.hpp"
@@ -65,7 +66,7 @@ TEST_CASE("a job survives the wire and its output layout is aligned", "[runner][
 TEST_CASE("bad jobs and generators get typed errors", "[runner][wire]") {
   try {
     parse_generator({{"dist", "custom"}, {"generator", "x"}});
-    FAIL("custom generator accepted");
+    FAIL("unknown custom generator accepted");
   } catch (const WireError& e) {
     CHECK(e.code == "generator_unsupported");
   }
@@ -193,4 +194,111 @@ TEST_CASE("without a GPU the runner fails typed and the evaluator says no_gpu", 
   const EvalResult res = ev.evaluate(r);
   CHECK(res.status == "no_gpu");
   CHECK(res.to_json().at("status") == "no_gpu");
+}
+
+namespace {
+Generator csr_gen(const char* pattern, std::int64_t rows, std::int64_t cols, std::int64_t nnz, double alpha = 2.0,
+                  std::int64_t max_row = 0) {
+  nlohmann::json params = {{"pattern", pattern}, {"alpha", alpha}};
+  if (max_row > 0) params["max_row"] = max_row;
+  return parse_generator({{"dist", "custom"}, {"generator", "csr"}, {"params", {{"part", "row_ptr"}}}},
+                         {{"rows", rows}, {"cols", cols}, {"nnz", nnz}}, params);
+}
+
+// A CSR structure is valid: exactly nnz entries, non-decreasing row pointers, columns sorted and
+// unique within every row and inside [0, cols).
+void check_valid(const CsrStructure& s, const Generator& g) {
+  REQUIRE(s.row_ptr.size() == static_cast<std::size_t>(g.rows + 1));
+  REQUIRE(s.col_idx.size() == static_cast<std::size_t>(g.nnz));
+  CHECK(s.row_ptr.front() == 0);
+  CHECK(s.row_ptr.back() == g.nnz);
+  const std::int64_t cap = g.max_row > 0 ? g.max_row : g.cols;
+  bool ok = true;
+  for (std::int64_t r = 0; r < g.rows && ok; ++r) {
+    const auto b = s.row_ptr[static_cast<std::size_t>(r)], e = s.row_ptr[static_cast<std::size_t>(r + 1)];
+    ok = b <= e && e - b <= cap;
+    for (auto i = b; i < e && ok; ++i) {
+      const auto c = s.col_idx[static_cast<std::size_t>(i)];
+      ok = c >= 0 && c < g.cols && (i == b || s.col_idx[static_cast<std::size_t>(i - 1)] < c);
+    }
+  }
+  CHECK(ok);
+}
+}  // namespace
+
+TEST_CASE("csr generator: exact nnz, sorted unique columns, deterministic, three patterns", "[runner][csr]") {
+  for (const char* pattern : {"uniform", "power_law", "banded"}) {
+    INFO(pattern);
+    const Generator g = csr_gen(pattern, 1001, 777, 20011, 1.7);
+    const CsrStructure a = make_csr(g, 42);
+    check_valid(a, g);
+    const CsrStructure b = make_csr(g, 42);
+    CHECK(a.row_ptr == b.row_ptr);
+    CHECK(a.col_idx == b.col_idx);
+    const CsrStructure c = make_csr(g, 43);
+    if (std::string(pattern) != "banded") CHECK(a.col_idx != c.col_idx);  // the seed matters
+  }
+  // power_law is skewed: its longest row is far above the mean; uniform stays near it.
+  auto longest = [](const CsrStructure& s) {
+    std::int32_t m = 0;
+    for (std::size_t r = 0; r + 1 < s.row_ptr.size(); ++r) m = std::max(m, s.row_ptr[r + 1] - s.row_ptr[r]);
+    return m;
+  };
+  const CsrStructure pl = make_csr(csr_gen("power_law", 20000, 20000, 400000, 1.8), 7);
+  const CsrStructure un = make_csr(csr_gen("uniform", 20000, 20000, 400000), 7);
+  CHECK(longest(pl) > 20 * 20);
+  CHECK(longest(un) < 3 * 20);
+  // banded: contiguous columns around the diagonal.
+  const CsrStructure bd = make_csr(csr_gen("banded", 100, 100, 500), 1);
+  for (std::size_t r = 0; r < 100; ++r) {
+    const auto b = bd.row_ptr[r], e = bd.row_ptr[r + 1];
+    CHECK(bd.col_idx[static_cast<std::size_t>(e - 1)] - bd.col_idx[static_cast<std::size_t>(b)] == e - b - 1);
+    CHECK(std::abs(bd.col_idx[static_cast<std::size_t>(b)] + (e - b) / 2 - static_cast<std::int64_t>(r)) <= 3);
+  }
+  // Dense rows and the row cap.
+  const Generator full = csr_gen("uniform", 10, 10, 100);
+  check_valid(make_csr(full, 3), full);
+  const Generator capped = csr_gen("power_law", 500, 1000, 5000, 1.3, 40);
+  const CsrStructure cs = make_csr(capped, 9);
+  check_valid(cs, capped);
+  CHECK(longest(cs) <= 40);
+}
+
+TEST_CASE("custom generators reject what they cannot make", "[runner][csr]") {
+  auto code = [](auto&& f) {
+    try {
+      f();
+    } catch (const WireError& e) {
+      return e.code;
+    }
+    return std::string("accepted");
+  };
+  const nlohmann::json row_ptr = {{"dist", "custom"}, {"generator", "csr"}, {"params", {{"part", "row_ptr"}}}};
+  CHECK(code([&] { parse_generator(row_ptr); }) == "generator_unsupported");  // no workload
+  CHECK(code([&] { csr_gen("uniform", 10, 10, 101); }) == "bad_job");        // more than rows x cols
+  CHECK(code([&] { csr_gen("zigzag", 10, 10, 10); }) == "bad_job");
+  CHECK(code([&] { csr_gen("power_law", 10, 10, 10, 1.0); }) == "bad_job");
+  CHECK(code([&] { csr_gen("uniform", 10, 10, 50, 2.0, 4); }) == "bad_job");  // cap 4 x 10 rows < 50
+  CHECK(code([&] { parse_generator(row_ptr, {{"rows", 5}, {"cols", 5}}, nlohmann::json::object()); }) == "bad_job");
+  const nlohmann::json zipf = {{"dist", "custom"}, {"generator", "zipf_bytes"}};
+  CHECK(code([&] { parse_generator(zipf, {{"n", 5}}, {{"zipf_s", -1}}); }) == "bad_job");
+  const Generator z = parse_generator(zipf, {{"n", 5}}, {{"zipf_s", 1.5}});
+  CHECK(z.dist == Dist::zipf_bytes);
+  CHECK(z.a == 1.5);
+  // A csr part of the wrong length is refused by the runner's job parser.
+  Job job;
+  job.so_path = "x.so";
+  job.entry = "f";
+  job.seeds = {1};
+  WireWorkload w;
+  w.name = "w";
+  WireArg a;
+  a.dtype = Dtype::i32;
+  a.count = 7;
+  a.gen = csr_gen("uniform", 10, 10, 20);
+  w.args.push_back(a);
+  job.workloads.push_back(w);
+  CHECK(code([&] { job_from_json(to_json(job)); }) == "bad_job");
+  job.workloads[0].args[0].count = 11;
+  CHECK(job_from_json(to_json(job)).workloads[0].args[0].gen.nnz == 20);
 }
