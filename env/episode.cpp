@@ -28,7 +28,16 @@ json Episode::observation() const {
   for (const tasks::Workload* w : task_->visible_workloads()) {
     json sizes = json::object();
     for (const auto& [k, v] : w->sizes) sizes[k] = v;
-    workloads.push_back({{"name", w->name}, {"sizes", sizes}, {"timed", w->timed}});
+    json entry = {{"name", w->name}, {"sizes", sizes}, {"timed", w->timed}};
+    // The tensor dtypes of this workload where they differ by workload (void* arguments).
+    if (!w->dtypes.empty()) {
+      json dtypes = json::object();
+      for (const tasks::Arg& a : task_->args)
+        if (a.role != tasks::Role::scalar && a.untyped) dtypes[a.name] = std::string(tasks::to_string(task_->dtype_of(a, *w)));
+      entry["dtypes"] = dtypes;
+    }
+    if (!w->params.empty()) entry["params"] = w->params;
+    workloads.push_back(std::move(entry));
   }
   json guidance = json::array();
   for (const tasks::Guidance& g : task_->guidance_up_to(layer_))

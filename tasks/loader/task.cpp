@@ -8,6 +8,7 @@
 #include <cmath>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "tasks/loader/folder.hpp"
 
@@ -171,7 +172,7 @@ bool spelling_matches(Dtype d, const std::string& base, bool pointer) {
 
 // Checks `extern "C" int <entry>(<params>)` and that the parameters match args in order,
 // followed by one cudaStream_t.
-void check_signature(const Task& t, const std::string& file) {
+void check_signature(Task& t, const std::string& file) {
   static const std::regex kDecl(
       R"(^\s*extern\s+"C"\s+int\s+([A-Za-z_][A-Za-z0-9_]*)\s*\(([^()]*)\)\s*;?\s*$)");
   std::smatch m;
@@ -228,6 +229,7 @@ void check_signature(const Task& t, const std::string& file) {
     // Drop qualifiers, '*' and spaces; type words stay glued ("unsigned char" -> "unsignedchar").
     static const std::regex kNoise(R"(\bconst\b|\b__restrict__\b|\b__restrict\b|\*|\s)");
     const std::string base = std::regex_replace(type, kNoise, "");
+    if (pointer && base == "void") t.args[i].untyped = true;
     if (!spelling_matches(a.dtype, base, pointer)) {
       throw TaskError(file, field + ".dtype",
                       std::string(to_string(a.dtype)) + " does not match the C type '" + trim(type) +
@@ -267,14 +269,14 @@ std::pair<double, double> dtype_range(Dtype d) {
   return {0, 0};
 }
 
-void parse_init(const Obj& o, const Arg& a) {
+void parse_init(const Obj& o, Dtype dtype) {
   const std::string dist = o.str("dist", 32);
-  const auto [lo_ok, hi_ok] = dtype_range(a.dtype);
+  const auto [lo_ok, hi_ok] = dtype_range(dtype);
   if (dist == "uniform" || dist == "randint") {
     o.only({"dist", "low", "high"});
     double low = 0, high = 0;
     if (dist == "uniform") {
-      if (!is_float(a.dtype)) o.fail("dist", "uniform needs a floating dtype; use randint");
+      if (!is_float(dtype)) o.fail("dist", "uniform needs a floating dtype; use randint");
       low = o.number("low");
       high = o.number("high");
       if (!(low < high)) o.fail("high", "must be greater than low");
@@ -284,16 +286,27 @@ void parse_init(const Obj& o, const Arg& a) {
       if (low > high) o.fail("high", "must be at least low");
     }
     if (low < lo_ok || high > hi_ok)
-      o.fail("low", "range does not fit dtype " + std::string(to_string(a.dtype)));
+      o.fail("low", "range does not fit dtype " + std::string(to_string(dtype)));
   } else if (dist == "normal") {
     o.only({"dist", "mean", "std"});
-    if (!is_float(a.dtype)) o.fail("dist", "normal needs a floating dtype");
+    if (!is_float(dtype)) o.fail("dist", "normal needs a floating dtype");
     o.number("mean");
     if (!(o.number("std") > 0)) o.fail("std", "must be positive");
   } else if (dist == "custom") {
     o.only({"dist", "generator", "params"});
-    if (!is_lower_name(o.str("generator", kMaxNameLength))) o.fail("generator", "must match [a-z0-9_]+");
-    if (o.has("params")) o.object("params");
+    const std::string gen = o.str("generator", kMaxNameLength);
+    if (gen == "csr") {
+      if (dtype != Dtype::i32) o.fail("generator", "csr parts are i32");
+      const Obj params = o.object("params");
+      params.only({"part"});
+      const std::string part = params.str("part", 16);
+      if (part != "row_ptr" && part != "col_idx") params.fail("part", "must be row_ptr or col_idx");
+    } else if (gen == "zipf_bytes") {
+      if (dtype != Dtype::u8) o.fail("generator", "zipf_bytes draws u8 values");
+      if (o.has("params")) o.object("params").only({});
+    } else {
+      o.fail("generator", "unknown custom generator '" + gen + "' (the runner implements csr, zipf_bytes)");
+    }
   } else {
     o.fail("dist", "unknown distribution '" + dist + "' (uniform normal randint custom)");
   }
@@ -340,14 +353,14 @@ Arg parse_arg(const Obj& o) {
   }
   if (a.role == Role::input) {
     Obj init = o.object("init");
-    parse_init(init, a);
+    parse_init(init, a.dtype);
     a.init = init.raw();
   }
   return a;
 }
 
-Workload parse_workload(const Obj& o) {
-  o.only({"name", "visible", "sizes", "params", "timed"});
+Workload parse_workload(const Obj& o, const Task& t) {
+  o.only({"name", "visible", "sizes", "params", "timed", "dtypes", "inits"});
   Workload w;
   w.name = o.str("name", kMaxNameLength);
   if (!is_lower_name(w.name)) o.fail("name", "must match [a-z0-9_]+");
@@ -363,6 +376,40 @@ Workload parse_workload(const Obj& o) {
   }
   w.params = o.has("params") ? o.object("params").raw() : json::object();
   w.timed = o.has("timed") ? o.boolean("timed") : true;
+  auto untyped_tensor = [&](const Obj& obj, const std::string& name) -> const Arg& {
+    for (const Arg& a : t.args) {
+      if (a.name != name) continue;
+      if (a.role == Role::scalar) obj.fail(name, "is a scalar; only tensor arguments can be overridden");
+      if (!a.untyped) obj.fail(name, "the signature types this pointer; overrides need 'void*' (const void* for inputs)");
+      return a;
+    }
+    obj.fail(name, "no argument of that name");
+  };
+  if (o.has("dtypes")) {
+    const Obj d = o.object("dtypes");
+    for (const auto& [name, value] : d.raw().items()) {
+      untyped_tensor(d, name);
+      w.dtypes[name] = need_dtype(d, name);
+    }
+  }
+  if (o.has("inits")) {
+    const Obj in = o.object("inits");
+    for (const auto& [name, value] : in.raw().items()) {
+      const Arg& a = untyped_tensor(in, name);
+      if (a.role != Role::input) in.fail(name, "only inputs have a generator");
+      const auto it = w.dtypes.find(name);
+      const Obj init = in.object(name);
+      parse_init(init, it != w.dtypes.end() ? it->second : a.dtype);
+      w.inits[name] = init.raw();
+    }
+  }
+  // An override of the dtype alone must still suit the declared generator.
+  for (const auto& [name, dtype] : w.dtypes) {
+    for (const Arg& a : t.args) {
+      if (a.name != name || a.role != Role::input || w.inits.count(name)) continue;
+      parse_init(Obj(a.init, o.file(), o.field("dtypes." + name)), dtype);
+    }
+  }
   return w;
 }
 
@@ -430,10 +477,64 @@ Property parse_property(const Obj& o) {
 void check_compile_flag(const Obj& o, const std::string& field, const std::string& flag) {
   static const std::regex kAllowed(
       R"(^(-D[A-Za-z_][A-Za-z0-9_]*(=[A-Za-z0-9_.]*)?|--use_fast_math|-maxrregcount=[0-9]{1,3}|)"
-      R"(-std=c\+\+(17|20)|--expt-relaxed-constexpr|--extended-lambda|-Xptxas=-v)$)");
+      R"(-std=c\+\+(17|20)|--expt-relaxed-constexpr|--extended-lambda|-Xptxas=-v|-arch=sm_90a?)$)");
   if (flag.size() > 64 || !std::regex_match(flag, kAllowed)) {
     o.fail(field, "flag '" + flag.substr(0, 64) + "' is not in the allowed set (see docs/task-format.md)");
   }
+}
+
+// What a custom generator needs from a workload (the runner implements them; see
+// sandbox/runner/wire.hpp): csr needs sizes rows, cols, nnz, the element count of its part and a
+// known pattern; zipf_bytes a zipf_s in [0, 16].
+void check_custom_generator(const Task& t, const Arg& a, const Workload& w, std::int64_t elements,
+                            const std::string& file, const std::string& af) {
+  const json& init = t.init_of(a, w);
+  if (!init.is_object() || init.value("dist", "") != "custom") return;
+  const std::string gen = init.value("generator", "");
+  const std::string where = "in workload '" + w.name + "': ";
+  const json params = w.params.is_object() ? w.params : json::object();
+  auto number = [&](const char* key, double fallback) {
+    if (!params.contains(key)) return fallback;
+    if (!params.at(key).is_number()) throw TaskError(file, "params." + std::string(key), where + "must be a number");
+    return params.at(key).get<double>();
+  };
+  if (gen == "zipf_bytes") {
+    const double z = number("zipf_s", 0);
+    if (!(z >= 0 && z <= 16)) throw TaskError(file, "params.zipf_s", where + "must be in [0, 16]");
+    return;
+  }
+  if (gen != "csr") return;
+  std::int64_t dims[3] = {0, 0, 0};
+  const char* names[3] = {"rows", "cols", "nnz"};
+  for (int i = 0; i < 3; ++i) {
+    const auto it = w.sizes.find(names[i]);
+    if (it == w.sizes.end())
+      throw TaskError(file, af + ".init", where + "the csr generator needs a size named '" + names[i] + "'");
+    dims[i] = it->second;
+  }
+  const auto [rows, cols, nnz] = std::tuple{dims[0], dims[1], dims[2]};
+  if (nnz > 0x7fffffffLL || cols > 0x7fffffffLL || rows >= 0x7fffffffLL)
+    throw TaskError(file, af + ".init", where + "csr sizes must stay below 2^31");
+  const std::string part = init.at("params").value("part", "");
+  const std::int64_t want = part == "row_ptr" ? rows + 1 : nnz;
+  if (elements != want)
+    throw TaskError(file, af + ".shape",
+                    where + "the csr " + part + " part has " + std::to_string(want) + " elements, the shape gives " +
+                        std::to_string(elements));
+  const std::string pattern = params.contains("pattern") && params.at("pattern").is_string()
+                                  ? params.at("pattern").get<std::string>()
+                                  : (params.contains("pattern") ? std::string("?") : std::string("uniform"));
+  if (pattern != "uniform" && pattern != "power_law" && pattern != "banded")
+    throw TaskError(file, "params.pattern", where + "must be uniform, power_law or banded");
+  const double alpha = number("alpha", 2.0);
+  if (pattern == "power_law" && !(alpha > 1.0 && alpha <= 8.0))
+    throw TaskError(file, "params.alpha", where + "must be in (1, 8]");
+  const double max_row = number("max_row", 0);
+  if (max_row < 0 || max_row != std::floor(max_row))
+    throw TaskError(file, "params.max_row", where + "must be a non-negative integer");
+  const double cap = max_row > 0 ? std::min<double>(max_row, static_cast<double>(cols)) : static_cast<double>(cols);
+  if (static_cast<double>(nnz) > cap * static_cast<double>(rows))
+    throw TaskError(file, "sizes.nnz", where + "more nonzeros than rows x row cap");
 }
 
 // The values every workload gives each tensor and scalar; checks the bounds.
@@ -474,7 +575,8 @@ void check_workload_sizes(const Task& t, const std::string& file) {
           throw TaskError(file, af + ".shape", "in workload '" + w.name + "': more than 2^31-1 elements");
         }
       }
-      total_bytes += elements * static_cast<std::int64_t>(size_of(a.dtype));
+      total_bytes += elements * static_cast<std::int64_t>(size_of(t.dtype_of(a, w)));
+      if (a.role == Role::input) check_custom_generator(t, a, w, elements, file, af);
       if (total_bytes > kMaxWorkloadBytes) {
         throw TaskError(file, wf + ".sizes", "workload '" + w.name + "' needs more than 16 GiB of tensors");
       }
@@ -671,7 +773,7 @@ Task load_task(const fs::path& dir_in) {
   std::set<std::string> workload_names;
   for (std::size_t i = 0; i < workloads.size(); ++i) {
     const std::string f = "workloads[" + std::to_string(i) + "]";
-    t.workloads.push_back(parse_workload(Obj(workloads[i], file, f)));
+    t.workloads.push_back(parse_workload(Obj(workloads[i], file, f), t));
     if (!workload_names.insert(t.workloads.back().name).second)
       root.fail(f + ".name", "duplicate workload name '" + t.workloads.back().name + "'");
   }
@@ -679,7 +781,8 @@ Task load_task(const fs::path& dir_in) {
   const Obj tolerances = root.object("tolerances");
   std::set<std::string> output_dtypes;
   for (const Arg& a : t.args) {
-    if (a.role == Role::output) output_dtypes.insert(std::string(to_string(a.dtype)));
+    if (a.role != Role::output) continue;
+    for (const Workload& w : t.workloads) output_dtypes.insert(std::string(to_string(t.dtype_of(a, w))));
   }
   for (const auto& [dtype, value] : tolerances.raw().items()) {
     if (!output_dtypes.count(dtype)) tolerances.fail(dtype, "no output has this dtype");
@@ -731,6 +834,16 @@ Task load_task(const fs::path& dir_in) {
   t.starter = read_task_file(dir, "starter.cu");
   t.content_hash = detail::content_hash(files);
   return t;
+}
+
+Dtype Task::dtype_of(const Arg& arg, const Workload& w) const {
+  const auto it = w.dtypes.find(arg.name);
+  return it != w.dtypes.end() ? it->second : arg.dtype;
+}
+
+const nlohmann::json& Task::init_of(const Arg& arg, const Workload& w) const {
+  const auto it = w.inits.find(arg.name);
+  return it != w.inits.end() ? it->second : arg.init;
 }
 
 const Task* TaskSet::find(std::string_view id) const {

@@ -28,6 +28,7 @@ struct Arg {                          // one parameter of the entry point, in or
   std::vector<std::string> shape;     // size expressions over workload sizes (inputs/outputs)
   nlohmann::json init;                // inputs: generator, e.g. {"dist":"uniform","low":-1,"high":1}
   std::string value;                  // scalars: expression over workload sizes
+  bool untyped = false;               // tensors passed as void* in the signature: workloads may override dtype/init
 };
 
 struct Workload {
@@ -38,6 +39,10 @@ struct Workload {
   // false: checked for correctness only (too small to time meaningfully, e.g. n=1); left out of the
   // speed geometric means (reward, verify-tasks ladder and speed of light).
   bool timed = true;
+  // Per-workload overrides of an untyped (void*) tensor argument's dtype and generator, by name:
+  // {"dtypes": {"x": "bf16", "y": "bf16"}, "inits": {"x": {"dist": "uniform", ...}}}.
+  std::map<std::string, Dtype> dtypes;
+  std::map<std::string, nlohmann::json> inits;
 };
 
 struct Tolerance { double atol = 0; double rtol = 0; std::string why; };
@@ -69,6 +74,9 @@ struct Task {
   std::string content_hash;           // hex hash over every file of the task folder
 
   std::vector<const Workload*> visible_workloads() const;
+  // The dtype and generator of an argument in one workload (its overrides, else the declaration).
+  Dtype dtype_of(const Arg& arg, const Workload& w) const;
+  const nlohmann::json& init_of(const Arg& arg, const Workload& w) const;
   const Workload* find_workload(std::string_view name) const;
   double flops_of(const Workload& w) const;
   double bytes_of(const Workload& w) const;

@@ -136,10 +136,15 @@ TEST_CASE("vector_add loads with every field", "[tasks]") {
   CHECK(t.content_hash.find_first_not_of("0123456789abcdef") == std::string::npos);
 }
 
-TEST_CASE("vector_add passes check_task", "[tasks]") {
-  const std::vector<std::string> problems = check_task(load_task(kVectorAdd));
-  for (const std::string& p : problems) UNSCOPED_INFO(p);
-  CHECK(problems.empty());
+TEST_CASE("every built-in task passes check_task", "[tasks]") {
+  const TaskSet set = load_tasks(D2K_TASKS_DIR);
+  REQUIRE(set.errors.empty());
+  CHECK(set.tasks.size() >= 7);  // vector_add + the six of task suite part 1
+  for (const Task& t : set.tasks) {
+    const std::vector<std::string> problems = check_task(t);
+    for (const std::string& p : problems) UNSCOPED_INFO(t.id << ": " << p);
+    CHECK(problems.empty());
+  }
 }
 
 TEST_CASE("content hash covers every file and its path", "[tasks]") {
@@ -425,4 +430,97 @@ TEST_CASE("corrupted task.json never escapes as anything but TaskError", "[tasks
   }
   CHECK(rejected > 200);  // nearly every corruption is caught, none crashes or escapes
   CHECK(loaded + rejected == 300);
+}
+
+TEST_CASE("per-workload dtype and generator overrides need void* and suit the generator", "[tasks]") {
+  TempDir tmp;
+  const fs::path dir = copy_task(tmp.path);
+  json j = read_json(dir);
+  j["signature"] =
+      "extern \"C\" int d2k_vector_add(const void* a, const float* b, void* y, int64_t n, cudaStream_t stream)";
+  j["workloads"][1]["dtypes"] = {{"a", "f64"}, {"y", "f64"}};
+  j["workloads"][2]["dtypes"] = {{"a", "i32"}};
+  j["workloads"][2]["inits"] = {{"a", {{"dist", "randint"}, {"low", -3}, {"high", 3}}}};
+  j["tolerances"]["f64"] = {{"atol", 0}, {"rtol", 1e-12}, {"why", "one rounding in double"}};
+  write_json(dir, j);
+  const Task t = load_task(dir);
+  const Arg& a = t.args[0];
+  CHECK(a.untyped);
+  CHECK_FALSE(t.args[1].untyped);
+  CHECK(t.dtype_of(a, t.workloads[0]) == Dtype::f32);
+  CHECK(t.dtype_of(a, t.workloads[1]) == Dtype::f64);
+  CHECK(t.dtype_of(t.args[2], t.workloads[1]) == Dtype::f64);
+  CHECK(t.dtype_of(a, t.workloads[2]) == Dtype::i32);
+  CHECK(t.init_of(a, t.workloads[2])["dist"] == "randint");
+  CHECK(t.init_of(a, t.workloads[1])["dist"] == "uniform");
+
+  auto fails = [&](json bad, const std::string& field_part) {
+    write_json(dir, bad);
+    try {
+      load_task(dir);
+      FAIL("accepted: " << field_part);
+    } catch (const TaskError& e) {
+      INFO(e.what());
+      CHECK_THAT(e.field, ContainsSubstring(field_part));
+    }
+  };
+  json x = j;
+  x["workloads"][0]["dtypes"] = {{"b", "f64"}};  // b is typed in the signature
+  fails(x, "dtypes");
+  x = j;
+  x["workloads"][2].erase("inits");  // i32 with the declared uniform generator
+  fails(x, "dtypes.a");
+  x = j;
+  x["tolerances"].erase("f64");  // an output is f64 in a workload
+  fails(x, "tolerances");
+  x = j;
+  x["workloads"][0]["inits"] = {{"y", {{"dist", "uniform"}, {"low", 0}, {"high", 1}}}};  // outputs have none
+  fails(x, "inits");
+}
+
+TEST_CASE("custom generators are checked against the workloads", "[tasks]") {
+  TempDir tmp;
+  const fs::path dir = copy_task(tmp.path);
+  json j = read_json(dir);
+  j["signature"] =
+      "extern \"C\" int d2k_vector_add(const int* a, const float* b, float* y, int64_t n, cudaStream_t stream)";
+  j["args"][0]["dtype"] = "i32";
+  j["args"][0]["shape"] = {"rows+1"};
+  j["args"][0]["init"] = {{"dist", "custom"}, {"generator", "csr"}, {"params", {{"part", "row_ptr"}}}};
+  for (auto& w : j["workloads"]) {
+    const std::int64_t n = w["sizes"]["n"];
+    w["sizes"] = {{"n", n}, {"rows", 10}, {"cols", 10}, {"nnz", 30}};
+    w["params"] = {{"pattern", "power_law"}, {"alpha", 1.5}};
+  }
+  write_json(dir, j);
+  CHECK(load_task(dir).args[0].init["generator"] == "csr");
+
+  auto fails = [&](json bad, const std::string& field_part) {
+    write_json(dir, bad);
+    try {
+      load_task(dir);
+      FAIL("accepted: " << field_part);
+    } catch (const TaskError& e) {
+      INFO(e.what());
+      CHECK_THAT(e.field, ContainsSubstring(field_part));
+    }
+  };
+  json x = j;
+  x["args"][0]["shape"] = {"rows"};  // row_ptr needs rows + 1
+  fails(x, "args[0].shape");
+  x = j;
+  x["workloads"][1]["sizes"]["nnz"] = 101;  // more than rows x cols
+  fails(x, "nnz");
+  x = j;
+  x["workloads"][1]["params"]["pattern"] = "zigzag";
+  fails(x, "pattern");
+  x = j;
+  x["workloads"][1]["sizes"].erase("cols");
+  fails(x, "args[0].init");
+  x = j;
+  x["args"][0]["init"]["generator"] = "mystery";
+  fails(x, "generator");
+  x = j;
+  x["args"][0]["init"] = {{"dist", "custom"}, {"generator", "zipf_bytes"}};  // u8 only
+  fails(x, "generator");
 }
