@@ -220,9 +220,19 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
     return rejected("main file must be a .cu file: " + request.main_file, t0);
   if (auto why = check_flags(request.flags); !why.empty()) return rejected(why, t0);
 
+  // A request that names its own architecture (-arch=, -gencode=) replaces the base -arch (two
+  // -arch flags make nvcc fail): e.g. a task's -arch=sm_90a for wgmma and TMA.
+  std::vector<std::string> base = config_.base_flags;
+  const bool own_arch = std::any_of(request.flags.begin(), request.flags.end(), [](const std::string& f) {
+    return f.rfind("-arch=", 0) == 0 || f.rfind("-gencode=", 0) == 0;
+  });
+  if (own_arch)
+    base.erase(std::remove_if(base.begin(), base.end(), [](const std::string& f) { return f.rfind("-arch=", 0) == 0; }),
+               base.end());
+
   // 2. Key and cache.
   std::vector<std::string> parts = {"d2k-compile-v1", toolchain_, config_.nvcc.string(), config_.host_compiler.string()};
-  parts.insert(parts.end(), config_.base_flags.begin(), config_.base_flags.end());
+  parts.insert(parts.end(), base.begin(), base.end());
   parts.push_back("--");
   parts.insert(parts.end(), request.flags.begin(), request.flags.end());
   parts.push_back(request.main_file);
@@ -250,7 +260,7 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
   // 4. nvcc in the jail.
   JailSpec spec;
   spec.argv = {config_.nvcc.string(), "-ccbin", config_.host_compiler.string()};
-  spec.argv.insert(spec.argv.end(), config_.base_flags.begin(), config_.base_flags.end());
+  spec.argv.insert(spec.argv.end(), base.begin(), base.end());
   spec.argv.insert(spec.argv.end(), request.flags.begin(), request.flags.end());
   spec.argv.insert(spec.argv.end(), {"-o", std::string(kJob) + "/out/kernel.so", std::string(kJob) + "/" + request.main_file});
   spec.env = {{"PATH", "/usr/local/cuda/bin:/usr/bin:/bin"}, {"TMPDIR", "/tmp"}, {"HOME", "/tmp"}, {"LANG", "C"}, {"LC_ALL", "C"}};
