@@ -25,6 +25,21 @@ if [ ! -x "$nvcc" ]; then
 fi
 export PATH="$(dirname "$nvcc"):$PATH"
 
+# cuobjdump (the SASS of the tasks' kernels, checked by test_tasks_nvcc) is not in every toolkit
+# install: take NVIDIA's wheel from PyPI when neither PATH nor the toolkit has it.
+cuobjdump_args=()
+if ! command -v cuobjdump >/dev/null && [ ! -x "$(dirname "$nvcc")/cuobjdump" ]; then
+  deps=.deps/cuobjdump
+  if [ ! -x "$deps/nvidia/cu13/bin/cuobjdump" ]; then
+    echo "bootstrap: fetching cuobjdump (pip wheels nvidia-cuda-cuobjdump, nvidia-cuda-nvdisasm)"
+    python3 -m pip download --quiet --no-deps -d .deps/wheels "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*" &&
+      python3 -c 'import sys, zipfile, glob
+for w in glob.glob(".deps/wheels/nvidia_cuda_*.whl"): zipfile.ZipFile(w).extractall(sys.argv[1])' "$deps" &&
+      chmod +x "$deps"/nvidia/cu13/bin/* || echo "bootstrap: cuobjdump unavailable; SASS checks will be skipped" >&2
+  fi
+  [ -x "$deps/nvidia/cu13/bin/cuobjdump" ] && cuobjdump_args=(-DD2K_CUOBJDUMP="$PWD/$deps/nvidia/cu13/bin/cuobjdump")
+fi
+
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DD2K_WERROR="${D2K_WERROR:-OFF}" >/dev/null
+cmake -S . -B build -G Ninja -DD2K_WERROR="${D2K_WERROR:-OFF}" "${cuobjdump_args[@]}" >/dev/null
 cmake --build build -j"$jobs"
