@@ -9,6 +9,10 @@
 #     bash scripts/gpu-check.sh
 #       recreates the build's absolute paths, runs every GPU test (ctest -L gpu) and, when the
 #       build has it, `d2k verify-tasks`; the full log goes to $OUT/gpu-check.log.
+#     D2K_GPU_PARTS="verify" bash scripts/gpu-check.sh [TASK...]
+#       only `d2k verify-tasks`, one task at a time (each task's report lands in
+#       $OUT/RESULTS-<task>.md as soon as it is done, so a call cut short keeps what finished;
+#       $OUT/RESULTS.md joins them). Parts: any of "tests verify demo bench" (default: all).
 set -o pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -64,24 +68,36 @@ LOG="$OUT/gpu-check.log"
   cp -a "$PACK/build/." "$BUILD/"
   export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   rc=0
-  echo "== ctest -L gpu ($BUILD)"
-  ctest --test-dir "$BUILD" -L gpu --output-on-failure -V --timeout 600 || rc=$?
-  if [ -x "$BUILD/bin/d2k" ] && "$BUILD/bin/d2k" --help 2>&1 | grep -q verify-tasks; then
-    echo "== d2k verify-tasks"
-    "$BUILD/bin/d2k" verify-tasks --tasks "$SRC/tasks" --results "$OUT/RESULTS.md" || rc=$?
-  else
+  PARTS=" ${D2K_GPU_PARTS:-tests verify demo bench} "
+  part() { [[ "$PARTS" == *" $1 "* ]]; }
+  if part tests; then
+    echo "== ctest -L gpu ($BUILD)"
+    ctest --test-dir "$BUILD" -L gpu --output-on-failure -V --timeout 600 || rc=$?
+  fi
+  if part verify && [ -x "$BUILD/bin/d2k" ] && "$BUILD/bin/d2k" --help 2>&1 | grep -q verify-tasks; then
+    tasks=("$@")
+    if [ ${#tasks[@]} -eq 0 ]; then
+      for d in "$SRC"/tasks/*/; do [ -f "$d/task.json" ] && tasks+=("$(basename "$d")"); done
+    fi
+    : > "$OUT/RESULTS.md"
+    for t in "${tasks[@]}"; do
+      echo "== d2k verify-tasks --task $t ($(date -u +%H:%M:%S))"
+      "$BUILD/bin/d2k" verify-tasks --tasks "$SRC/tasks" --task "$t" --results "$OUT/RESULTS-$t.md" || rc=$?
+      cat "$OUT/RESULTS-$t.md" >> "$OUT/RESULTS.md" 2>/dev/null
+    done
+  elif part verify; then
     echo "== d2k verify-tasks: not in this build (skipped)"
   fi
-  if [ -x "$BUILD/bin/d2k" ]; then
+  if part demo && [ -x "$BUILD/bin/d2k" ]; then
     echo "== d2k demo (server, runner backend, reward)"
     (cd "$SRC" && XDG_CACHE_HOME="$OUT/.demo-cache" "$BUILD/bin/d2k" demo --layer 1) || rc=$?
     rm -rf "$OUT/.demo-cache"
   fi
-  if [ -x "$ROOT/.carry/vadd/harness" ]; then
+  if part bench && [ -x "$ROOT/.carry/vadd/harness" ]; then
     echo "== vector_add variants (bench/vector_add)"
     (cd "$ROOT/.carry/vadd" && ./harness 67108864 ./*.so) || true
   fi
-  if [ -x "$BUILD/bin/bench_gpu" ] && [ "${D2K_GPU_BENCH:-1}" = 1 ]; then
+  if part bench && [ -x "$BUILD/bin/bench_gpu" ] && [ "${D2K_GPU_BENCH:-1}" = 1 ]; then
     echo "== bench_gpu (one GPU)"
     # Its figures also go to $OUT/bench_gpu.txt (bench/README.md records them).
     (cd "$SRC" && CUDA_VISIBLE_DEVICES=0 "$BUILD/bin/bench_gpu" --runs 20 --sessions 32 --seconds 45 2>&1 |
