@@ -1,0 +1,274 @@
+// prefix_sum expert, layer 3 (low level): L2's single-pass scan with decoupled look-back, with
+// 128-bit data movement and register/shuffle scans. A block stages its 16384-element tile in shared
+// memory with 16-byte cp.async (each thread copies, and later reads back, only its own vectors), sums
+// its vectors, scans the row totals across each warp with SHFL.UP, combines warp totals through
+// shared memory, looks back with one warp, then rescans its vectors and writes y with STG.128.
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kVecs = 16;                        // 4-element vectors per thread per tile
+constexpr int kRow = 32 * 4;                     // elements of one warp-wide row of vectors
+constexpr int kWarpElems = kVecs * kRow;         // elements of one warp's segment of a tile
+constexpr int kTile = kWarps * kWarpElems;       // 16384 elements per tile
+constexpr int kMinBlocks = 3;                    // resident blocks per SM (3 x 64 KiB of shared memory)
+constexpr int64_t kMaxN = 0x7fffffff;            // every tensor has fewer than 2^31 elements
+constexpr int64_t kMaxTiles = (kMaxN + kTile - 1) / kTile;
+constexpr unsigned kFull = 0xffffffffu;
+
+// Tile descriptors, one 64-bit word each, written and read whole (single-copy atomic):
+// high 32 bits = (epoch << 2) | status, low 32 bits = the value (bits of T). A word whose epoch is
+// not this call's is "not yet published", so no clearing is needed between calls.
+constexpr unsigned kStatusAggregate = 1;  // value = the tile's own total
+constexpr unsigned kStatusInclusive = 2;  // value = the sum of tiles 0..this one
+constexpr unsigned kMaxEpoch = (1u << 30) - 1;
+__device__ unsigned long long g_tile_state[kMaxTiles];
+__device__ unsigned int g_tile_counter;  // next tile to hand out; zeroed before every launch
+
+template <typename T> struct Vec4;
+template <> struct Vec4<unsigned> { using type = uint4; };
+template <> struct Vec4<float> { using type = float4; };
+
+template <typename T> __device__ __forceinline__ unsigned to_bits(T v);
+template <> __device__ __forceinline__ unsigned to_bits<unsigned>(unsigned v) { return v; }
+template <> __device__ __forceinline__ unsigned to_bits<float>(float v) { return __float_as_uint(v); }
+template <typename T> __device__ __forceinline__ T from_bits(unsigned b);
+template <> __device__ __forceinline__ unsigned from_bits<unsigned>(unsigned b) { return b; }
+template <> __device__ __forceinline__ float from_bits<float>(unsigned b) { return __uint_as_float(b); }
+
+__device__ __forceinline__ void publish(unsigned tile, unsigned epoch, unsigned status, unsigned bits) {
+  const unsigned long long word =
+      (static_cast<unsigned long long>((epoch << 2) | status) << 32) | bits;
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(g_tile_state + tile), "l"(word) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long peek(int64_t tile) {
+  unsigned long long word;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(g_tile_state + tile) : "memory");
+  return word;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// Decoupled look-back, run by all 32 lanes of warp 0 of the block owning `tile`. Publishes the
+// tile's aggregate, then reads predecessors tile-1-lane (a window of 32, one load per lane) until
+// the window holds an inclusive prefix; the window's values up to the nearest inclusive one are
+// summed with a butterfly of shuffles. Publishes the tile's inclusive prefix and returns its
+// exclusive prefix (the same in every lane).
+template <typename T>
+__device__ __forceinline__ T look_back(unsigned tile, T aggregate, unsigned epoch, int lane) {
+  if (tile == 0) {
+    if (lane == 0) publish(0, epoch, kStatusInclusive, to_bits(aggregate));
+    return T(0);
+  }
+  if (lane == 0) publish(tile, epoch, kStatusAggregate, to_bits(aggregate));
+  T exclusive = T(0);
+  int64_t end = tile;  // this window covers tiles end-1-lane
+  while (true) {
+    const int64_t j = end - 1 - lane;
+    unsigned status = kStatusInclusive;  // a tile before 0 counts as an inclusive 0
+    T value = T(0);
+    if (j >= 0) {
+      unsigned long long word;
+      do {
+        word = peek(j);  // spin until tile j has published this call
+      } while ((static_cast<unsigned>(word >> 32) >> 2) != epoch);
+      status = static_cast<unsigned>(word >> 32) & 3u;
+      value = from_bits<T>(static_cast<unsigned>(word));
+    }
+    const unsigned inclusive_lanes = __ballot_sync(kFull, status == kStatusInclusive);
+    const int last = inclusive_lanes != 0 ? __ffs(static_cast<int>(inclusive_lanes)) - 1 : 31;
+    T v = lane <= last ? value : T(0);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) v = v + __shfl_xor_sync(kFull, v, o);
+    exclusive = exclusive + v;
+    if (inclusive_lanes != 0) break;
+    end -= 32;
+  }
+  if (lane == 0) publish(tile, epoch, kStatusInclusive, to_bits(exclusive + aggregate));
+  return exclusive;
+}
+
+// Element layout of a tile: warp w owns the kWarpElems elements from w * kWarpElems; within it,
+// row v (kRow elements) holds lane l's 4-element vector at v * kRow + 4 l. A warp's access to row v
+// is one fully coalesced 512-byte access, in global and in shared memory alike.
+template <typename T>
+__device__ __forceinline__ void load_vec(const T* x, const T* s_tile, int64_t tile_base, int slot,
+                                         int v, int64_t n, bool full, T (&a)[4]) {
+  if (full) {
+    const typename Vec4<T>::type q =
+        *reinterpret_cast<const typename Vec4<T>::type*>(s_tile + slot + v * kRow);
+    a[0] = q.x; a[1] = q.y; a[2] = q.z; a[3] = q.w;
+  } else {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int64_t e = tile_base + slot + v * kRow + c;
+      a[c] = e < n ? x[e] : T(0);
+    }
+  }
+}
+
+// One tile per block, tiles handed out by an atomic counter in the order blocks start, so every
+// tile a block waits for belongs to a block that is already running: no deadlock.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsigned epoch,
+                     int vector_ok) {
+  using V = typename Vec4<T>::type;
+  extern __shared__ __align__(16) unsigned char s_raw[];
+  T* s_tile = reinterpret_cast<T*>(s_raw);  // kTile elements
+  __shared__ T s_warp_total[kWarps];
+  __shared__ T s_exclusive;
+  __shared__ unsigned s_tile_index;
+  if (threadIdx.x == 0) s_tile_index = atomicAdd(&g_tile_counter, 1u);
+  __syncthreads();
+  const unsigned tile = s_tile_index;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int slot = warp * kWarpElems + lane * 4;  // this thread's first element within the tile
+  const int64_t tile_base = static_cast<int64_t>(tile) * kTile;
+  const bool full = vector_ok != 0 && tile_base + kTile <= n;
+
+  // Stage this thread's vectors (all kVecs copies in flight at once). A partial tile, or pointers
+  // not 16-byte aligned, read x directly (guarded scalar loads) in both passes instead.
+  if (full) {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v)
+      cp_async16(s_tile + slot + v * kRow, x + tile_base + slot + v * kRow);
+    cp_async_commit();
+    cp_async_wait_all();
+  }
+
+  // Pass 1: the total of each of this thread's vectors and of the thread; the warp totals (a
+  // butterfly of shuffles) go to shared memory, so that the tile's aggregate is known, and published,
+  // before the row scans.
+  T incl[kVecs];
+  T thread_total = T(0);
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    T a[4];
+    load_vec<T>(x, s_tile, tile_base, slot, v, n, full, a);
+    incl[v] = ((a[0] + a[1]) + a[2]) + a[3];
+    thread_total = thread_total + incl[v];
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) thread_total = thread_total + __shfl_xor_sync(kFull, thread_total, o);
+  if (lane == 0) s_warp_total[warp] = thread_total;
+  __syncthreads();
+
+  // Every thread sums the warp totals (broadcast reads): its warp's exclusive prefix and the tile's
+  // aggregate, in the same order everywhere. Warp 0 publishes the aggregate and looks back while
+  // the other warps scan their rows.
+  T warp_prefix = T(0);
+  T aggregate = T(0);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    if (w == warp) warp_prefix = aggregate;
+    aggregate = aggregate + s_warp_total[w];
+  }
+  if (warp == 0) {
+    const T exclusive = look_back<T>(tile, aggregate, epoch, lane);
+    if (lane == 0) s_exclusive = exclusive;
+  }
+
+  // Inclusive scan of each row's vector totals across the warp (kVecs independent shuffle chains,
+  // interleaved).
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+#pragma unroll
+    for (int v = 0; v < kVecs; ++v) {
+      const T other = __shfl_up_sync(kFull, incl[v], d);
+      if (lane >= d) incl[v] = other + incl[v];
+    }
+  }
+  __syncthreads();
+
+  // Pass 2: rescan each vector from the staged copy and add everything before it.
+  T row_prefix = s_exclusive + warp_prefix;  // sum of everything before this warp's row v
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    const T before = __shfl_up_sync(kFull, incl[v], 1);
+    const T row_total = __shfl_sync(kFull, incl[v], 31);
+    const T p = row_prefix + (lane > 0 ? before : T(0));
+    row_prefix = row_prefix + row_total;
+    T a[4];
+    load_vec<T>(x, s_tile, tile_base, slot, v, n, full, a);
+    a[0] = p + a[0];
+    a[1] = a[0] + a[1];
+    a[2] = a[1] + a[2];
+    a[3] = a[2] + a[3];
+    if (full) {
+      V q;
+      q.x = a[0]; q.y = a[1]; q.z = a[2]; q.w = a[3];
+      *reinterpret_cast<V*>(y + tile_base + slot + v * kRow) = q;
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t e = tile_base + slot + v * kRow + c;
+        if (e < n) y[e] = a[c];
+      }
+    }
+  }
+}
+
+constexpr size_t kDynamicSmem = sizeof(float) * kTile;
+
+// The counter's address and the shared-memory opt-in, once per device.
+template <typename T>
+cudaError_t setup(void** counter) {
+  static int cached_device = -1;
+  static void* cached = nullptr;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device != cached_device) {
+    err = cudaGetSymbolAddress(&cached, g_tile_counter);
+    if (err != cudaSuccess) return err;
+    err = cudaFuncSetAttribute(scan_single_pass_vec<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kDynamicSmem));
+    if (err != cudaSuccess) return err;
+    cached_device = device;
+  }
+  *counter = cached;
+  return cudaSuccess;
+}
+
+// A fresh epoch per call (1..kMaxEpoch), one counter for both element types: descriptors left
+// by any earlier call never match the current call's epoch.
+unsigned next_epoch() {
+  static unsigned epoch = 0;
+  epoch = epoch >= kMaxEpoch ? 1 : epoch + 1;
+  return epoch;
+}
+
+template <typename T>
+cudaError_t run(const void* x, void* y, int64_t n, cudaStream_t stream) {
+  const unsigned epoch = next_epoch();
+  void* counter = nullptr;
+  cudaError_t err = setup<T>(&counter);
+  if (err != cudaSuccess) return err;
+  err = cudaMemsetAsync(counter, 0, sizeof(unsigned), stream);
+  if (err != cudaSuccess) return err;
+  const int vector_ok =
+      ((reinterpret_cast<std::uintptr_t>(x) | reinterpret_cast<std::uintptr_t>(y)) & 15u) == 0;
+  const int64_t tiles = (n + kTile - 1) / kTile;
+  scan_single_pass_vec<T><<<static_cast<unsigned>(tiles), kThreads, kDynamicSmem, stream>>>(
+      static_cast<const T*>(x), static_cast<T*>(y), n, epoch, vector_ok);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" int d2k_prefix_sum(const void* x, void* y, int64_t n, int is_float, cudaStream_t stream) {
+  if (n <= 0) return 0;
+  if (n > kMaxN) return static_cast<int>(cudaErrorInvalidValue);
+  return static_cast<int>(is_float ? run<float>(x, y, n, stream) : run<unsigned>(x, y, n, stream));
+}
