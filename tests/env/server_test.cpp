@@ -381,3 +381,41 @@ TEST_CASE("capacity, close and idle reaping", "[server]") {
   CHECK(error_of([&] { c.observe(b); }) == ErrorCode::unknown_session);
   CHECK(c.stats()["sessions"]["end_reasons"]["idle_timeout"] == 1);
 }
+
+// Every built-in task opens at every layer with its guidance, and the kernel of that layer (the
+// baseline at L0, the Lk expert at Lk) compiles through the server's sandboxed compiler with the
+// task's flags. The GPU half (evaluate/submit) is d2k verify-tasks and gpu_server_test.
+TEST_CASE("every task opens at every layer and that layer's kernel compiles in the sandbox", "[server][tasks]") {
+  TestServer srv;
+  Client c(srv.endpoint);
+  const d2k::tasks::TaskSet set = d2k::tasks::load_tasks(D2K_TASKS_DIR);
+  REQUIRE(set.errors.empty());
+  Value listed = c.list_tasks()["tasks"];
+  CHECK(listed.size() == set.tasks.size());
+  for (const auto& task : set.tasks) {
+    for (int layer = 0; layer <= 3; ++layer) {
+      INFO(task.id << " L" << layer);
+      Value r = c.reset(task.id, layer, 5, Value::object({{"max_steps", 4}}));
+      const std::string s = r["session"].get<std::string>();
+      const Value& o = r["observation"];
+      CHECK(o["task"]["id"] == task.id);
+      CHECK(o["guidance"].size() == static_cast<std::size_t>(layer));
+      CHECK(o["files"][task.main_file] == task.starter);
+      for (const auto& w : o["task"]["workloads"]) {
+        const auto* model = task.find_workload(w["name"].get<std::string>());
+        REQUIRE(model != nullptr);
+        CHECK(model->visible);
+        CHECK(w.contains("dtypes") == !model->dtypes.empty());
+      }
+      const std::string kernel = d2k::tasks::read_task_file(
+          task.dir, layer == 0 ? std::filesystem::path("baseline.cu")
+                               : std::filesystem::path("experts") / ("L" + std::to_string(layer) + ".cu"));
+      Value w = c.step(s, {{"type", "write_file"}, {"path", task.main_file}, {"content", kernel}});
+      CHECK(w["observation"]["last"]["ok"] == true);
+      Value k = c.step(s, {{"type", "compile"}});
+      INFO(k["observation"]["last"]["compile"]["log"].get<std::string>());
+      CHECK(k["observation"]["last"]["compile"]["ok"] == true);
+      c.close(s);
+    }
+  }
+}
