@@ -1,8 +1,10 @@
 #include "env/cli/verify_tasks.hpp"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -54,6 +56,8 @@ double since(std::chrono::steady_clock::time_point t0) {
 }
 
 struct Tools {
+  fs::path state;                 // scratch (vendor builds and files)
+  fs::path nvcc;
   runner::Evaluator* evaluator = nullptr;
   sandbox::Compiler* compiler = nullptr;
   std::optional<fs::path> cuobjdump;
@@ -156,6 +160,116 @@ KernelVerdict verify_kernel(const tasks::Task& task, const std::string& label, c
   return k;
 }
 
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct Shell {
+  int status = -1;
+  std::string out;
+};
+Shell shell(const std::string& command) {
+  Shell r;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return r;
+}
+
+// The task's vendor implementation, timed in this run: a vendor.cu (trusted task code, built with
+// nvcc outside the jail because it links vendor libraries, then evaluated in a trusted runner
+// like the reference: correctness checked, timed like every kernel) or a vendor.py (run with
+// python3: JSON workloads on stdin, JSON medians on stdout; e.g. PyTorch SDPA).
+runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
+  const tasks::Vendor& vendor = *task.vendor;
+  runner::VendorVerdict v;
+  v.what = vendor.what;
+  v.file = vendor.file;
+  v.min_fraction = vendor.min_fraction;
+  const fs::path dir = tools.state / "vendor";
+  fs::create_directories(dir);
+  const fs::path src = task.dir / vendor.file;
+  const bool is_cu = vendor.file.size() > 3 && vendor.file.substr(vendor.file.size() - 3) == ".cu";
+  std::printf("  vendor yardstick %s (%s) ...\n", vendor.file.c_str(), vendor.what.c_str());
+  std::fflush(stdout);
+  if (is_cu) {
+    std::string arch = "-arch=sm_90", extra;
+    for (const auto& f : task.compile_flags) {
+      if (f.rfind("-arch=", 0) == 0) arch = f;
+      else extra += " " + shell_quote(f);
+    }
+    const fs::path lib = tools.nvcc.parent_path().parent_path() / "lib64";
+    const fs::path so = dir / (task.id + "-" + task.content_hash.substr(0, 16) + ".so");
+    std::string cmd = shell_quote(tools.nvcc.string()) + " -O3 " + arch + " -shared -Xcompiler -fPIC" + extra + " -o " +
+                      shell_quote(so.string()) + " " + shell_quote(src.string()) + " -L" + shell_quote(lib.string()) +
+                      " -Xlinker -rpath=" + shell_quote(lib.string());
+    for (const auto& l : vendor.libs) cmd += " -l" + l;
+    const Shell b = shell(cmd);
+    if (b.status != 0) {
+      v.status = "build_error";
+      v.message = one_line(tail(b.out, 600));
+      std::printf("    build_error: %s\n", v.message.c_str());
+      return v;
+    }
+    runner::EvalRequest req;
+    req.task = &task;
+    req.so_path = so;
+    req.workloads = runner::WorkloadSet::all;
+    req.gpu = tools.gpu;
+    req.seeds = 1;
+    req.timing = true;
+    req.trusted = true;
+    const runner::EvalResult r = tools.evaluator->evaluate(req);
+    v.status = r.status;
+    v.message = one_line(r.message);
+    for (const auto& w : r.workloads) {
+      const tasks::Workload* tw = task.find_workload(w.name);
+      if (w.timing && tw && tw->timed && w.correct) v.times[w.name] = w.timing->median_s;
+    }
+  } else {
+    nlohmann::json in = {{"task", task.id}, {"seed", 1}, {"workloads", nlohmann::json::array()}};
+    for (const auto& w : task.workloads)
+      if (w.timed) in["workloads"].push_back({{"name", w.name}, {"sizes", w.sizes}});
+    const fs::path in_file = dir / (task.id + ".in.json");
+    const fs::path out_file = dir / (task.id + ".out.json");
+    {
+      std::ofstream f(in_file);
+      f << in.dump();
+    }
+    const Shell b = shell("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=" + std::to_string(tools.gpu) +
+                          " timeout 900 python3 " + shell_quote(src.string()) + " < " + shell_quote(in_file.string()) +
+                          " > " + shell_quote(out_file.string()));
+    if (b.status != 0) {
+      v.status = "error";
+      v.message = "exit " + std::to_string(b.status) + ": " + one_line(tail(b.out, 600));
+      std::printf("    error: %s\n", v.message.c_str());
+      return v;
+    }
+    try {
+      std::ifstream f(out_file);
+      const nlohmann::json out = nlohmann::json::parse(f);
+      if (out.contains("vendor") && out["vendor"].is_string()) v.what += " — " + out["vendor"].get<std::string>();
+      for (const auto& w : out.at("workloads")) {
+        const double t = w.at("median_s").get<double>();
+        if (t > 0 && std::isfinite(t)) v.times[w.at("name").get<std::string>()] = t;
+      }
+    } catch (const std::exception& e) {
+      v.status = "error";
+      v.message = std::string("unreadable output: ") + e.what();
+    }
+  }
+  std::printf("    %s%s%s\n", v.status.c_str(), v.message.empty() ? "" : ": ", v.message.c_str());
+  for (const auto& [w, t] : v.times) std::printf("      %-24s %10.1f µs\n", w.c_str(), t * 1e6);
+  std::fflush(stdout);
+  return v;
+}
+
 TaskVerdict verify_task(const tasks::Task& task, Tools& tools) {
   TaskVerdict v;
   v.task = task.id;
@@ -176,6 +290,10 @@ TaskVerdict verify_task(const tasks::Task& task, Tools& tools) {
     v.ladder.push_back(runner::ladder_step(v.kernels[i - 1], v.kernels[i]));
   v.is_memory_bound = runner::memory_bound(task);
   v.sol = runner::speed_of_light(task, v.kernels.back(), tools.copy_bytes_per_s);
+  if (task.vendor) {
+    v.vendor = verify_vendor(task, tools);
+    v.vendor->rows = runner::vendor_rows(task, v.kernels.back(), *v.vendor);
+  }
   runner::derive_checks(v, task, tools.copy_bytes_per_s);
   return v;
 }
@@ -244,6 +362,8 @@ int verify(const Options& o, const std::string& command) {
   sandbox::Compiler compiler(cc);
 
   Tools tools;
+  tools.state = state;
+  tools.nvcc = cc.nvcc;
   tools.evaluator = &evaluator;
   tools.compiler = &compiler;
   tools.cuobjdump = runner::find_cuobjdump(cc.nvcc);

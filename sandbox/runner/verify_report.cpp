@@ -109,6 +109,25 @@ std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict&
   return out;
 }
 
+std::vector<VendorRow> vendor_rows(const tasks::Task& task, const KernelVerdict& l3, const VendorVerdict& vendor) {
+  std::vector<VendorRow> out;
+  for (const auto& w : task.workloads) {
+    const auto a = l3.times.find(w.name);
+    const auto b = vendor.times.find(w.name);
+    if (a == l3.times.end() || b == vendor.times.end() || !(a->second > 0) || !(b->second > 0)) continue;
+    VendorRow r;
+    r.workload = w.name;
+    r.flops = task.flops_of(w);
+    r.l3_s = a->second;
+    r.vendor_s = b->second;
+    r.fraction = r.vendor_s / r.l3_s;
+    r.large = r.flops >= kLargeFlops;
+    r.passed = !r.large || r.fraction >= vendor.min_fraction;
+    out.push_back(r);
+  }
+  return out;
+}
+
 bool TaskVerdict::passed() const {
   for (const auto& c : checks)
     if (!c.passed) return false;
@@ -150,6 +169,26 @@ void derive_checks(TaskVerdict& v, const tasks::Task& task, double copy_bytes_pe
   } else {
     v.checks.push_back({"speed of light", true,
                         "not memory-bound (flops/byte > 4): compared with copy bandwidth only for information"});
+  }
+
+  if (v.vendor) {
+    const VendorVerdict& vd = *v.vendor;
+    const std::string name = "vendor: L3 ≥ " + fmt("%.0f", 100 * vd.min_fraction) + "% of " + vd.what +
+                             " throughput on large shapes (≥ " + fmt("%.0f", kLargeFlops / 1e9) + " GFLOP)";
+    if (!vd.ok()) {
+      v.checks.push_back({name, false, vd.status + (vd.message.empty() ? "" : ": " + vd.message.substr(0, 300))});
+    } else {
+      int large = 0;
+      std::string detail;
+      bool ok = true;
+      for (const auto& r : vd.rows) {
+        if (!r.large) continue;
+        ++large;
+        ok = ok && r.passed;
+        detail += (detail.empty() ? "" : ", ") + r.workload + " " + fmt("%.0f", 100 * r.fraction) + "%";
+      }
+      v.checks.push_back({name, ok && large > 0, large > 0 ? detail : "no large workload timed by both"});
+    }
   }
 
   // Properties: present from their layer on, and new at layer k absent on the layer k−1 kernel.
@@ -214,6 +253,19 @@ std::string render_task_markdown(const TaskVerdict& v) {
     o << "| " << r.workload << " | " << fmt("%.0f", r.bytes) << " | " << us(r.time_s) << " | "
       << fmt("%.0f", r.achieved_bytes_per_s / 1e9) << " | " << fmt("%.1f", 100 * r.fraction) << " | "
       << (r.large ? "yes" : "no") << " | " << (r.large ? pass(r.passed) : "—") << " | " << cell(r.why) << " |\n";
+
+  if (v.vendor) {
+    const VendorVerdict& vd = *v.vendor;
+    o << "\n### Vendor yardstick: " << cell(vd.what) << " (`" << vd.file << "`, timed in the same run; "
+      << cell(vd.status + (vd.message.empty() ? "" : ": " + vd.message.substr(0, 200))) << ")\n\n"
+      << "| workload | GFLOP | L3 µs | L3 TFLOP/s | vendor µs | vendor TFLOP/s | L3 / vendor | large | result |\n"
+      << "|---|---:|---:|---:|---:|---:|---:|---|---|\n";
+    for (const auto& r : vd.rows)
+      o << "| " << r.workload << " | " << fmt("%.1f", r.flops / 1e9) << " | " << us(r.l3_s) << " | "
+        << fmt("%.0f", r.flops / r.l3_s / 1e12) << " | " << us(r.vendor_s) << " | " << fmt("%.0f", r.flops / r.vendor_s / 1e12)
+        << " | " << fmt("%.0f", 100 * r.fraction) << "% | " << (r.large ? "yes" : "no") << " | "
+        << (r.large ? pass(r.passed) : "—") << " |\n";
+  }
 
   if (!v.kernels.empty() && !v.kernels.front().properties.empty()) {
     o << "\n### Design properties (detected on each kernel's own code)\n\n| property | layer | kind |";

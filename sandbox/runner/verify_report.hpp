@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,31 @@ bool memory_bound(const tasks::Task& task);
 std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,
                                    double large_bytes = kLargeBytes, double target = kSolTarget);
 
+// The vendor yardstick (task.json "vendor"): L3 against a vendor implementation timed in the
+// same run, by throughput ratio = t_vendor / t_L3 per workload; "large" workloads (flops ≥
+// kLargeFlops) must reach the task's min_fraction.
+inline constexpr double kLargeFlops = 5e10;
+struct VendorRow {
+  std::string workload;
+  double flops = 0;
+  double l3_s = 0, vendor_s = 0;
+  double fraction = 0;                       // L3 throughput / vendor throughput
+  bool large = false;
+  bool passed = true;                        // only large workloads can fail
+};
+struct VendorVerdict {
+  std::string what;                          // e.g. "cuBLASLt"
+  std::string file;                          // task-relative
+  std::string status = "ok";                 // ok | build_error | error | incorrect | ...
+  std::string message;
+  std::map<std::string, double> times;       // workload → median seconds
+  double min_fraction = 0.7;
+  std::vector<VendorRow> rows;
+  bool ok() const { return status == "ok"; }
+};
+// Rows for every workload both L3 and the vendor timed.
+std::vector<VendorRow> vendor_rows(const tasks::Task& task, const KernelVerdict& l3, const VendorVerdict& vendor);
+
 struct Check {
   std::string name;
   bool passed = false;
@@ -69,6 +95,7 @@ struct TaskVerdict {
   std::vector<LadderStep> ladder;
   bool is_memory_bound = false;
   std::vector<SolRow> sol;
+  std::optional<VendorVerdict> vendor;       // when the task names one
   std::vector<Check> checks;
   std::vector<std::string> workloads;        // every workload of the task, in task order
   std::map<std::string, bool> visible;

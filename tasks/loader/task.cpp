@@ -723,7 +723,7 @@ Task load_task(const fs::path& dir_in) {
   }
   const Obj root(j, file, "");
   root.only({"id", "title", "category", "statement", "entry", "signature", "main_file", "compile_flags",
-             "args", "workloads", "tolerances", "flops", "bytes", "properties"});
+             "args", "workloads", "tolerances", "flops", "bytes", "properties", "vendor"});
 
   Task t;
   t.dir = dir;
@@ -828,6 +828,38 @@ Task load_task(const fs::path& dir_in) {
         }
       }
     }
+  }
+
+  if (root.has("vendor")) {
+    const Obj v = root.object("vendor");
+    v.only({"file", "what", "libs", "min_fraction"});
+    Vendor vendor;
+    vendor.file = v.str("file", kMaxNameLength);
+    static const std::regex kVendorFile(R"(^[A-Za-z0-9_][A-Za-z0-9_.-]*\.(cu|py)$)");
+    if (!std::regex_match(vendor.file, kVendorFile)) v.fail("file", "must be a plain file name ending in .cu or .py");
+    try {
+      read_task_file(dir, vendor.file);
+    } catch (const TaskError& e) {
+      v.fail("file", e.what());
+    }
+    vendor.what = v.str("what", kMaxTitleLength);
+    if (v.has("libs")) {
+      static const std::set<std::string> kLibs = {"cublas", "cublasLt", "cudnn", "curand"};
+      const json& libs = v.array("libs", 8);
+      for (std::size_t i = 0; i < libs.size(); ++i) {
+        const std::string f = "libs[" + std::to_string(i) + "]";
+        if (!libs[i].is_string() || !kLibs.count(libs[i].get<std::string>()))
+          v.fail(f, "must be one of cublas cublasLt cudnn curand");
+        vendor.libs.push_back(libs[i].get<std::string>());
+      }
+      if (!vendor.libs.empty() && vendor.file.size() > 3 && vendor.file.substr(vendor.file.size() - 3) == ".py")
+        v.fail("libs", "only a vendor.cu links libraries");
+    }
+    if (v.has("min_fraction")) {
+      vendor.min_fraction = v.number("min_fraction");
+      if (!(vendor.min_fraction > 0 && vendor.min_fraction <= 1)) v.fail("min_fraction", "must be in (0, 1]");
+    }
+    t.vendor = vendor;
   }
 
   for (int layer = 1; layer <= 3; ++layer) t.guidance.push_back(load_guidance(dir, layer));

@@ -56,6 +56,15 @@ struct Property {                     // a mechanical check of a design property
 
 struct Guidance { int layer = 1; std::string title; std::string text; };
 
+// A vendor implementation measured side by side with the L3 expert by d2k verify-tasks (compute-
+// bound tasks: cuBLAS for GEMM, PyTorch SDPA for attention). Trusted task code, never shown to agents.
+struct Vendor {
+  std::string file;                   // task-relative: "vendor.cu" (the entry, built with libs) or "vendor.py"
+  std::string what;                   // what it is, for the report ("cuBLASLt", "PyTorch SDPA")
+  std::vector<std::string> libs;      // .cu only: CUDA libraries to link (cublas, cublasLt, cudnn, curand)
+  double min_fraction = 0.7;          // L3 throughput / vendor throughput required on large shapes
+};
+
 struct Task {
   std::string id, title, category, statement;
   std::string entry;                  // C ABI function name, e.g. d2k_vector_add
@@ -67,6 +76,7 @@ struct Task {
   std::string flops;                  // expression over sizes
   std::string bytes;                  // expression over sizes (minimum DRAM traffic)
   std::vector<Property> properties;
+  std::optional<Vendor> vendor;       // "vendor" in task.json
   std::vector<Guidance> guidance;     // L1, L2, L3 (index = layer - 1)
   std::string starter;                // content of starter.cu
   std::string main_file = "kernel.cu";  // the workspace file the starter is placed in

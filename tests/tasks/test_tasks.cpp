@@ -524,3 +524,40 @@ TEST_CASE("custom generators are checked against the workloads", "[tasks]") {
   x["args"][0]["init"] = {{"dist", "custom"}, {"generator", "zipf_bytes"}};  // u8 only
   fails(x, "generator");
 }
+
+TEST_CASE("a task's vendor yardstick is checked at load", "[tasks]") {
+  TempDir tmp;
+  const fs::path dir = copy_task(tmp.path);
+  write(dir / "vendor.cu", "// vendor\n");
+  json j = read_json(dir);
+  j["vendor"] = {{"file", "vendor.cu"}, {"what", "cuBLAS"}, {"libs", {"cublasLt"}}, {"min_fraction", 0.7}};
+  write_json(dir, j);
+  const Task t = load_task(dir);
+  REQUIRE(t.vendor.has_value());
+  CHECK(t.vendor->what == "cuBLAS");
+  auto fails = [&](json bad, const std::string& field_part) {
+    write_json(dir, bad);
+    try {
+      load_task(dir);
+      FAIL("accepted: " << field_part);
+    } catch (const TaskError& e) {
+      INFO(e.what());
+      CHECK_THAT(e.field, ContainsSubstring(field_part));
+    }
+  };
+  json x = j;
+  x["vendor"]["file"] = "missing.cu";
+  fails(x, "vendor.file");
+  x = j;
+  x["vendor"]["file"] = "../vendor.cu";
+  fails(x, "vendor.file");
+  x = j;
+  x["vendor"]["libs"] = {"ssl"};
+  fails(x, "vendor.libs[0]");
+  x = j;
+  x["vendor"]["min_fraction"] = 1.5;
+  fails(x, "vendor.min_fraction");
+  x = j;
+  x["vendor"]["extra"] = 1;
+  fails(x, "vendor");
+}

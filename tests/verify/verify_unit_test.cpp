@@ -397,3 +397,62 @@ TEST_CASE("launch records travel on the runner's wire and are validated", "[veri
   const auto dd = runner::device_from_json(runner::to_json(d));
   CHECK(near(dd.peak_dram_bytes_per_s(), 2.0 * 3201000e3 * 640));
 }
+
+TEST_CASE("vendor yardstick: throughput ratio on large shapes, a failing vendor fails the task", "[verify][vendor]") {
+  const tasks::Task gemm = tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "gemm_bf16");
+  REQUIRE(gemm.vendor.has_value());
+  CHECK(gemm.vendor->file == "vendor.cu");
+  CHECK(gemm.vendor->libs == std::vector<std::string>{"cublasLt"});
+  CHECK(near(gemm.vendor->min_fraction, 0.7));
+
+  runner::KernelVerdict l3;
+  l3.label = "L3";
+  l3.status = "ok";
+  runner::VendorVerdict vd;
+  vd.what = "cuBLASLt";
+  vd.file = "vendor.cu";
+  vd.min_fraction = 0.7;
+  for (const auto& w : gemm.workloads) {
+    if (!w.timed) continue;
+    const double flops = gemm.flops_of(w);
+    vd.times[w.name] = flops / 700e12;                       // the vendor at 700 TFLOP/s
+    l3.times[w.name] = flops / (flops >= runner::kLargeFlops ? 560e12 : 100e12);  // 80 % on large shapes
+  }
+  vd.rows = runner::vendor_rows(gemm, l3, vd);
+  REQUIRE(!vd.rows.empty());
+  int large = 0;
+  for (const auto& r : vd.rows) {
+    large += r.large ? 1 : 0;
+    if (r.large) CHECK(near(r.fraction, 0.8));
+    CHECK(r.passed);
+  }
+  CHECK(large >= 2);
+
+  runner::TaskVerdict v;
+  v.task = gemm.id;
+  v.vendor = vd;
+  runner::derive_checks(v, gemm, 4.2e12);
+  auto vendor_check = [&]() -> const runner::Check* {
+    for (const auto& c : v.checks)
+      if (c.name.rfind("vendor:", 0) == 0) return &c;
+    return nullptr;
+  };
+  REQUIRE(vendor_check() != nullptr);
+  CHECK(vendor_check()->passed);
+  CHECK(vendor_check()->name.find("70% of cuBLASLt") != std::string::npos);
+  const std::string md = runner::render_task_markdown(v);
+  CHECK(md.find("### Vendor yardstick: cuBLASLt") != std::string::npos);
+  CHECK(md.find("| 80% | yes | PASS |") != std::string::npos);
+
+  // 60 % of the vendor on large shapes fails; so does a vendor that did not run.
+  for (auto& [w, t] : l3.times)
+    if (gemm.flops_of(*gemm.find_workload(w)) >= runner::kLargeFlops) t = gemm.flops_of(*gemm.find_workload(w)) / 420e12;
+  v.vendor->rows = runner::vendor_rows(gemm, l3, *v.vendor);
+  runner::derive_checks(v, gemm, 4.2e12);
+  CHECK_FALSE(vendor_check()->passed);
+  v.vendor->status = "build_error";
+  v.vendor->message = "cublasLt.h: not found";
+  runner::derive_checks(v, gemm, 4.2e12);
+  CHECK_FALSE(vendor_check()->passed);
+  CHECK(vendor_check()->detail.find("build_error") != std::string::npos);
+}
