@@ -432,6 +432,18 @@ TEST_CASE("corrupted task.json never escapes as anything but TaskError", "[tasks
   CHECK(loaded + rejected == 300);
 }
 
+// Writes task.json into dir and expects load_task to refuse it with a TaskError naming field_part.
+void rejects(const fs::path& dir, const json& bad, const std::string& field_part) {
+  write_json(dir, bad);
+  try {
+    load_task(dir);
+    FAIL("accepted: " << field_part);
+  } catch (const TaskError& e) {
+    INFO(e.what());
+    CHECK_THAT(e.field, ContainsSubstring(field_part));
+  }
+}
+
 TEST_CASE("per-workload dtype and generator overrides need void* and suit the generator", "[tasks]") {
   TempDir tmp;
   const fs::path dir = copy_task(tmp.path);
@@ -454,16 +466,7 @@ TEST_CASE("per-workload dtype and generator overrides need void* and suit the ge
   CHECK(t.init_of(a, t.workloads[2])["dist"] == "randint");
   CHECK(t.init_of(a, t.workloads[1])["dist"] == "uniform");
 
-  auto fails = [&](json bad, const std::string& field_part) {
-    write_json(dir, bad);
-    try {
-      load_task(dir);
-      FAIL("accepted: " << field_part);
-    } catch (const TaskError& e) {
-      INFO(e.what());
-      CHECK_THAT(e.field, ContainsSubstring(field_part));
-    }
-  };
+  auto fails = [&](const json& bad, const std::string& field_part) { rejects(dir, bad, field_part); };
   json x = j;
   x["workloads"][0]["dtypes"] = {{"b", "f64"}};  // b is typed in the signature
   fails(x, "dtypes");
@@ -495,16 +498,7 @@ TEST_CASE("custom generators are checked against the workloads", "[tasks]") {
   write_json(dir, j);
   CHECK(load_task(dir).args[0].init["generator"] == "csr");
 
-  auto fails = [&](json bad, const std::string& field_part) {
-    write_json(dir, bad);
-    try {
-      load_task(dir);
-      FAIL("accepted: " << field_part);
-    } catch (const TaskError& e) {
-      INFO(e.what());
-      CHECK_THAT(e.field, ContainsSubstring(field_part));
-    }
-  };
+  auto fails = [&](const json& bad, const std::string& field_part) { rejects(dir, bad, field_part); };
   json x = j;
   x["args"][0]["shape"] = {"rows"};  // row_ptr needs rows + 1
   fails(x, "args[0].shape");
@@ -535,16 +529,7 @@ TEST_CASE("a task's vendor yardstick is checked at load", "[tasks]") {
   const Task t = load_task(dir);
   REQUIRE(t.vendor.has_value());
   CHECK(t.vendor->what == "cuBLAS");
-  auto fails = [&](json bad, const std::string& field_part) {
-    write_json(dir, bad);
-    try {
-      load_task(dir);
-      FAIL("accepted: " << field_part);
-    } catch (const TaskError& e) {
-      INFO(e.what());
-      CHECK_THAT(e.field, ContainsSubstring(field_part));
-    }
-  };
+  auto fails = [&](const json& bad, const std::string& field_part) { rejects(dir, bad, field_part); };
   json x = j;
   x["vendor"]["file"] = "missing.cu";
   fails(x, "vendor.file");
