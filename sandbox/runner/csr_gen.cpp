@@ -80,7 +80,7 @@ void pick_columns(std::int64_t k, std::int64_t cols, Rng& rng, std::vector<std::
 
 }  // namespace
 
-CsrStructure make_csr(const Generator& g, std::uint64_t seed) {
+CsrStructure make_csr(const Generator& g, std::uint64_t seed, const std::function<void()>& progress) {
   if (g.rows < 1 || g.cols < 1 || g.nnz < 1 || g.nnz > 0x7fffffffLL || g.rows >= 0x7fffffffLL ||
       g.cols > 0x7fffffffLL)
     throw WireError("bad_job", "csr sizes out of range");
@@ -105,6 +105,7 @@ CsrStructure make_csr(const Generator& g, std::uint64_t seed) {
   std::vector<std::int32_t> scratch;
   s.row_ptr[0] = 0;
   for (std::size_t r = 0; r < rows; ++r) {
+    if (progress && (r & 0xFFFF) == 0xFFFF) progress();
     if (g.pattern == CsrPattern::banded) {
       const std::int64_t centre = static_cast<std::int64_t>(
           (static_cast<double>(r) + 0.5) * static_cast<double>(g.cols) / static_cast<double>(g.rows));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "sandbox/runner/wire.hpp"
@@ -21,6 +22,8 @@ struct CsrStructure {
 //  - power_law: row lengths ~ Pareto with tail exponent alpha (g.a), rows independent (heavy rows
 //    scattered), lengths capped at max_row (or cols), columns uniform; empty rows possible;
 //  - banded: lengths nnz/rows (the remainder spread), contiguous columns centred on r*cols/rows.
-CsrStructure make_csr(const Generator& g, std::uint64_t seed);
+// `progress` (optional) is called every 65536 rows, so a long build can tell its parent it is alive
+// (the runner sends a heartbeat: the parent kills a runner silent for 10 s).
+CsrStructure make_csr(const Generator& g, std::uint64_t seed, const std::function<void()>& progress = {});
 
 }  // namespace d2k::runner

@@ -611,7 +611,13 @@ class Runner {
     if (!same) {
       csr_valid_ = false;
       try {
-        csr_ = make_csr(g, seed);
+        auto beat = Clock::now();
+        csr_ = make_csr(g, seed, [&] {  // a large structure takes seconds: stay within the silence limit
+          if (std::chrono::duration<double>(Clock::now() - beat).count() > 0.5) {
+            emit_.send({{"event", "heartbeat"}});
+            beat = Clock::now();
+          }
+        });
       } catch (const WireError& e) {
         throw Stop{"bad_job", e.what()};
       }

@@ -255,6 +255,11 @@ TEST_CASE("csr generator: exact nnz, sorted unique columns, deterministic, three
     CHECK(bd.col_idx[static_cast<std::size_t>(e - 1)] - bd.col_idx[static_cast<std::size_t>(b)] == e - b - 1);
     CHECK(std::abs(bd.col_idx[static_cast<std::size_t>(b)] + (e - b) / 2 - static_cast<std::int64_t>(r)) <= 3);
   }
+  // A long build reports progress (the runner turns it into heartbeats).
+  int beats = 0;
+  const Generator big = csr_gen("uniform", 300000, 1000, 600000);
+  check_valid(make_csr(big, 5, [&] { ++beats; }), big);
+  CHECK(beats == 300000 / 65536);
   // Dense rows and the row cap.
   const Generator full = csr_gen("uniform", 10, 10, 100);
   check_valid(make_csr(full, 3), full);
