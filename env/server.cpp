@@ -245,8 +245,8 @@ void Server::handle(const Route& route, std::string_view payload) {
       reply = dispatch(route, envelope, deferred);
       auto bytes = std::make_shared<const std::string>(protocol::encode(reply));
       remember_global(key, bytes);
+      record_exchange(envelope, reply, t_request);  // logged before it is sent (as below)
       send(route, *bytes);
-      record_exchange(envelope, reply, t_request);
       return;
     }
     reply = dispatch(route, envelope, deferred);
@@ -268,8 +268,10 @@ void Server::handle(const Route& route, std::string_view payload) {
     std::cerr << "d2k serve: internal error: " << e.what() << "\n";
     reply = protocol::make_error_reply(id, Error(ErrorCode::internal, std::string("internal error: ") + e.what()));
   }
-  send(route, protocol::encode(reply));
+  // Recorded before it is sent: a client holding a reply can rely on its exchange being in the log
+  // (a kill -9 right after the send used to lose the last exchange).
   if (parsed) record_exchange(*parsed, reply, t_request);
+  send(route, protocol::encode(reply));
 }
 
 void Server::record_exchange(const protocol::Envelope& request, const Value& reply, double t_request) try {
@@ -625,12 +627,12 @@ void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Va
   Session& s = it->second;
   s.in_flight.reset();
   remember(s, id, bytes);
+  if (recorder_ && !s.in_flight_request.is_null())  // in the log before any client has the reply
+    recorder_->record(*s.episode, s.in_flight_request, reply, s.in_flight_t, unix_now());
+  s.in_flight_request = nullptr;
   send(route, *bytes);
   for (const auto& w : s.waiters) send(w, *bytes);
   s.waiters.clear();
-  if (recorder_ && !s.in_flight_request.is_null())
-    recorder_->record(*s.episode, s.in_flight_request, reply, s.in_flight_t, unix_now());
-  s.in_flight_request = nullptr;
   if (s.closing) erase_session(session_id, "closed");
 }
 
