@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -10,9 +12,12 @@
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 namespace d2k::runner {
 namespace {
+
+constexpr std::size_t kCompareThreads = 4;  // output comparison threads per evaluation
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
@@ -421,27 +426,57 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   const Layout ref_layout = output_layout(ref_job);
   bool all_correct = true;
   try {
+    // Every (candidate slot, reference slot) pair is compared on a few threads: large outputs times
+    // (seeds + 1) take seconds on one core. Each thread holds two slots in memory at a time.
+    struct Pair {
+      const Slot* cand;
+      const Slot* ref;
+    };
+    std::vector<Pair> pairs;
+    for (const Slot& s : cand_layout.slots) {
+      const Slot* rs = ref_layout.find(s.workload, s.seed_index < 0 ? 0 : s.seed_index, s.arg);
+      if (rs == nullptr || rs->bytes != s.bytes) throw std::runtime_error("reference layout mismatch");
+      pairs.push_back({&s, rs});
+    }
+    std::vector<TensorCheck> checks(pairs.size());
+    std::vector<std::string> errors(pairs.size());
+    std::atomic<std::size_t> next{0};
+    auto worker = [&] {
+      for (std::size_t i = next++; i < pairs.size(); i = next++) {
+        try {
+          const Slot& s = *pairs[i].cand;
+          const auto got = read_slot(cand.proc->output_fd(), s);
+          const auto want = read_slot(ref.proc->output_fd(), *pairs[i].ref);
+          double atol = 0, rtol = 0;
+          if (auto it = task.tolerances.find(std::string(dtype_name(s.dtype))); it != task.tolerances.end()) {
+            atol = it->second.atol;
+            rtol = it->second.rtol;
+          }
+          checks[i] = compare_tensors(got.data(), want.data(), s.dtype, s.count, atol, rtol);
+          checks[i].arg = task.args[s.arg].name;
+          checks[i].seed_index = s.seed_index;
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      }
+    };
+    const std::size_t nthreads =
+        std::min<std::size_t>({pairs.size(), kCompareThreads, std::max(1u, std::thread::hardware_concurrency())});
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    for (const auto& e : errors)
+      if (!e.empty()) throw std::runtime_error(e);
     for (std::size_t w = 0; w < workloads.size(); ++w) {
       WorkloadEval we;
       we.name = workloads[w]->name;
       we.visible = workloads[w]->visible;
       we.correct = true;
-      for (const Slot& s : cand_layout.slots) {
-        if (s.workload != w) continue;
-        const Slot* rs = ref_layout.find(w, s.seed_index < 0 ? 0 : s.seed_index, s.arg);
-        if (rs == nullptr || rs->bytes != s.bytes) throw std::runtime_error("reference layout mismatch");
-        const auto got = read_slot(cand.proc->output_fd(), s);
-        const auto want = read_slot(ref.proc->output_fd(), *rs);
-        double atol = 0, rtol = 0;
-        if (auto it = task.tolerances.find(std::string(dtype_name(s.dtype))); it != task.tolerances.end()) {
-          atol = it->second.atol;
-          rtol = it->second.rtol;
-        }
-        TensorCheck c = compare_tensors(got.data(), want.data(), s.dtype, s.count, atol, rtol);
-        c.arg = task.args[s.arg].name;
-        c.seed_index = s.seed_index;
-        if (!c.ok()) we.correct = false;
-        we.checks.push_back(c);
+      for (std::size_t i = 0; i < pairs.size(); ++i) {
+        if (pairs[i].cand->workload != w) continue;
+        if (!checks[i].ok()) we.correct = false;
+        we.checks.push_back(std::move(checks[i]));
       }
       we.timing = rr.workloads[w].timing;
       we.launches = rr.workloads[w].launches;
