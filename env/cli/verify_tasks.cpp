@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include "sandbox/compiler.hpp"
 #include "sandbox/runner/evaluator.hpp"
@@ -128,7 +129,9 @@ KernelVerdict verify_kernel(const tasks::Task& task, const std::string& label, c
     m.launches = w.launches;
     in.workloads.push_back(std::move(m));
   }
-  std::printf("    %s%s%s (%.1f s)\n", r.status.c_str(), k.message.empty() ? "" : ": ", k.message.c_str(), k.evaluate_s);
+  std::printf("    %s%s%s (%.1f s: reference %.1f, start %.1f, candidate %.1f, compare %.1f)\n", r.status.c_str(),
+              k.message.empty() ? "" : ": ", k.message.c_str(), k.evaluate_s, r.phases.reference_s,
+              r.phases.wait_ready_s, r.phases.candidate_s, r.phases.compare_s);
   for (const auto& [w, t] : k.times) std::printf("      %-24s %10.1f µs%s\n", w.c_str(), t * 1e6, k.correct[w] ? "" : "  WRONG");
 
   in.launches_missing = r.launches_error.empty() ? (r.ok() ? "" : "evaluation " + r.status) : r.launches_error;
@@ -253,12 +256,9 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
     }
     try {
       std::ifstream f(out_file);
-      const nlohmann::json out = nlohmann::json::parse(f);
-      if (out.contains("vendor") && out["vendor"].is_string()) v.what += " — " + out["vendor"].get<std::string>();
-      for (const auto& w : out.at("workloads")) {
-        const double t = w.at("median_s").get<double>();
-        if (t > 0 && std::isfinite(t)) v.times[w.at("name").get<std::string>()] = t;
-      }
+      std::stringstream text;
+      text << f.rdbuf();
+      runner::parse_vendor_output(text.str(), v);
     } catch (const std::exception& e) {
       v.status = "error";
       v.message = std::string("unreadable output: ") + e.what();

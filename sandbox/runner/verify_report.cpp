@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
 
 namespace d2k::runner {
 namespace {
@@ -107,6 +110,37 @@ std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict&
     out.push_back(r);
   }
   return out;
+}
+
+void parse_vendor_output(const std::string& stdout_text, VendorVerdict& v) {
+  std::istringstream in(stdout_text);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty() && line.front() == '{') last = line;
+  if (last.empty()) {
+    std::string head = stdout_text.substr(0, 300);
+    for (char& c : head)
+      if (c == '\n' || c == '\r') c = ' ';
+    throw std::runtime_error("no JSON object line on stdout" + (head.empty() ? std::string(" (empty)") : "; it began: " + head));
+  }
+  nlohmann::json out;
+  try {
+    out = nlohmann::json::parse(last);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("malformed JSON line: ") + e.what());
+  }
+  if (!out.is_object() || !out.contains("workloads") || !out["workloads"].is_array())
+    throw std::runtime_error("the JSON line has no \"workloads\" array");
+  std::map<std::string, double> times;
+  for (const auto& w : out["workloads"]) {
+    if (!w.is_object() || !w.contains("name") || !w["name"].is_string() || !w.contains("median_s") ||
+        !w["median_s"].is_number())
+      throw std::runtime_error("a workload entry lacks a string \"name\" or a numeric \"median_s\"");
+    const double t = w["median_s"].get<double>();
+    if (t > 0 && std::isfinite(t)) times[w["name"].get<std::string>()] = t;
+  }
+  if (out.contains("vendor") && out["vendor"].is_string()) v.what += " — " + out["vendor"].get<std::string>();
+  v.times = std::move(times);
 }
 
 std::vector<VendorRow> vendor_rows(const tasks::Task& task, const KernelVerdict& l3, const VendorVerdict& vendor) {
@@ -252,7 +286,8 @@ std::string render_task_markdown(const TaskVerdict& v) {
   for (const auto& r : v.sol)
     o << "| " << r.workload << " | " << fmt("%.0f", r.bytes) << " | " << us(r.time_s) << " | "
       << fmt("%.0f", r.achieved_bytes_per_s / 1e9) << " | " << fmt("%.1f", 100 * r.fraction) << " | "
-      << (r.large ? "yes" : "no") << " | " << (r.large ? pass(r.passed) : "—") << " | " << cell(r.why) << " |\n";
+      << (r.large ? "yes" : "no") << " | " << (r.large && v.is_memory_bound ? pass(r.passed) : "—") << " | "
+      << cell(v.is_memory_bound ? r.why : "") << " |\n";
 
   if (v.vendor) {
     const VendorVerdict& vd = *v.vendor;

@@ -80,6 +80,11 @@ struct VendorVerdict {
   std::vector<VendorRow> rows;
   bool ok() const { return status == "ok"; }
 };
+// Reads a vendor.py's stdout into v.times (and appends its "vendor" string to v.what): the last
+// line that holds a JSON object {"vendor": "...", "workloads": [{"name", "median_s"}...]}, since
+// libraries under the script may print lines of their own first. Throws std::runtime_error with
+// the reason (and the start of the output) when there is no such line or it is malformed.
+void parse_vendor_output(const std::string& stdout_text, VendorVerdict& v);
 // Rows for every workload both L3 and the vendor timed.
 std::vector<VendorRow> vendor_rows(const tasks::Task& task, const KernelVerdict& l3, const VendorVerdict& vendor);
 

@@ -8,6 +8,7 @@ events: 3 warm-ups, then 20 samples, each preceded by an L2 flush (a 256 MiB buf
 {"vendor": "torch sdpa <version> <backend>", "workloads": [{"name", "median_s", "samples"}]}.
 """
 import json
+import os
 import statistics
 import sys
 
@@ -27,7 +28,10 @@ def backend_name(torch, F, q, k, v, causal):
             torch.cuda.synchronize()
         names = []
         for e in prof.key_averages():
-            if e.key not in names:
+            # GPU kernels only: runtime calls (cudaStreamIsCapturing, cudaLaunchKernel) and the
+            # profiler's own records have no device time.
+            device_us = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
+            if device_us > 0 and not e.key.startswith("cuda") and e.key not in names:
                 names.append(e.key)
         return ";".join(n[:60] for n in names[:2]) or "unknown"
     except Exception as e:  # profiler missing or failing: the timing is still valid
@@ -35,6 +39,11 @@ def backend_name(torch, F, q, k, v, causal):
 
 
 def main():
+    # Only the result line goes to stdout: whatever libraries print there (the profiler, CUPTI)
+    # goes to stderr instead.
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(os.dup(2), "w")
     try:
         import torch
         import torch.nn.functional as F
@@ -76,8 +85,9 @@ def main():
             backends.append(name)
         out.append({"name": w["name"], "median_s": statistics.median(times), "samples": len(times)})
         del q, k, v
-    print(json.dumps({"vendor": "torch sdpa %s %s" % (torch.__version__, " | ".join(backends)),
-                      "workloads": out}))
+    with os.fdopen(result_fd, "w") as result:
+        result.write(json.dumps({"vendor": "torch sdpa %s %s" % (torch.__version__, " | ".join(backends)),
+                                 "workloads": out}) + "\n")
 
 
 if __name__ == "__main__":

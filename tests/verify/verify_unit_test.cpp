@@ -456,3 +456,53 @@ TEST_CASE("vendor yardstick: throughput ratio on large shapes, a failing vendor 
   CHECK_FALSE(vendor_check()->passed);
   CHECK(vendor_check()->detail.find("build_error") != std::string::npos);
 }
+
+TEST_CASE("vendor.py output: the last JSON line counts, lines printed by libraries are skipped", "[verify][vendor]") {
+  runner::VendorVerdict v;
+  v.what = "PyTorch SDPA";
+  runner::parse_vendor_output(
+      "/opt/torch/lib/profiler: STAGE:2026-12-01 warming up\n"
+      "{\"vendor\": \"torch sdpa 2.11\", \"workloads\": [{\"name\": \"a\", \"median_s\": 0.5e-3},"
+      " {\"name\": \"b\", \"median_s\": 0}, {\"name\": \"c\", \"median_s\": 2e-3}]}\n",
+      v);
+  CHECK(v.what == "PyTorch SDPA — torch sdpa 2.11");
+  REQUIRE(v.times.size() == 2);  // a zero median is no measurement
+  CHECK(near(v.times.at("a"), 0.5e-3));
+  CHECK(near(v.times.at("c"), 2e-3));
+
+  auto error_of = [](const std::string& text) {
+    runner::VendorVerdict w;
+    try {
+      runner::parse_vendor_output(text, w);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error_of("").find("no JSON object line on stdout (empty)") != std::string::npos);
+  CHECK(error_of("Traceback (most recent call last):\n  oops\n").find("it began: Traceback") != std::string::npos);
+  CHECK(error_of("{not json\n").find("malformed JSON line") != std::string::npos);
+  CHECK(error_of("{\"vendor\": \"x\"}\n").find("no \"workloads\" array") != std::string::npos);
+  CHECK(error_of("{\"workloads\": [{\"name\": \"a\"}]}\n").find("numeric \"median_s\"") != std::string::npos);
+}
+
+TEST_CASE("speed-of-light rows of a compute-bound task are information, not checks", "[verify][sol]") {
+  const tasks::Task gemm = tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "gemm_bf16");
+  REQUIRE_FALSE(runner::memory_bound(gemm));
+  runner::KernelVerdict l3;
+  l3.label = "L3";
+  l3.status = "ok";
+  for (const auto& w : gemm.workloads)
+    if (w.timed) l3.times[w.name] = gemm.flops_of(w) / 700e12;
+  runner::TaskVerdict v;
+  v.task = gemm.id;
+  v.is_memory_bound = false;
+  v.sol = runner::speed_of_light(gemm, l3, 4.2e12, 1.0 * (1 << 20), 0.75);  // every timed shape "large"
+  bool any_large_short = false;
+  for (const auto& r : v.sol) any_large_short = any_large_short || (r.large && !r.passed);
+  REQUIRE(any_large_short);  // far below copy speed, as a compute-bound kernel is
+  const std::string md = runner::render_task_markdown(v);
+  CHECK(md.find("task not memory-bound, for information") != std::string::npos);
+  CHECK(md.find("| yes | FAIL |") == std::string::npos);
+  CHECK(md.find("kernel moves data below copy speed") == std::string::npos);
+}
