@@ -1,9 +1,10 @@
 #!/bin/bash
 # Builds and measures the prefix_sum L3 candidates. Run from anywhere on the GPU machine:
 #   bash bench/prefix_sum/run.sh            # everything (about 2-4 minutes)
-#   ONLY="a_pipe8k b_128x24" bash bench/prefix_sum/run.sh   # a subset (names from VARIANTS below)
+#   ONLY="yard_L3 yard_cub" bash bench/prefix_sum/run.sh   # a subset (names from VARIANTS below)
 #   REPS=50 bash bench/prefix_sum/run.sh    # more timing samples (default 30)
 #   BUILD_ONLY=1 bash bench/prefix_sum/run.sh   # compile only (any machine with nvcc)
+#   PREBUILT=1 BUILD=DIR bash bench/prefix_sum/run.sh  # run what BUILD_ONLY=1 left in DIR, no compiling
 # Output: per-candidate check/timing lines, then a summary table. With $OUT set (device tool), a copy
 # goes to $OUT/log.txt. Build products go to $BUILD (default /tmp/psbench), never into the repo.
 set -u
@@ -19,22 +20,13 @@ NV="nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC -lineinfo"
 VARIANTS="
 yard_L3|tasks/prefix_sum/experts/L3.cu||
 yard_cub|bench/prefix_sum/cub_ref.cu||
-a_pipe8k|bench/prefix_sum/cand_a_pipe.cu|-DPS_VECS=8 -DPS_MIN_BLOCKS=3|
-a_pipe4k|bench/prefix_sum/cand_a_pipe.cu|-DPS_VECS=4 -DPS_MIN_BLOCKS=4|
-a_pipe12k|bench/prefix_sum/cand_a_pipe.cu|-DPS_VECS=12 -DPS_MIN_BLOCKS=2|
-c_regpipe4k|bench/prefix_sum/cand_c_regpipe.cu|-DPS_VECS=4 -DPS_MIN_BLOCKS=3|
-c_regpipe8k|bench/prefix_sum/cand_c_regpipe.cu|-DPS_VECS=8 -DPS_MIN_BLOCKS=2|
-b_128x24|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=128 -DPS_VECS=6 -DPS_MIN_BLOCKS=8|
-b_128x24_s400|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=128 -DPS_VECS=6 -DPS_MIN_BLOCKS=8 -DPS_SLEEP_NS=400|
-b_256x32|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=256 -DPS_VECS=8 -DPS_MIN_BLOCKS=3|
-b_256x16|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=256 -DPS_VECS=4 -DPS_MIN_BLOCKS=6|
-diag_a_pipe8k_nolb|bench/prefix_sum/cand_a_pipe.cu|-DPS_VECS=8 -DPS_MIN_BLOCKS=3 -DPS_NO_LOOKBACK|--no-check
-diag_b_128x24_nolb|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=128 -DPS_VECS=6 -DPS_MIN_BLOCKS=8 -DPS_NO_LOOKBACK|--no-check
+L3_blockidx|tasks/prefix_sum/experts/L3.cu|-DPS_TICKET=0|
+L3_lb2|tasks/prefix_sum/experts/L3.cu|-DPS_LB_ROWS=2|
 "
 
 want() { [ -z "${ONLY:-}" ] && return 0; for o in $ONLY; do [ "$o" = "$1" ] && return 0; done; return 1; }
 
-if command -v nvcc >/dev/null 2>&1; then
+if [ "${PREBUILT:-0}" != 1 ] && command -v nvcc >/dev/null 2>&1; then
   echo "== building into $B" | tee -a "$LOG"
   nvcc -O3 -arch=sm_90 -o "$B/harness" "$HERE/harness.cu" -ldl > "$B/harness.build.txt" 2>&1 &
   while IFS='|' read -r name src flags hflags; do

@@ -2,19 +2,36 @@
 // 128-bit data movement and register/shuffle scans. A block stages its 16384-element tile in shared
 // memory with 16-byte cp.async (each thread copies, and later reads back, only its own vectors), sums
 // its vectors, scans the row totals across each warp with SHFL.UP, combines warp totals through
-// shared memory, looks back with one warp, then rescans its vectors and writes y with STG.128.
+// shared memory, looks back with one warp (32 descriptors per round trip), then rescans its vectors
+// and writes y with STG.128.
 #include <cstdint>
 #include <cuda_runtime.h>
 
 namespace {
 
+// Tuning knobs (bench/prefix_sum/run.sh builds variants with -D overrides).
+#ifndef PS_VECS
+#define PS_VECS 16
+#endif
+#ifndef PS_MIN_BLOCKS
+#define PS_MIN_BLOCKS 3
+#endif
+#ifndef PS_LB_ROWS
+#define PS_LB_ROWS 1
+#endif
+
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kVecs = 16;                        // 4-element vectors per thread per tile
+constexpr int kVecs = PS_VECS;                   // 4-element vectors per thread per tile
 constexpr int kRow = 32 * 4;                     // elements of one warp-wide row of vectors
 constexpr int kWarpElems = kVecs * kRow;         // elements of one warp's segment of a tile
 constexpr int kTile = kWarps * kWarpElems;       // 16384 elements per tile
-constexpr int kMinBlocks = 3;                    // resident blocks per SM (3 x 64 KiB of shared memory)
+constexpr int kMinBlocks = PS_MIN_BLOCKS;        // resident blocks per SM (3 x 64 KiB of shared memory)
+// Look-back window: each step reads kLookRows x 32 predecessor descriptors at once (kLookRows loads
+// in flight per lane). On the H200 one row (32) was fastest: 2 rows cost 3%, 4 rows 3%, 8 rows 9%
+// at 2^28 (bench/prefix_sum), so the nearest inclusive prefix is usually within 32 tiles and the
+// extra polling only adds L2 traffic.
+constexpr int kLookRows = PS_LB_ROWS;
 constexpr int64_t kMaxN = 0x7fffffff;            // every tensor has fewer than 2^31 elements
 constexpr int64_t kMaxTiles = (kMaxN + kTile - 1) / kTile;
 constexpr unsigned kFull = 0xffffffffu;
@@ -59,10 +76,11 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // Decoupled look-back, run by all 32 lanes of warp 0 of the block owning `tile`. Publishes the
-// tile's aggregate, then reads predecessors tile-1-lane (a window of 32, one load per lane) until
-// the window holds an inclusive prefix; the window's values up to the nearest inclusive one are
-// summed with a butterfly of shuffles. Publishes the tile's inclusive prefix and returns its
-// exclusive prefix (the same in every lane).
+// tile's aggregate, then reads predecessors in windows of kLookRows x 32 (lane l, row r reads tile
+// end-1-(32 r + l); all kLookRows loads issued before any spin) until the window holds an inclusive
+// prefix; the window's values up to the nearest inclusive one are summed with a butterfly of
+// shuffles. Publishes the tile's inclusive prefix and returns its exclusive prefix (the same in
+// every lane).
 template <typename T>
 __device__ __forceinline__ T look_back(unsigned tile, T aggregate, unsigned epoch, int lane) {
   if (tile == 0) {
@@ -71,27 +89,36 @@ __device__ __forceinline__ T look_back(unsigned tile, T aggregate, unsigned epoc
   }
   if (lane == 0) publish(tile, epoch, kStatusAggregate, to_bits(aggregate));
   T exclusive = T(0);
-  int64_t end = tile;  // this window covers tiles end-1-lane
+  int64_t end = tile;  // this window covers tiles end-1-(32 r + lane)
   while (true) {
-    const int64_t j = end - 1 - lane;
-    unsigned status = kStatusInclusive;  // a tile before 0 counts as an inclusive 0
-    T value = T(0);
-    if (j >= 0) {
-      unsigned long long word;
-      do {
-        word = peek(j);  // spin until tile j has published this call
-      } while ((static_cast<unsigned>(word >> 32) >> 2) != epoch);
-      status = static_cast<unsigned>(word >> 32) & 3u;
-      value = from_bits<T>(static_cast<unsigned>(word));
+    unsigned long long word[kLookRows];
+#pragma unroll
+    for (int r = 0; r < kLookRows; ++r) {
+      const int64_t j = end - 1 - (32 * r + lane);
+      // A tile before 0 counts as an inclusive 0.
+      word[r] = j >= 0 ? peek(j) : static_cast<unsigned long long>((epoch << 2) | kStatusInclusive) << 32;
     }
-    const unsigned inclusive_lanes = __ballot_sync(kFull, status == kStatusInclusive);
-    const int last = inclusive_lanes != 0 ? __ffs(static_cast<int>(inclusive_lanes)) - 1 : 31;
-    T v = lane <= last ? value : T(0);
+#pragma unroll
+    for (int r = 0; r < kLookRows; ++r) {
+      const int64_t j = end - 1 - (32 * r + lane);
+      while ((static_cast<unsigned>(word[r] >> 32) >> 2) != epoch) word[r] = peek(j);  // not yet published
+    }
+    int first = 32 * kLookRows;  // window offset of the nearest inclusive prefix (none yet)
+#pragma unroll
+    for (int r = kLookRows - 1; r >= 0; --r) {
+      const unsigned inclusive_lanes =
+          __ballot_sync(kFull, (static_cast<unsigned>(word[r] >> 32) & 3u) == kStatusInclusive);
+      if (inclusive_lanes != 0) first = 32 * r + __ffs(static_cast<int>(inclusive_lanes)) - 1;
+    }
+    T v = T(0);
+#pragma unroll
+    for (int r = 0; r < kLookRows; ++r)
+      if (32 * r + lane <= first) v = v + from_bits<T>(static_cast<unsigned>(word[r]));
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) v = v + __shfl_xor_sync(kFull, v, o);
     exclusive = exclusive + v;
-    if (inclusive_lanes != 0) break;
-    end -= 32;
+    if (first < 32 * kLookRows) break;
+    end -= 32 * kLookRows;
   }
   if (lane == 0) publish(tile, epoch, kStatusInclusive, to_bits(exclusive + aggregate));
   return exclusive;
@@ -117,7 +144,20 @@ __device__ __forceinline__ void load_vec(const T* x, const T* s_tile, int64_t ti
 }
 
 // One tile per block, tiles handed out by an atomic counter in the order blocks start, so every
-// tile a block waits for belongs to a block that is already running: no deadlock.
+// tile a block waits for belongs to a block that is already running: no deadlock. (Measured on the
+// H200, bench/prefix_sum: taking tile = blockIdx.x with no ticket, -DPS_TICKET=0, which relies on
+// in-order block dispatch, was no faster; starting the copy of a guessed tile before the ticket
+// returned was 13% slower, since tickets rarely match blockIdx.x.)
+#ifndef PS_TICKET
+#define PS_TICKET 1
+#endif
+template <typename T>
+__device__ __forceinline__ void stage_tile(T* s_tile, const T* x, int64_t tile_base, int slot) {
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) cp_async16(s_tile + slot + v * kRow, x + tile_base + slot + v * kRow);
+  cp_async_commit();
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
 scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsigned epoch,
@@ -127,23 +167,25 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
   T* s_tile = reinterpret_cast<T*>(s_raw);  // kTile elements
   __shared__ T s_warp_total[kWarps];
   __shared__ T s_exclusive;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int slot = warp * kWarpElems + lane * 4;  // this thread's first element within the tile
+#if PS_TICKET == 0
+  const unsigned tile = blockIdx.x;
+#else
   __shared__ unsigned s_tile_index;
   if (threadIdx.x == 0) s_tile_index = atomicAdd(&g_tile_counter, 1u);
   __syncthreads();
   const unsigned tile = s_tile_index;
-  const int lane = static_cast<int>(threadIdx.x & 31);
-  const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int slot = warp * kWarpElems + lane * 4;  // this thread's first element within the tile
+#endif
   const int64_t tile_base = static_cast<int64_t>(tile) * kTile;
   const bool full = vector_ok != 0 && tile_base + kTile <= n;
 
   // Stage this thread's vectors (all kVecs copies in flight at once). A partial tile, or pointers
-  // not 16-byte aligned, read x directly (guarded scalar loads) in both passes instead.
+  // not 16-byte aligned, read x directly (guarded scalar loads) in both passes instead. Each thread
+  // copies, and later reads back, only its own vectors: no barrier between the copies and their use.
   if (full) {
-#pragma unroll
-    for (int v = 0; v < kVecs; ++v)
-      cp_async16(s_tile + slot + v * kRow, x + tile_base + slot + v * kRow);
-    cp_async_commit();
+    stage_tile<T>(s_tile, x, tile_base, slot);
     cp_async_wait_all();
   }
 
