@@ -1,6 +1,8 @@
 // Benchmark + correctness harness for prefix_sum L3 candidates (see README.md).
 //   harness LIB.so LABEL [--no-check] [--reps N]   check + time one d2k_prefix_sum implementation
 //   harness --copy [--reps N]                        cudaMemcpy D2D and a 128-bit copy kernel
+// A library built with -DPS_TRACE (tasks/prefix_sum/experts/L3.cu) also gets a per-tile phase
+// breakdown of one int32 2^28 call (TRACE lines; PS_TILE=elements per tile if not 16384).
 // Checks: n in {1, 5, 4095, 4096, 4097, 1e6+3, 100000007, 2^28} for int32 (exact) and fp32
 // (|y - ref| <= 1e-6 + 5e-4 |ref|, ref = double prefix), y pre-filled with garbage before each call;
 // then misaligned pointers (x+1, y+1), full-range int32 wraparound, and the size list again in a
@@ -144,6 +146,67 @@ static std::vector<float> time_call(Ctx& c, int64_t n, int isf, int reps) {
   return t;
 }
 
+// A -DPS_TRACE build exports d2k_prefix_sum_trace: per tile (8 words) the start time (globaltimer
+// ns), then SM cycles from the start to: ticket, tile loaded and reduced, look-back done, own stores
+// issued; the SM; look-back window steps | (distance to the nearest inclusive prefix << 32).
+typedef int (*TraceFn)(unsigned long long*, int64_t);
+
+static void pct_line(const char* what, std::vector<double> v, const char* unit) {
+  if (v.empty()) return;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  auto at = [&](double q) { return v[std::min(v.size() - 1, (size_t)(q * (v.size() - 1)))]; };
+  printf("TRACE %-28s mean %9.1f  p10 %9.1f  p50 %9.1f  p90 %9.1f  p99 %9.1f  max %9.1f %s\n", what,
+         sum / v.size(), at(0.1), at(0.5), at(0.9), at(0.99), v.back(), unit);
+}
+
+static void report_trace(Ctx& c, TraceFn tf, int64_t n, int isf, int64_t tile_elems) {
+  CK(cudaMemsetAsync(c.flush, 7, 256ull << 20, c.s));
+  if (c.f(c.dx, c.dy, n, isf, c.s)) { printf("entry failed in the traced call\n"); return; }
+  CK(cudaStreamSynchronize(c.s));
+  const int64_t tiles = (n + tile_elems - 1) / tile_elems;
+  std::vector<unsigned long long> t(8 * tiles);
+  if (tf(t.data(), tiles) != 0) { printf("d2k_prefix_sum_trace failed\n"); return; }
+  int khz = 0;
+  CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+  const double ns_per_cycle = 1e6 / khz;  // at the maximum SM clock
+  std::vector<double> ticket, load, look, tail, total, steps, dist, look_early, look_late;
+  unsigned long long g_min = ~0ull, g_max = 0;
+  double busy_ns = 0;
+  for (int64_t i = 0; i < tiles; ++i) {
+    const unsigned long long* r = &t[8 * i];
+    const double c1 = r[1] * ns_per_cycle, c2 = r[2] * ns_per_cycle, c4 = r[3] * ns_per_cycle, c5 = r[4] * ns_per_cycle;
+    ticket.push_back(c1);
+    load.push_back(c2 - c1);
+    look.push_back(c4 - c2);
+    tail.push_back(c5 - c4);
+    total.push_back(c5);
+    (i < 2 * 132 * 3 ? look_early : look_late).push_back(c4 - c2);
+    if (i > 0) {
+      steps.push_back((double)(r[6] & 0xffffffffull));
+      dist.push_back((double)(r[6] >> 32));
+    }
+    g_min = std::min(g_min, r[0]);
+    g_max = std::max(g_max, r[0] + (unsigned long long)c5);
+    busy_ns += c5;
+  }
+  const double span = (double)(g_max - g_min);
+  printf("TRACE n=%lld tiles=%lld SM clock %.0f MHz (max; cycles -> ns at that clock)\n", (long long)n, (long long)tiles,
+         khz / 1e3);
+  pct_line("ticket (start -> tile)", ticket, "ns");
+  pct_line("load + reduce", load, "ns");
+  pct_line("look-back (incl. publish)", look, "ns");
+  pct_line("  first 2 waves", look_early, "ns");
+  pct_line("  later", look_late, "ns");
+  pct_line("scan + stores issued", tail, "ns");
+  pct_line("tile total", total, "ns");
+  pct_line("look-back window steps", steps, "");
+  pct_line("distance to inclusive", dist, "tiles");
+  printf("TRACE span %.1f us (first start -> last end, globaltimer), tiles in flight on average %.1f, %.2f ns per tile\n",
+         span / 1e3, span > 0 ? busy_ns / span : 0.0, span / tiles);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     printf("usage: harness LIB.so LABEL [--no-check] [--reps N] | harness --copy [--reps N]\n");
@@ -277,6 +340,11 @@ int main(int argc, char** argv) {
     printf("RESULT %-22s %-12s n=%-10lld median_us=%9.1f min_us=%9.1f TB/s=%.3f\n", label.c_str(), w.name,
            (long long)w.n, med, t[0], 8.0 * w.n / (med * 1e-6) / 1e12);
     fflush(stdout);
+  }
+  if (TraceFn tf = (TraceFn)dlsym(h, "d2k_prefix_sum_trace")) {
+    const int64_t tile_elems = getenv("PS_TILE") ? atoll(getenv("PS_TILE")) : 16384;
+    upload(c, 0, kBig, 0, c.hi.data());
+    report_trace(c, tf, kBig, 0, tile_elems);
   }
   return fails ? 4 : 0;
 }

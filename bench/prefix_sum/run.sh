@@ -21,7 +21,9 @@ VARIANTS="
 yard_L3|tasks/prefix_sum/experts/L3.cu||
 yard_cub|bench/prefix_sum/cub_ref.cu||
 L3_blockidx|tasks/prefix_sum/experts/L3.cu|-DPS_TICKET=0|
-L3_lb2|tasks/prefix_sum/experts/L3.cu|-DPS_LB_ROWS=2|
+b_256x32|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=256 -DPS_VECS=8 -DPS_MIN_BLOCKS=3|
+diag_b_128x24_nolb|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=128 -DPS_VECS=6 -DPS_MIN_BLOCKS=8 -DPS_NO_LOOKBACK|--no-check
+trace_L3|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE|--no-check
 "
 
 want() { [ -z "${ONLY:-}" ] && return 0; for o in $ONLY; do [ "$o" = "$1" ] && return 0; done; return 1; }
@@ -61,5 +63,6 @@ done <<< "$VARIANTS"
 echo | tee -a "$LOG"
 echo "== summary (TB/s = 8n / median; target >= 3.18 TB/s = 75% of 4.24, or 75% of the copy rate above)" | tee -a "$LOG"
 grep '^CHECK' "$LOG" | tee -a "$LOG.summary"
+grep '^TRACE' "$LOG" | tee -a "$LOG.summary"
 grep '^RESULT' "$LOG" | awk '{printf "%-22s %-14s %-13s %-20s %-18s %s\n", $2, $3, $4, $5, $6, $7}' | tee -a "$LOG.summary"
 cat "$LOG.summary" >> "$LOG"; rm -f "$LOG.summary"

@@ -45,6 +45,26 @@ constexpr unsigned kMaxEpoch = (1u << 30) - 1;
 __device__ unsigned long long g_tile_state[kMaxTiles];
 __device__ unsigned int g_tile_counter;  // next tile to hand out; zeroed before every launch
 
+// Diagnostic builds only (bench/prefix_sum, -DPS_TRACE): per-tile clock marks that the harness
+// reads back through d2k_prefix_sum_trace. Nothing of it exists in the task's build.
+#ifdef PS_TRACE
+constexpr int kTraceWords = 8;
+__device__ unsigned long long g_trace[kMaxTiles * kTraceWords];
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+#define PS_TRACE_ONLY(...) __VA_ARGS__
+#else
+#define PS_TRACE_ONLY(...)
+#endif
+
 template <typename T> struct Vec4;
 template <> struct Vec4<unsigned> { using type = uint4; };
 template <> struct Vec4<float> { using type = float4; };
@@ -90,7 +110,9 @@ __device__ __forceinline__ T look_back(unsigned tile, T aggregate, unsigned epoc
   if (lane == 0) publish(tile, epoch, kStatusAggregate, to_bits(aggregate));
   T exclusive = T(0);
   int64_t end = tile;  // this window covers tiles end-1-(32 r + lane)
+  PS_TRACE_ONLY(unsigned steps = 0;)
   while (true) {
+    PS_TRACE_ONLY(++steps;)
     unsigned long long word[kLookRows];
 #pragma unroll
     for (int r = 0; r < kLookRows; ++r) {
@@ -117,7 +139,12 @@ __device__ __forceinline__ T look_back(unsigned tile, T aggregate, unsigned epoc
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) v = v + __shfl_xor_sync(kFull, v, o);
     exclusive = exclusive + v;
-    if (first < 32 * kLookRows) break;
+    if (first < 32 * kLookRows) {
+      // Trace: window steps, and how far back the nearest inclusive prefix was.
+      PS_TRACE_ONLY(if (lane == 0) g_trace[tile * kTraceWords + 6] =
+                        steps | (static_cast<unsigned long long>(tile - end + first + 1) << 32);)
+      break;
+    }
     end -= 32 * kLookRows;
   }
   if (lane == 0) publish(tile, epoch, kStatusInclusive, to_bits(exclusive + aggregate));
@@ -170,6 +197,7 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int slot = warp * kWarpElems + lane * 4;  // this thread's first element within the tile
+  PS_TRACE_ONLY(const long long c0 = clock64(); const unsigned long long g0 = global_ns(); long long c4 = 0;)
 #if PS_TICKET == 0
   const unsigned tile = blockIdx.x;
 #else
@@ -180,6 +208,7 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
 #endif
   const int64_t tile_base = static_cast<int64_t>(tile) * kTile;
   const bool full = vector_ok != 0 && tile_base + kTile <= n;
+  PS_TRACE_ONLY(const long long c1 = clock64();)
 
   // Stage this thread's vectors (all kVecs copies in flight at once). A partial tile, or pointers
   // not 16-byte aligned, read x directly (guarded scalar loads) in both passes instead. Each thread
@@ -205,6 +234,7 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
   for (int o = 16; o > 0; o /= 2) thread_total = thread_total + __shfl_xor_sync(kFull, thread_total, o);
   if (lane == 0) s_warp_total[warp] = thread_total;
   __syncthreads();
+  PS_TRACE_ONLY(const long long c2 = clock64();)
 
   // Every thread sums the warp totals (broadcast reads): its warp's exclusive prefix and the tile's
   // aggregate, in the same order everywhere. Warp 0 publishes the aggregate and looks back while
@@ -219,6 +249,7 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
   if (warp == 0) {
     const T exclusive = look_back<T>(tile, aggregate, epoch, lane);
     if (lane == 0) s_exclusive = exclusive;
+    PS_TRACE_ONLY(c4 = clock64();)
   }
 
   // Inclusive scan of each row's vector totals across the warp (kVecs independent shuffle chains,
@@ -259,6 +290,17 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
       }
     }
   }
+  // Trace (thread 0): start time, then cycles from the start to: ticket, tile loaded and reduced,
+  // look-back done, own stores issued; the SM.
+  PS_TRACE_ONLY(if (threadIdx.x == 0) {
+    unsigned long long* t = g_trace + static_cast<int64_t>(tile) * kTraceWords;
+    t[0] = g0;
+    t[1] = static_cast<unsigned long long>(c1 - c0);
+    t[2] = static_cast<unsigned long long>(c2 - c0);
+    t[3] = static_cast<unsigned long long>(c4 - c0);
+    t[4] = static_cast<unsigned long long>(clock64() - c0);
+    t[5] = sm_id();
+  })
 }
 
 constexpr size_t kDynamicSmem = sizeof(float) * kTile;
@@ -314,3 +356,12 @@ extern "C" int d2k_prefix_sum(const void* x, void* y, int64_t n, int is_float, c
   if (n > kMaxN) return static_cast<int>(cudaErrorInvalidValue);
   return static_cast<int>(is_float ? run<float>(x, y, n, stream) : run<unsigned>(x, y, n, stream));
 }
+
+#ifdef PS_TRACE
+// The last call's per-tile trace (kTraceWords words per tile, tiles 0 .. max_tiles-1), synchronous.
+extern "C" int d2k_prefix_sum_trace(unsigned long long* host, int64_t max_tiles) {
+  if (max_tiles < 0 || max_tiles > kMaxTiles) return static_cast<int>(cudaErrorInvalidValue);
+  return static_cast<int>(
+      cudaMemcpyFromSymbol(host, g_trace, sizeof(unsigned long long) * kTraceWords * static_cast<size_t>(max_tiles)));
+}
+#endif
