@@ -13,6 +13,11 @@
 #       only `d2k verify-tasks`, one task at a time (each task's report lands in
 #       $OUT/RESULTS-<task>.md as soon as it is done, so a call cut short keeps what finished;
 #       $OUT/RESULTS.md joins them). Parts: any of "tests verify demo bench" (default: all).
+#     The bench part also runs bench/prefix_sum and bench/flash_attention from what --pack compiled
+#     into .carry/bench-* (their logs go into gpu-check.log); ONLY=... selects their variants.
+#   One call cannot hold everything any more (9 tasks × ~1.5 min of verify-tasks, ~2.5 min of GPU
+#   tests, the benches): split by parts and task names, e.g.
+#     D2K_GPU_PARTS="tests verify" bash scripts/gpu-check.sh prefix_sum flash_attention_fwd
 set -o pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -47,7 +52,19 @@ if [ "${1:-}" = "--pack" ]; then
     mkdir -p "$PACK/build/tests/exploits/kernels"
     for so in "$BUILD"/tests/exploits/kernels/*.so; do strip -g -o "$PACK/build/tests/exploits/kernels/$(basename "$so")" "$so"; done
   fi
-  du -sh "$PACK"
+  # The bench harnesses (prefix_sum look-back variants, flash attention candidates), compiled here
+  # so the GPU machine only runs them (D2K_PACK_BENCH=0 skips this; about a minute).
+  if [ "${D2K_PACK_BENCH:-1}" = 1 ] && command -v nvcc >/dev/null 2>&1; then
+    for b in prefix_sum flash_attention; do
+      dir="$ROOT/.carry/bench-$b"
+      rm -rf "$dir"
+      BUILD_ONLY=1 BUILD="$dir" OUT= bash "$ROOT/bench/$b/run.sh" > /dev/null 2>&1 || echo "bench/$b: build failed (see $dir)"
+      rm -f "$dir"/*.build.txt "$dir"/log.txt
+      for so in "$dir"/*.so; do [ -f "$so" ] && strip -g "$so"; done
+      [ -f "$dir/harness" ] && strip "$dir/harness"
+    done
+  fi
+  du -sh "$ROOT"/.carry/*
   exit 0
 fi
 
@@ -97,6 +114,16 @@ LOG="$OUT/gpu-check.log"
     echo "== vector_add variants (bench/vector_add)"
     (cd "$ROOT/.carry/vadd" && ./harness 67108864 ./*.so) || true
   fi
+  for b in prefix_sum flash_attention; do
+    if part bench && [ -x "$ROOT/.carry/bench-$b/harness" ]; then
+      # Its log goes into this one (the device call brings back at most 8 files).
+      echo "== bench/$b (prebuilt in .carry/bench-$b)"
+      tmp="$(mktemp -d)"
+      OUT="$tmp" PREBUILT=1 BUILD="$ROOT/.carry/bench-$b" bash "$ROOT/bench/$b/run.sh" > /dev/null 2>&1 || true
+      cat "$tmp/log.txt" 2>/dev/null
+      rm -rf "$tmp"
+    fi
+  done
   if part bench && [ -x "$BUILD/bin/bench_gpu" ] && [ "${D2K_GPU_BENCH:-1}" = 1 ]; then
     echo "== bench_gpu (one GPU)"
     # Its figures also go to $OUT/bench_gpu.txt (bench/README.md records them).
