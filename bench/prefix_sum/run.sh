@@ -23,7 +23,11 @@ yard_cub|bench/prefix_sum/cub_ref.cu||
 L3_blockidx|tasks/prefix_sum/experts/L3.cu|-DPS_TICKET=0|
 b_256x32|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=256 -DPS_VECS=8 -DPS_MIN_BLOCKS=3|
 diag_b_128x24_nolb|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=128 -DPS_VECS=6 -DPS_MIN_BLOCKS=8 -DPS_NO_LOOKBACK|--no-check
+L3_reg6_b4|tasks/prefix_sum/experts/L3.cu|-DPS_REG_VECS=6 -DPS_MIN_BLOCKS=4|
+L3_reg4_b4|tasks/prefix_sum/experts/L3.cu|-DPS_REG_VECS=4 -DPS_MIN_BLOCKS=4|
+L3_v20_reg6_b3|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=20 -DPS_REG_VECS=6 -DPS_MIN_BLOCKS=3|
 trace_L3|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE|--no-check
+trace_reg6_b4|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE -DPS_REG_VECS=6 -DPS_MIN_BLOCKS=4|--no-check
 "
 
 want() { [ -z "${ONLY:-}" ] && return 0; for o in $ONLY; do [ "$o" = "$1" ] && return 0; done; return 1; }

@@ -19,6 +19,9 @@ namespace {
 #ifndef PS_LB_ROWS
 #define PS_LB_ROWS 1
 #endif
+#ifndef PS_REG_VECS
+#define PS_REG_VECS 0
+#endif
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -27,6 +30,12 @@ constexpr int kRow = 32 * 4;                     // elements of one warp-wide ro
 constexpr int kWarpElems = kVecs * kRow;         // elements of one warp's segment of a tile
 constexpr int kTile = kWarps * kWarpElems;       // 16384 elements per tile
 constexpr int kMinBlocks = PS_MIN_BLOCKS;        // resident blocks per SM (3 x 64 KiB of shared memory)
+// Bench knob: the first kRegVecs vectors of each thread are loaded into registers (LDG.128) instead
+// of being staged in shared memory, so a block needs less shared memory and more blocks (more bytes
+// in flight) fit on an SM. 0 in the task's build.
+constexpr int kRegVecs = PS_REG_VECS;
+static_assert(kRegVecs >= 0 && kRegVecs < kVecs, "PS_REG_VECS out of range");
+constexpr int kSmemVecs = kVecs - kRegVecs;      // vectors per thread staged in shared memory
 // Look-back window: each step reads kLookRows x 32 predecessor descriptors at once (kLookRows loads
 // in flight per lane). On the H200 one row (32) was fastest: 2 rows cost 3%, 4 rows 3%, 8 rows 9%
 // at 2^28 (bench/prefix_sum), so the nearest inclusive prefix is usually within 32 tiles and the
@@ -153,13 +162,17 @@ __device__ __forceinline__ T look_back(unsigned tile, T aggregate, unsigned epoc
 
 // Element layout of a tile: warp w owns the kWarpElems elements from w * kWarpElems; within it,
 // row v (kRow elements) holds lane l's 4-element vector at v * kRow + 4 l. A warp's access to row v
-// is one fully coalesced 512-byte access, in global and in shared memory alike.
+// is one fully coalesced 512-byte access, in global and in shared memory alike. In shared memory,
+// row v >= kRegVecs of warp w sits at (w * kSmemVecs + v - kRegVecs) * kRow (`s_slot` is a thread's
+// first element there).
 template <typename T>
-__device__ __forceinline__ void load_vec(const T* x, const T* s_tile, int64_t tile_base, int slot,
-                                         int v, int64_t n, bool full, T (&a)[4]) {
+__device__ __forceinline__ void load_vec(const T* x, const T* s_tile, const typename Vec4<T>::type* regs,
+                                         int64_t tile_base, int slot, int s_slot, int v, int64_t n, bool full,
+                                         T (&a)[4]) {
   if (full) {
     const typename Vec4<T>::type q =
-        *reinterpret_cast<const typename Vec4<T>::type*>(s_tile + slot + v * kRow);
+        v < kRegVecs ? regs[v]
+                     : *reinterpret_cast<const typename Vec4<T>::type*>(s_tile + s_slot + (v - kRegVecs) * kRow);
     a[0] = q.x; a[1] = q.y; a[2] = q.z; a[3] = q.w;
   } else {
 #pragma unroll
@@ -179,10 +192,15 @@ __device__ __forceinline__ void load_vec(const T* x, const T* s_tile, int64_t ti
 #define PS_TICKET 1
 #endif
 template <typename T>
-__device__ __forceinline__ void stage_tile(T* s_tile, const T* x, int64_t tile_base, int slot) {
+__device__ __forceinline__ void stage_tile(T* s_tile, typename Vec4<T>::type* regs, const T* x, int64_t tile_base,
+                                           int slot, int s_slot) {
 #pragma unroll
-  for (int v = 0; v < kVecs; ++v) cp_async16(s_tile + slot + v * kRow, x + tile_base + slot + v * kRow);
+  for (int v = kRegVecs; v < kVecs; ++v)
+    cp_async16(s_tile + s_slot + (v - kRegVecs) * kRow, x + tile_base + slot + v * kRow);
   cp_async_commit();
+#pragma unroll
+  for (int v = 0; v < kRegVecs; ++v)
+    regs[v] = *reinterpret_cast<const typename Vec4<T>::type*>(x + tile_base + slot + v * kRow);
 }
 
 template <typename T>
@@ -191,12 +209,14 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
                      int vector_ok) {
   using V = typename Vec4<T>::type;
   extern __shared__ __align__(16) unsigned char s_raw[];
-  T* s_tile = reinterpret_cast<T*>(s_raw);  // kTile elements
+  T* s_tile = reinterpret_cast<T*>(s_raw);  // kThreads * 4 * kSmemVecs elements
   __shared__ T s_warp_total[kWarps];
   __shared__ T s_exclusive;
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int slot = warp * kWarpElems + lane * 4;  // this thread's first element within the tile
+  const int s_slot = warp * kSmemVecs * kRow + lane * 4;  // its first staged element in shared memory
+  V regs[kRegVecs > 0 ? kRegVecs : 1];
   PS_TRACE_ONLY(const long long c0 = clock64(); const unsigned long long g0 = global_ns(); long long c4 = 0;)
 #if PS_TICKET == 0
   const unsigned tile = blockIdx.x;
@@ -214,7 +234,7 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
   // not 16-byte aligned, read x directly (guarded scalar loads) in both passes instead. Each thread
   // copies, and later reads back, only its own vectors: no barrier between the copies and their use.
   if (full) {
-    stage_tile<T>(s_tile, x, tile_base, slot);
+    stage_tile<T>(s_tile, regs, x, tile_base, slot, s_slot);
     cp_async_wait_all();
   }
 
@@ -226,7 +246,7 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
 #pragma unroll
   for (int v = 0; v < kVecs; ++v) {
     T a[4];
-    load_vec<T>(x, s_tile, tile_base, slot, v, n, full, a);
+    load_vec<T>(x, s_tile, regs, tile_base, slot, s_slot, v, n, full, a);
     incl[v] = ((a[0] + a[1]) + a[2]) + a[3];
     thread_total = thread_total + incl[v];
   }
@@ -273,7 +293,7 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
     const T p = row_prefix + (lane > 0 ? before : T(0));
     row_prefix = row_prefix + row_total;
     T a[4];
-    load_vec<T>(x, s_tile, tile_base, slot, v, n, full, a);
+    load_vec<T>(x, s_tile, regs, tile_base, slot, s_slot, v, n, full, a);
     a[0] = p + a[0];
     a[1] = a[0] + a[1];
     a[2] = a[1] + a[2];
@@ -303,7 +323,7 @@ scan_single_pass_vec(const T* __restrict__ x, T* __restrict__ y, int64_t n, unsi
   })
 }
 
-constexpr size_t kDynamicSmem = sizeof(float) * kTile;
+constexpr size_t kDynamicSmem = sizeof(float) * kThreads * 4 * kSmemVecs;
 
 // The counter's address and the shared-memory opt-in, once per device.
 template <typename T>
