@@ -60,7 +60,7 @@ if [ "${1:-}" = "--pack" ]; then
       rm -rf "$dir"
       BUILD_ONLY=1 BUILD="$dir" OUT= bash "$ROOT/bench/$b/run.sh" > /dev/null 2>&1 || echo "bench/$b: build failed (see $dir)"
       rm -f "$dir"/*.build.txt "$dir"/log.txt
-      for so in "$dir"/*.so; do [ -f "$so" ] && strip -g "$so"; done
+      for so in "$dir"/*.so; do [ -f "$so" ] && strip --strip-unneeded "$so"; done
       [ -f "$dir/harness" ] && strip "$dir/harness"
     done
   fi

@@ -17,7 +17,7 @@ B="${BUILD:-/tmp/fabench}"
 mkdir -p "$B"
 LOG="${OUT:-$B}/log.txt"
 : > "$LOG"
-NV="nvcc -O3 -arch=sm_90a -shared -Xcompiler -fPIC -lineinfo"
+NV="nvcc -O3 -gencode arch=compute_90a,code=sm_90a -shared -Xcompiler -fPIC -lineinfo"
 HFLAGS=""
 [ "${QUICK:-0}" = 1 ] && HFLAGS="--quick"
 

@@ -14,7 +14,7 @@ B="${BUILD:-/tmp/psbench}"
 mkdir -p "$B"
 LOG="${OUT:-$B}/log.txt"
 : > "$LOG"
-NV="nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC -lineinfo"
+NV="nvcc -O3 -gencode arch=compute_90,code=sm_90 -shared -Xcompiler -fPIC -lineinfo"
 
 # name | source (relative to repo root) | extra nvcc flags | harness flags
 VARIANTS="
