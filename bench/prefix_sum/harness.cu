@@ -7,8 +7,9 @@
 // (|y - ref| <= 1e-6 + 5e-4 |ref|, ref = double prefix), y pre-filled with garbage before each call;
 // then misaligned pointers (x+1, y+1), full-range int32 wraparound, and the size list again in a
 // different order (epoch reuse across calls). Timing: int32 n = 2^28 and fp32 n = 2^28-3 (plus the
-// task's i32_100m_odd and f32_16m_odd), 256 MiB L2 flush before every sample, events around the call
-// only, median and min of N samples (default 30). bytes = 8 n. Lines starting with RESULT / CHECK are
+// task's i32_100m_odd and f32_16m_odd), 256 MiB L2 flush and a stream sync before every sample (the
+// GPU is idle when the first event is recorded, as in d2k's runner), events around the call only,
+// median and min of N samples (default 30). bytes = 8 n. Lines starting with RESULT / CHECK are
 // machine-readable summaries (run.sh tabulates them).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -130,6 +131,8 @@ static std::vector<float> time_call(Ctx& c, int64_t n, int isf, int reps) {
   std::vector<float> t;
   for (int i = 0; i < reps; ++i) {
     CK(cudaMemsetAsync(c.flush, i & 0xff, 256ull << 20, c.s));
+    CK(cudaStreamSynchronize(c.s));  // idle GPU at the first event, as in the runner: host-side
+                                     // launch costs of the call (memsets, launches) then count
     CK(cudaEventRecord(a, c.s));
     int rc = c.f(c.dx, c.dy, n, isf, c.s);
     CK(cudaEventRecord(b, c.s));
@@ -239,6 +242,7 @@ int main(int argc, char** argv) {
       CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
       for (int i = -2; i < reps; ++i) {
         CK(cudaMemsetAsync(c.flush, i & 0xff, 256ull << 20, c.s));
+        CK(cudaStreamSynchronize(c.s));
         CK(cudaEventRecord(a, c.s));
         if (kind == 0)
           CK(cudaMemcpyAsync(c.dy, c.dx, bytes, cudaMemcpyDeviceToDevice, c.s));
