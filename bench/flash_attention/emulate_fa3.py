@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Desk check of cand_fa3.cu's index maps and algorithm, in numpy (no GPU).
+"""Desk check of tasks/flash_attention_fwd/experts/L3.cu's index maps and algorithm, in numpy (no GPU).
 
 Emulates, per CTA: the TMA 3-D loads with 128-byte swizzle into a byte-addressed shared-memory
 model (zero fill past seq), the wgmma operand fetch through the kernel's descriptors (K-major SW128
@@ -104,7 +104,7 @@ def check_maps():
 
 
 def run_cta(Q, K, V, O, S, D, bh, qt, causal, c):
-    """One CTA as cand_fa3.cu computes it; writes rows < S of O[bh]."""
+    """One CTA as tasks/flash_attention_fwd/experts/L3.cu computes it; writes rows < S of O[bh]."""
     smem = np.zeros(((1 + 2 * 3) * (D // 64) * BLOCK) // 2 + 16, np.float32)
     tile = (D // 64) * BLOCK
     sq, sk, sv = 0, tile, 2 * tile  # one K and one V stage suffice for the emulation

@@ -1,4 +1,5 @@
-// flash_attention_fwd expert, layer 3 (low level): FlashAttention-2 style tensor-core kernel. A 128-
+// flash_attention_fwd, the task's first layer-3 expert (until 2026-12-01), kept in bench/ as the
+// mma.sync reference: FlashAttention-2 style tensor-core kernel. A 128-
 // thread block (4 warps x 16 query rows) owns a 64-query tile; Q is loaded once into mma fragments
 // (ldmatrix), K/V tiles of 64 keys stream through a 2-stage cp.async ring in XOR-swizzled shared memory;
 // S = Q K^T and O += P V run on mma.sync m16n8k16 bf16 (HMMA) with fp32 accumulators in registers, P is

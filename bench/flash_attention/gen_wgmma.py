@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the inline-asm wgmma wrappers used by cand_fa3.cu (pasted between the GEN markers)."""
+"""Prints the inline-asm wgmma wrappers used by tasks/flash_attention_fwd/experts/L3.cu (pasted between the GEN markers)."""
 
 def regs(n, start=0):
     return ", ".join("%%%d" % (start + i) for i in range(n))

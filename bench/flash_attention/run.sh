@@ -1,7 +1,7 @@
 #!/bin/bash
 # Builds, checks and times flash_attention_fwd candidates. Run from anywhere on the GPU machine:
 #   bash bench/flash_attention/run.sh               # build (if nvcc) + every variant + torch SDPA
-#   ONLY="fa3 yard_L3" bash bench/flash_attention/run.sh   # a subset (names from VARIANTS below)
+#   ONLY="fa3 fa2_mma" bash bench/flash_attention/run.sh   # a subset (names from VARIANTS below)
 #   REPS=30 bash bench/flash_attention/run.sh       # timing samples (default 20)
 #   QUICK=1 ...                                     # fewer checks (--quick), still times
 #   BUILD_ONLY=1 BUILD=DIR bash bench/flash_attention/run.sh   # compile only (any machine with nvcc)
@@ -23,11 +23,11 @@ HFLAGS=""
 
 # name | source (relative to repo root) | extra nvcc flags
 VARIANTS="
-fa3|bench/flash_attention/cand_fa3.cu|
-yard_L3|tasks/flash_attention_fwd/experts/L3.cu|
-fa3_st3|bench/flash_attention/cand_fa3.cu|-DFA_STAGES128=3 -DFA_STAGES64=4
-fa3_headfast|bench/flash_attention/cand_fa3.cu|-DFA_HEAD_MAJOR=0
-fa3_r40|bench/flash_attention/cand_fa3.cu|-DFA_PRODUCER_REGS=40 -DFA_CONSUMER_REGS=232
+fa3|tasks/flash_attention_fwd/experts/L3.cu|
+fa2_mma|bench/flash_attention/fa2_mma.cu|
+fa3_st3|tasks/flash_attention_fwd/experts/L3.cu|-DFA_STAGES128=3 -DFA_STAGES64=4
+fa3_headfast|tasks/flash_attention_fwd/experts/L3.cu|-DFA_HEAD_MAJOR=0
+fa3_r40|tasks/flash_attention_fwd/experts/L3.cu|-DFA_PRODUCER_REGS=40 -DFA_CONSUMER_REGS=232
 "
 
 want() { [ -z "${ONLY:-}" ] && return 0; for o in $ONLY; do [ "$o" = "$1" ] && return 0; done; return 1; }

@@ -1,4 +1,6 @@
-// flash_attention_fwd candidate: FlashAttention-3 style forward kernel for Hopper (sm_90a).
+// flash_attention_fwd expert, layer 3 (low level): FlashAttention-3 style forward kernel for Hopper
+// (sm_90a). On the H200 (bench/flash_attention, 2026-12-01): 608 TFLOP/s at b4 h32 s4096 d128
+// (88% of PyTorch SDPA), 287-501 TFLOP/s on the other workloads (77-87% of SDPA).
 //
 // One CTA of 384 threads per (128-query tile, batch*head); the query tiles of one head are
 // consecutive CTAs (so a head's K/V is read from DRAM about once and then hits L2), heaviest causal
