@@ -8,7 +8,10 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kIlp = 4;
+#ifndef VA_ILP
+#define VA_ILP 4  // bench/vector_add builds variants with -DVA_ILP=...
+#endif
+constexpr int kIlp = VA_ILP;
 
 __global__ void __launch_bounds__(kThreads)
 vector_add_grid_stride(const float* __restrict__ a, const float* __restrict__ b,

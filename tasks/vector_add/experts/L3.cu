@@ -9,7 +9,10 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kVecPerIter = 4;  // float4 vectors of a (and of b) in flight per thread
+#ifndef VA_VECS
+#define VA_VECS 4  // bench/vector_add builds variants with -DVA_VECS=...
+#endif
+constexpr int kVecPerIter = VA_VECS;  // float4 vectors of a (and of b) in flight per thread
 constexpr int64_t kTile = int64_t{kThreads} * kVecPerIter;  // float4s a block moves per iteration
 
 __device__ __forceinline__ float4 add4(float4 x, float4 z) {
