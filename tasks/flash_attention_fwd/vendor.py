@@ -29,9 +29,10 @@ def backend_name(torch, F, q, k, v, causal):
         names = []
         for e in prof.key_averages():
             # GPU kernels only: runtime calls (cudaStreamIsCapturing, cudaLaunchKernel) and the
-            # profiler's own records have no device time.
+            # profiler's own records have no device time; memsets and copies are not the backend.
             device_us = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
-            if device_us > 0 and not e.key.startswith("cuda") and e.key not in names:
+            if (device_us > 0 and not e.key.startswith(("cuda", "Memset", "Memcpy"))
+                    and e.key not in names):
                 names.append(e.key)
         return ";".join(n[:60] for n in names[:2]) or "unknown"
     except Exception as e:  # profiler missing or failing: the timing is still valid
