@@ -2,7 +2,8 @@
 //   harness LIB.so LABEL [--no-check] [--reps N]   check + time one d2k_prefix_sum implementation
 //   harness --copy [--reps N]                        cudaMemcpy D2D and a 128-bit copy kernel
 // A library built with -DPS_TRACE (tasks/prefix_sum/experts/L3.cu) also gets a per-tile phase
-// breakdown of one int32 2^28 call (TRACE lines; PS_TILE=elements per tile if not 16384).
+// breakdown of one int32 2^28 call and one of 100000007 (TRACE lines, with a timeline of tiles in
+// flight; PS_TILE=elements per tile if not 16384).
 // Checks: n in {1, 5, 4095, 4096, 4097, 1e6+3, 100000007, 2^28} for int32 (exact) and fp32
 // (|y - ref| <= 1e-6 + 5e-4 |ref|, ref = double prefix), y pre-filled with garbage before each call;
 // then misaligned pointers (x+1, y+1), full-range int32 wraparound, and the size list again in a
@@ -185,7 +186,7 @@ static void report_trace(Ctx& c, TraceFn tf, int64_t n, int isf, int64_t tile_el
     look.push_back(c4 - c2);
     tail.push_back(c5 - c4);
     total.push_back(c5);
-    (i < 2 * 132 * 3 ? look_early : look_late).push_back(c4 - c2);
+    (i < 2 * 132 * 4 ? look_early : look_late).push_back(c4 - c2);  // 2 waves of 4 blocks per SM
     if (i > 0) {
       steps.push_back((double)(r[6] & 0xffffffffull));
       dist.push_back((double)(r[6] >> 32));
@@ -208,6 +209,25 @@ static void report_trace(Ctx& c, TraceFn tf, int64_t n, int isf, int64_t tile_el
   pct_line("distance to inclusive", dist, "tiles");
   printf("TRACE span %.1f us (first start -> last end, globaltimer), tiles in flight on average %.1f, %.2f ns per tile\n",
          span / 1e3, span > 0 ? busy_ns / span : 0.0, span / tiles);
+  // Timeline: tiles in flight and tiles finished per 1/kBins of the span, to see the ramp at the
+  // start and the drain at the end (the fixed cost of a call beyond tiles x steady-state time).
+  constexpr int kBins = 24;
+  std::vector<double> inflight(kBins, 0.0);
+  std::vector<int> done(kBins, 0);
+  const double bin = span / kBins;
+  for (int64_t i = 0; i < tiles && bin > 0; ++i) {
+    const unsigned long long* r = &t[8 * i];
+    const double s0 = (double)(r[0] - g_min), s1 = s0 + r[4] * ns_per_cycle;
+    for (int b = 0; b < kBins; ++b) {
+      const double lo = b * bin, hi = lo + bin;
+      const double overlap = std::min(hi, s1) - std::max(lo, s0);
+      if (overlap > 0) inflight[b] += overlap / bin;
+    }
+    done[std::min(kBins - 1, (int)(s1 / bin))] += 1;
+  }
+  printf("TRACE timeline (%d bins of %.1f us): tiles in flight / tiles finished per bin\nTRACE  ", kBins, bin / 1e3);
+  for (int b = 0; b < kBins; ++b) printf(" %.0f/%d", inflight[b], done[b]);
+  printf("\n");
 }
 
 int main(int argc, char** argv) {
@@ -349,6 +369,10 @@ int main(int argc, char** argv) {
     const int64_t tile_elems = getenv("PS_TILE") ? atoll(getenv("PS_TILE")) : 16384;
     upload(c, 0, kBig, 0, c.hi.data());
     report_trace(c, tf, kBig, 0, tile_elems);
+    // The task's i32_100m_odd workload, where the fixed cost per call weighs most.
+    const int64_t kMid = 100000007;
+    upload(c, 0, kMid, 0, c.hi.data());
+    report_trace(c, tf, kMid, 0, tile_elems);
   }
   return fails ? 4 : 0;
 }
