@@ -167,8 +167,18 @@ static void pct_line(const char* what, std::vector<double> v, const char* unit) 
 
 static void report_trace(Ctx& c, TraceFn tf, int64_t n, int isf, int64_t tile_elems) {
   CK(cudaMemsetAsync(c.flush, 7, 256ull << 20, c.s));
-  if (c.f(c.dx, c.dy, n, isf, c.s)) { printf("entry failed in the traced call\n"); return; }
   CK(cudaStreamSynchronize(c.s));
+  cudaEvent_t ea, eb;
+  CK(cudaEventCreate(&ea));
+  CK(cudaEventCreate(&eb));
+  CK(cudaEventRecord(ea, c.s));
+  if (c.f(c.dx, c.dy, n, isf, c.s)) { printf("entry failed in the traced call\n"); return; }
+  CK(cudaEventRecord(eb, c.s));
+  CK(cudaStreamSynchronize(c.s));
+  float call_ms = 0;
+  CK(cudaEventElapsedTime(&call_ms, ea, eb));
+  CK(cudaEventDestroy(ea));
+  CK(cudaEventDestroy(eb));
   const int64_t tiles = (n + tile_elems - 1) / tile_elems;
   std::vector<unsigned long long> t(8 * tiles);
   if (tf(t.data(), tiles) != 0) { printf("d2k_prefix_sum_trace failed\n"); return; }
@@ -228,6 +238,44 @@ static void report_trace(Ctx& c, TraceFn tf, int64_t n, int isf, int64_t tile_el
   printf("TRACE timeline (%d bins of %.1f us): tiles in flight / tiles finished per bin\nTRACE  ", kBins, bin / 1e3);
   for (int b = 0; b < kBins; ++b) printf(" %.0f/%d", inflight[b], done[b]);
   printf("\n");
+  // The first and last 40 us in 2 us bins: tiles in flight, tiles started, tiles finished.
+  constexpr double kFine = 2000.0;
+  constexpr int kFineBins = 20;
+  for (int end = 0; end < 2; ++end) {
+    std::vector<double> fin(kFineBins, 0.0);
+    std::vector<int> fstart(kFineBins, 0), fdone(kFineBins, 0);
+    const double origin = end ? span - kFine * kFineBins : 0.0;
+    for (int64_t i = 0; i < tiles; ++i) {
+      const unsigned long long* r = &t[8 * i];
+      const double s0 = (double)(r[0] - g_min) - origin, s1 = s0 + r[4] * ns_per_cycle;
+      for (int b = 0; b < kFineBins; ++b) {
+        const double lo = b * kFine, hi = lo + kFine;
+        const double overlap = std::min(hi, s1) - std::max(lo, s0);
+        if (overlap > 0) fin[b] += overlap / kFine;
+      }
+      const int bs = (int)std::floor(s0 / kFine), be = (int)std::floor(s1 / kFine);
+      if (bs >= 0 && bs < kFineBins) ++fstart[bs];
+      if (be >= 0 && be < kFineBins) ++fdone[be];
+      if (s1 >= kFine * kFineBins && be == kFineBins) ++fdone[kFineBins - 1];  // the last end
+    }
+    printf("TRACE %s 40 us in 2 us bins: in flight / started / finished\nTRACE  ", end ? "last" : "first");
+    for (int b = 0; b < kFineBins; ++b) printf(" %.0f/%d/%d", fin[b], fstart[b], fdone[b]);
+    printf("\n");
+  }
+  // The last tile (by ticket) and the last tile to finish, relative to the end of the span.
+  int64_t last_end_tile = 0;
+  double last_end = -1;
+  for (int64_t i = 0; i < tiles; ++i) {
+    const double e = (double)(t[8 * i] - g_min) + t[8 * i + 4] * ns_per_cycle;
+    if (e > last_end) { last_end = e; last_end_tile = i; }
+  }
+  const unsigned long long* lt = &t[8 * (tiles - 1)];
+  printf("TRACE last ticket %lld: start %.1f us before the end, load %.1f, look-back %.1f, stores %.1f us; "
+         "last to finish: tile %lld\n", (long long)(tiles - 1),
+         (span - (double)(lt[0] - g_min)) / 1e3, (lt[2] - lt[1]) * ns_per_cycle / 1e3,
+         (lt[3] - lt[2]) * ns_per_cycle / 1e3, (lt[4] - lt[3]) * ns_per_cycle / 1e3, (long long)last_end_tile);
+  printf("TRACE call %.1f us (events, idle GPU) vs span %.1f us: %.1f us outside the blocks (launch, exit)\n",
+         call_ms * 1e3, span / 1e3, call_ms * 1e3 - span / 1e3);
 }
 
 int main(int argc, char** argv) {
