@@ -20,19 +20,32 @@ NV="nvcc -O3 -gencode arch=compute_90,code=sm_90 -shared -Xcompiler -fPIC -linei
 VARIANTS="
 yard_L3|tasks/prefix_sum/experts/L3.cu||
 yard_cub|bench/prefix_sum/cub_ref.cu||
-L3_smem16_b3|tasks/prefix_sum/experts/L3.cu|-DPS_REG_VECS=0 -DPS_MIN_BLOCKS=3|
-L3_blockidx|tasks/prefix_sum/experts/L3.cu|-DPS_TICKET=0|
+L3_smem16_b3|tasks/prefix_sum/experts/L3.cu|-DPS_REG_VECS=0 -DPS_MIN_BLOCKS=3 -DPS_PREFETCH=0|
+L3_blockidx|tasks/prefix_sum/experts/L3.cu|-DPS_TICKET=0 -DPS_PREFETCH=0|
 b_256x32|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=256 -DPS_VECS=8 -DPS_MIN_BLOCKS=3|
 diag_b_128x24_nolb|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=128 -DPS_VECS=6 -DPS_MIN_BLOCKS=8 -DPS_NO_LOOKBACK|--no-check
-L3_reg4_b4|tasks/prefix_sum/experts/L3.cu|-DPS_REG_VECS=4 -DPS_MIN_BLOCKS=4|
-L3_v20_reg6_b3|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=20 -DPS_REG_VECS=6 -DPS_MIN_BLOCKS=3|
-L3_v12_reg4_b5|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=12 -DPS_REG_VECS=4 -DPS_MIN_BLOCKS=5|
-L3_v12_reg6_b4|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=12 -DPS_REG_VECS=6 -DPS_MIN_BLOCKS=4|
-L3_v14_reg4_b5|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=14 -DPS_REG_VECS=4 -DPS_MIN_BLOCKS=5|
-L3_v24_reg8_b3|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=24 -DPS_REG_VECS=8 -DPS_MIN_BLOCKS=3|
-L3_lb2|tasks/prefix_sum/experts/L3.cu|-DPS_LB_ROWS=2|
+L3_reg4_b4|tasks/prefix_sum/experts/L3.cu|-DPS_REG_VECS=4 -DPS_MIN_BLOCKS=4 -DPS_PREFETCH=0|
+L3_v20_reg6_b3|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=20 -DPS_REG_VECS=6 -DPS_MIN_BLOCKS=3 -DPS_PREFETCH=0|
+L3_v12_reg4_b5|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=12 -DPS_REG_VECS=4 -DPS_MIN_BLOCKS=5 -DPS_PREFETCH=0|
+L3_v12_reg6_b4|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=12 -DPS_REG_VECS=6 -DPS_MIN_BLOCKS=4 -DPS_PREFETCH=0|
+L3_v14_reg4_b5|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=14 -DPS_REG_VECS=4 -DPS_MIN_BLOCKS=5 -DPS_PREFETCH=0|
+L3_v24_reg8_b3|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=24 -DPS_REG_VECS=8 -DPS_MIN_BLOCKS=3 -DPS_PREFETCH=0|
+L3_lb2|tasks/prefix_sum/experts/L3.cu|-DPS_LB_ROWS=2 -DPS_PREFETCH=0|
+L3_nopf|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=0|
+L3_pf8|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=8|
+L3_pf16|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=16|
+L3_pf32|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=32|
+L3_pf48|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=48|
+L3_pf96|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=96|
+L3_pf128|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=128|
+L3_pf160|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=160|
+L3_pf192|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=192|
+L3_pf256|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=256|
+L3_pf384|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=384|
+L3_pf528|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=528|
 trace_L3|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE|--no-check
-trace_smem16_b3|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE -DPS_REG_VECS=0 -DPS_MIN_BLOCKS=3|--no-check
+trace_nopf|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE -DPS_PREFETCH=0|--no-check
+trace_smem16_b3|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE -DPS_REG_VECS=0 -DPS_MIN_BLOCKS=3 -DPS_PREFETCH=0|--no-check
 "
 
 want() { [ -z "${ONLY:-}" ] && return 0; for o in $ONLY; do [ "$o" = "$1" ] && return 0; done; return 1; }
