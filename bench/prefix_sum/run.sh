@@ -32,21 +32,14 @@ L3_v14_reg4_b5|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=14 -DPS_REG_VECS=4 -DPS_
 L3_v24_reg8_b3|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=24 -DPS_REG_VECS=8 -DPS_MIN_BLOCKS=3 -DPS_PREFETCH=0|
 L3_lb2|tasks/prefix_sum/experts/L3.cu|-DPS_LB_ROWS=2 -DPS_PREFETCH=0|
 L3_nopf|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=0|
-L3_pf8|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=8|
-L3_pf16|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=16|
-L3_pf32|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=32|
-L3_pf48|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=48|
-L3_pf96|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=96|
-L3_pf128|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=128|
-L3_pf160|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=160|
-L3_pf192|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=192|
-L3_pf256|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=256|
-L3_pf384|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=384|
-L3_pf528|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=528|
 trace_L3|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE|--no-check
 trace_nopf|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE -DPS_PREFETCH=0|--no-check
 trace_smem16_b3|tasks/prefix_sum/experts/L3.cu|-DPS_TRACE -DPS_REG_VECS=0 -DPS_MIN_BLOCKS=3 -DPS_PREFETCH=0|--no-check
 "
+# The L2 prefetch distance sweep (the expert's default is 64 tiles ahead).
+for k in 8 16 32 48 96 128 160 192 256 384 528; do
+  VARIANTS+="L3_pf$k|tasks/prefix_sum/experts/L3.cu|-DPS_PREFETCH=$k|"$'\n'
+done
 
 want() { [ -z "${ONLY:-}" ] && return 0; for o in $ONLY; do [ "$o" = "$1" ] && return 0; done; return 1; }
 
