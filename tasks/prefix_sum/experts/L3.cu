@@ -39,7 +39,7 @@ constexpr int kMinBlocks = PS_MIN_BLOCKS;        // resident blocks per SM (4 x 
 // The first kRegVecs vectors of each thread are loaded into registers (LDG.128) instead of being
 // staged in shared memory, so a block needs less shared memory and a 4th block (more bytes in
 // flight while blocks wait on the look-back) fits on an SM. Measured on the H200 at 2^28
-// (bench/prefix_sum): all 16 in shared memory, 3 blocks/SM: 3.02 TB/s; 6 in registers, 4 blocks:
+// (bench/prefix_sum, before the L2 prefetch below): all 16 in shared memory, 3 blocks/SM: 3.02 TB/s; 6 in registers, 4 blocks:
 // 3.33 TB/s; 4 in registers, 4 blocks: 3.28; 20 vectors, 6 in registers, 3 blocks: 3.24.
 constexpr int kRegVecs = PS_REG_VECS;
 static_assert(kRegVecs >= 0 && kRegVecs < kVecs, "PS_REG_VECS out of range");
