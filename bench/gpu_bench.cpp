@@ -20,7 +20,7 @@
 #include "env/server.hpp"
 #include "protocol/client.hpp"
 #include "sandbox/compiler.hpp"
-#include "sandbox/runner/evaluator.hpp"
+#include "sandbox/eval/evaluator.hpp"
 
 using namespace std::chrono;
 namespace fs = std::filesystem;

@@ -6,8 +6,8 @@
 #include "env/reward.hpp"
 
 #ifdef D2K_HAVE_EVAL
-#include "sandbox/runner/evaluator.hpp"
-#include "sandbox/runner/properties.hpp"
+#include "sandbox/eval/evaluator.hpp"
+#include "sandbox/eval/properties.hpp"
 #endif
 
 namespace d2k::env {

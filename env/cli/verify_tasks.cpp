@@ -13,9 +13,9 @@
 #include <sstream>
 
 #include "sandbox/compiler.hpp"
-#include "sandbox/runner/evaluator.hpp"
-#include "sandbox/runner/properties.hpp"
-#include "sandbox/runner/verify_report.hpp"
+#include "sandbox/eval/evaluator.hpp"
+#include "sandbox/eval/properties.hpp"
+#include "env/cli/verify_report.hpp"
 #include "tasks/loader/task.hpp"
 
 namespace d2k::cli {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "sandbox/runner/evaluator.hpp"
+#include "sandbox/eval/evaluator.hpp"
 #include "tasks/loader/task.hpp"
 
 namespace d2k::test {

@@ -9,11 +9,11 @@
 #include <limits>
 
 #include "catch.hpp"
-#include "sandbox/runner/calibration.hpp"
-#include "sandbox/runner/compare.hpp"
+#include "sandbox/eval/calibration.hpp"
+#include "sandbox/eval/compare.hpp"
 #include "sandbox/runner/csr_gen.hpp"
-#include "sandbox/runner/evaluator.hpp"
-#include "sandbox/runner/runner_process.hpp"
+#include "sandbox/eval/evaluator.hpp"
+#include "sandbox/eval/runner_process.hpp"
 #include "sandbox/runner/wire.hpp"
 #include "tasks/loader/task.hpp"
 

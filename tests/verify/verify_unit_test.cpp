@@ -9,9 +9,9 @@
 #include <string>
 
 #include "catch.hpp"
-#include "sandbox/runner/evaluator.hpp"
-#include "sandbox/runner/properties.hpp"
-#include "sandbox/runner/verify_report.hpp"
+#include "sandbox/eval/evaluator.hpp"
+#include "sandbox/eval/properties.hpp"
+#include "env/cli/verify_report.hpp"
 #include "tasks/loader/task.hpp"
 
 using namespace d2k;

@@ -1,4 +1,4 @@
-#include "sandbox/runner/runner_process.hpp"
+#include "sandbox/eval/runner_process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,4 +1,4 @@
-#include "sandbox/runner/compare.hpp"
+#include "sandbox/eval/compare.hpp"
 
 #include <cmath>
 #include <cstring>

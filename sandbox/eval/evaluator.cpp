@@ -1,4 +1,4 @@
-#include "sandbox/runner/evaluator.hpp"
+#include "sandbox/eval/evaluator.hpp"
 
 #include <signal.h>
 #include <unistd.h>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "sandbox/runner/properties.hpp"
+#include "sandbox/eval/properties.hpp"
 #include "tasks/loader/task.hpp"
 
 namespace d2k::runner {

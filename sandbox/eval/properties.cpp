@@ -1,4 +1,4 @@
-#include "sandbox/runner/properties.hpp"
+#include "sandbox/eval/properties.hpp"
 
 #include <fcntl.h>
 #include <spawn.h>

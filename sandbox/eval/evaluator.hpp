@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/compiler.hpp"
-#include "sandbox/runner/calibration.hpp"
-#include "sandbox/runner/compare.hpp"
-#include "sandbox/runner/runner_process.hpp"
+#include "sandbox/eval/calibration.hpp"
+#include "sandbox/eval/compare.hpp"
+#include "sandbox/eval/runner_process.hpp"
 #include "sandbox/runner/wire.hpp"
 #include "tasks/loader/task.hpp"
 

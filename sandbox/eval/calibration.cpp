@@ -1,4 +1,4 @@
-#include "sandbox/runner/calibration.hpp"
+#include "sandbox/eval/calibration.hpp"
 
 #include <unistd.h>
 

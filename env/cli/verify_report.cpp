@@ -1,4 +1,4 @@
-#include "sandbox/runner/verify_report.hpp"
+#include "env/cli/verify_report.hpp"
 
 #include <cmath>
 #include <cstdio>
