@@ -11,10 +11,12 @@
 #       build has it, `d2k verify-tasks`; the full log goes to $OUT/gpu-check.log.
 #     D2K_GPU_PARTS="verify" bash scripts/gpu-check.sh [TASK...]
 #       only `d2k verify-tasks`, one task at a time (each task's report lands in
-#       $OUT/RESULTS-<task>.md as soon as it is done, so a call cut short keeps what finished;
-#       $OUT/RESULTS.md joins them). Parts: any of "tests verify demo bench" (default: all).
-#     The bench part also runs bench/prefix_sum and bench/flash_attention from what --pack compiled
-#     into .carry/bench-* (their logs go into gpu-check.log); ONLY=... selects their variants.
+#       $OUT/tasks/<task>/RESULTS.md as soon as it is done, so a call cut short keeps what
+#       finished; `cp -r $OUT/tasks/. tasks/` puts each beside its task). Parts: any of
+#       "tests verify demo bench" (default: all).
+#     The bench part also runs the task workbenches tasks/prefix_sum/bench and
+#     tasks/flash_attention_fwd/bench from what --pack compiled into .carry/bench-* (their logs go
+#     into gpu-check.log); ONLY=... selects their variants.
 #   One call cannot hold everything any more (9 tasks × ~1.5 min of verify-tasks, ~2.5 min of GPU
 #   tests, the benches): split by parts and task names, e.g.
 #     D2K_GPU_PARTS="tests verify" bash scripts/gpu-check.sh prefix_sum flash_attention_fwd
@@ -52,13 +54,14 @@ if [ "${1:-}" = "--pack" ]; then
     mkdir -p "$PACK/build/tests/exploits/kernels"
     for so in "$BUILD"/tests/exploits/kernels/*.so; do strip -g -o "$PACK/build/tests/exploits/kernels/$(basename "$so")" "$so"; done
   fi
-  # The bench harnesses (prefix_sum look-back variants, flash attention candidates), compiled here
+  # The task workbenches (prefix_sum look-back variants, flash attention candidates), compiled here
   # so the GPU machine only runs them (D2K_PACK_BENCH=0 skips this; about a minute).
   if [ "${D2K_PACK_BENCH:-1}" = 1 ] && command -v nvcc >/dev/null 2>&1; then
-    for b in prefix_sum flash_attention; do
+    for b in prefix_sum flash_attention_fwd; do
       dir="$ROOT/.carry/bench-$b"
       rm -rf "$dir"
-      BUILD_ONLY=1 BUILD="$dir" OUT= bash "$ROOT/bench/$b/run.sh" > /dev/null 2>&1 || echo "bench/$b: build failed (see $dir)"
+      BUILD_ONLY=1 BUILD="$dir" OUT= bash "$ROOT/tasks/$b/bench/run.sh" > /dev/null 2>&1 ||
+        echo "tasks/$b/bench: build failed (see $dir)"
       rm -f "$dir"/*.build.txt "$dir"/log.txt
       for so in "$dir"/*.so; do [ -f "$so" ] && strip --strip-unneeded "$so"; done
       [ -f "$dir/harness" ] && strip "$dir/harness"
@@ -96,11 +99,9 @@ LOG="$OUT/gpu-check.log"
     if [ ${#tasks[@]} -eq 0 ]; then
       for d in "$SRC"/tasks/*/; do [ -f "$d/task.json" ] && tasks+=("$(basename "$d")"); done
     fi
-    : > "$OUT/RESULTS.md"
     for t in "${tasks[@]}"; do
       echo "== d2k verify-tasks --task $t ($(date -u +%H:%M:%S))"
-      "$BUILD/bin/d2k" verify-tasks --tasks "$SRC/tasks" --task "$t" --results "$OUT/RESULTS-$t.md" || rc=$?
-      cat "$OUT/RESULTS-$t.md" >> "$OUT/RESULTS.md" 2>/dev/null
+      "$BUILD/bin/d2k" verify-tasks --tasks "$SRC/tasks" --task "$t" --results-dir "$OUT/tasks" || rc=$?
     done
   elif part verify; then
     echo "== d2k verify-tasks: not in this build (skipped)"
@@ -111,15 +112,15 @@ LOG="$OUT/gpu-check.log"
     rm -rf "$OUT/.demo-cache"
   fi
   if part bench && [ -x "$ROOT/.carry/vadd/harness" ]; then
-    echo "== vector_add variants (bench/vector_add)"
+    echo "== vector_add variants (tasks/vector_add/bench)"
     (cd "$ROOT/.carry/vadd" && ./harness 67108864 ./*.so) || true
   fi
-  for b in prefix_sum flash_attention; do
+  for b in prefix_sum flash_attention_fwd; do
     if part bench && [ -x "$ROOT/.carry/bench-$b/harness" ]; then
       # Its log goes into this one (the device call brings back at most 8 files).
-      echo "== bench/$b (prebuilt in .carry/bench-$b)"
+      echo "== tasks/$b/bench (prebuilt in .carry/bench-$b)"
       tmp="$(mktemp -d)"
-      OUT="$tmp" PREBUILT=1 BUILD="$ROOT/.carry/bench-$b" bash "$ROOT/bench/$b/run.sh" > /dev/null 2>&1 || true
+      OUT="$tmp" PREBUILT=1 BUILD="$ROOT/.carry/bench-$b" bash "$ROOT/tasks/$b/bench/run.sh" > /dev/null 2>&1 || true
       cat "$tmp/log.txt" 2>/dev/null
       rm -rf "$tmp"
     fi

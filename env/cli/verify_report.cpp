@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 
@@ -329,14 +330,11 @@ std::string render_task_markdown(const TaskVerdict& v) {
   return o.str();
 }
 
-std::string render_markdown(const RunHeader& h, const std::vector<TaskVerdict>& verdicts) {
+namespace {
+
+// The run's table: what it ran on, how, and its result over `failed` failed task(s).
+std::string render_run(const RunHeader& h, int failed) {
   std::ostringstream o;
-  int failed = 0;
-  for (const auto& v : verdicts) failed += v.passed() ? 0 : 1;
-  o << "# Task verification results\n\n"
-    << "Written by `d2k verify-tasks` (env/cli/verify_tasks.cpp): every kernel of every task compiled by the "
-       "sandboxed compiler with the task's flags and evaluated in agent-mode runners on all workloads "
-       "(visible and hidden). Regenerate it on a GPU machine; do not edit by hand.\n\n";
   o << "## Run " << h.date << "\n\n"
     << "| | |\n|---|---|\n"
     << "| date | " << h.date << " |\n"
@@ -356,8 +354,59 @@ std::string render_markdown(const RunHeader& h, const std::vector<TaskVerdict>& 
     << "| seeds per workload | " << h.seeds << " |\n"
     << "| command | `" << cell(h.command) << "` |\n"
     << "| result | " << (failed == 0 ? "PASS" : "FAIL (" + std::to_string(failed) + " task(s))") << " |\n\n";
+  return o.str();
+}
+
+}  // namespace
+
+std::string render_markdown(const RunHeader& h, const std::vector<TaskVerdict>& verdicts) {
+  std::ostringstream o;
+  int failed = 0;
+  for (const auto& v : verdicts) failed += v.passed() ? 0 : 1;
+  o << "# Task verification results\n\n"
+    << "Written by `d2k verify-tasks` (env/cli/verify_tasks.cpp): every kernel of every task compiled by the "
+       "sandboxed compiler with the task's flags and evaluated in agent-mode runners on all workloads "
+       "(visible and hidden). Regenerate it on a GPU machine; do not edit by hand.\n\n";
+  o << render_run(h, failed);
   for (const auto& v : verdicts) o << render_task_markdown(v);
   return o.str();
+}
+
+std::string render_task_results(const RunHeader& h, const TaskVerdict& v) {
+  std::ostringstream o;
+  o << "# " << v.task << ": latest verification\n\n"
+    << "Written by `d2k verify-tasks` (env/cli/verify_tasks.cpp): every kernel of the task compiled by the "
+       "sandboxed compiler with the task's flags and evaluated in agent-mode runners on all workloads "
+       "(visible and hidden). Only the latest run is kept here; earlier runs are in git history. "
+       "Regenerate it on a GPU machine (scripts/gpu-check.sh); do not edit by hand.\n\n";
+  o << render_run(h, v.passed() ? 0 : 1);
+  o << render_task_markdown(v);
+  return o.str();
+}
+
+std::filesystem::path task_results_path(const std::filesystem::path& results_dir, const std::string& task) {
+  // A task id is one folder name (the loader checks it): never a path that leaves results_dir.
+  if (task.empty() || task == "." || task == ".." || task.find('/') != std::string::npos ||
+      task.find('\0') != std::string::npos)
+    throw std::invalid_argument("not a task id: '" + task + "'");
+  return results_dir / task / "RESULTS.md";
+}
+
+std::vector<std::filesystem::path> write_task_results(const std::filesystem::path& results_dir, const RunHeader& h,
+                                                      const std::vector<TaskVerdict>& verdicts) {
+  std::vector<std::filesystem::path> written;
+  for (const auto& v : verdicts) {
+    const std::filesystem::path path = task_results_path(results_dir, v.task);
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec) throw std::runtime_error("cannot create " + path.parent_path().string() + ": " + ec.message());
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << render_task_results(h, v);
+    out.close();
+    if (!out) throw std::runtime_error("cannot write " + path.string());
+    written.push_back(path);
+  }
+  return written;
 }
 
 }  // namespace d2k::runner

@@ -1,9 +1,11 @@
 // What `d2k verify-tasks` proves about a task, as data: per-kernel results (baseline, L1..L3),
 // the speed ladder, L3 against the speed of light (measured copy bandwidth), the design
-// properties, and the Markdown report (tasks/RESULTS.md). Pure arithmetic and text: testable on
-// a CPU; the command (env/cli/verify_tasks.cpp) fills it from real evaluations.
+// properties, and the Markdown reports (each task's tasks/<task>/RESULTS.md). Pure arithmetic,
+// text and file writing: testable on a CPU; the command (env/cli/verify_tasks.cpp) fills it from
+// real evaluations.
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -129,6 +131,21 @@ struct RunHeader {
 };
 
 std::string render_task_markdown(const TaskVerdict& verdict);
+// The whole run (every task verified) as one text: what verify-tasks prints on stdout, so a log of
+// the run carries the report even when the files stay behind.
 std::string render_markdown(const RunHeader& header, const std::vector<TaskVerdict>& verdicts);
+
+// One task's report as it lives beside the task (tasks/<task>/RESULTS.md): the run's table (its
+// result is this task's) and the task's section. Only the latest run is kept; history is git's.
+std::string render_task_results(const RunHeader& header, const TaskVerdict& verdict);
+// Where a task's report goes: <results_dir>/<task>/RESULTS.md. results_dir is the tasks folder by
+// default, so each report lands in its own task's folder; another folder gets the same layout.
+// Throws std::invalid_argument for a task id that is not one folder name.
+std::filesystem::path task_results_path(const std::filesystem::path& results_dir, const std::string& task);
+// Writes render_task_results of every verdict to task_results_path (creating <task>/ where it is
+// missing) and returns the paths written, in verdict order. Throws std::runtime_error naming the
+// file or folder it could not write.
+std::vector<std::filesystem::path> write_task_results(const std::filesystem::path& results_dir, const RunHeader& header,
+                                                      const std::vector<TaskVerdict>& verdicts);
 
 }  // namespace d2k::runner

@@ -30,7 +30,7 @@ struct Options {
   std::vector<std::string> only;
   int seeds = 3;
   int gpu = 0;
-  std::string results;
+  std::string results_dir;
   std::string state;
 };
 
@@ -411,18 +411,18 @@ int verify(const Options& o, const std::string& command) {
     std::fflush(stdout);
   }
 
-  const fs::path results = o.results.empty() ? root / "RESULTS.md" : fs::path(o.results);
-  const std::string report = runner::render_markdown(h, verdicts);
-  // The whole report on stdout too: a log of the run carries it even when the file stays behind.
-  std::printf("\n======== %s ========\n%s======== end of %s ========\n\n", results.filename().string().c_str(),
-              report.c_str(), results.filename().string().c_str());
-  {
-    std::ofstream out(results, std::ios::binary | std::ios::trunc);
-    out << report;
-    if (!out) {
-      std::fprintf(stderr, "verify-tasks: cannot write %s\n", results.string().c_str());
-      return 1;
-    }
+  // Each task's report beside the task (tasks/<task>/RESULTS.md), or under --results-dir in the
+  // same layout. The whole run on stdout too: a log of the run carries it even when the files
+  // stay behind.
+  const fs::path results_dir = o.results_dir.empty() ? root : fs::path(o.results_dir);
+  std::printf("\n======== report ========\n%s======== end of report ========\n\n",
+              runner::render_markdown(h, verdicts).c_str());
+  std::vector<fs::path> written;
+  try {
+    written = runner::write_task_results(results_dir, h, verdicts);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "verify-tasks: %s\n", e.what());
+    return 1;
   }
   int failed = 0;
   for (const auto& v : verdicts) {
@@ -431,7 +431,8 @@ int verify(const Options& o, const std::string& command) {
       if (!c.passed) std::printf("    FAIL %s: %s\n", c.name.c_str(), c.detail.c_str());
     failed += v.passed() ? 0 : 1;
   }
-  std::printf("wrote %s; %zu task(s), %d failed\n", results.string().c_str(), verdicts.size(), failed);
+  for (const auto& p : written) std::printf("wrote %s\n", p.string().c_str());
+  std::printf("%zu task(s), %d failed\n", verdicts.size(), failed);
   return failed == 0 && bw.ok ? 0 : 1;
 }
 
@@ -441,14 +442,17 @@ void add_verify_tasks(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand(
       "verify-tasks",
       "On a GPU machine: compile and evaluate every task's baseline and experts through the agents' sandboxed path, "
-      "check correctness, the L1<L2<L3 ladder, the speed of light and the design properties; write tasks/RESULTS.md. "
+      "check correctness, the L1<L2<L3 ladder, the speed of light and the design properties; write each task's "
+      "report beside it, tasks/<task>/RESULTS.md. "
       "Exit 1 on any failed check, 2 without a GPU");
   auto o = std::make_shared<Options>();
   cmd->add_option("--tasks", o->tasks_dir, "Tasks folder (default: the built-in tasks)");
   cmd->add_option("--task", o->only, "Verify only this task (repeatable)");
   cmd->add_option("--seeds", o->seeds, "Input seeds per workload for correctness (default 3)")->check(CLI::Range(1, 100));
   cmd->add_option("--gpu", o->gpu, "GPU index (PCI bus order; default 0)");
-  cmd->add_option("--results", o->results, "Markdown report to write (default: <tasks>/RESULTS.md)");
+  cmd->add_option("--results-dir", o->results_dir,
+                  "Folder for the reports, one <task>/RESULTS.md each (default: the tasks folder: each lands "
+                  "beside its task)");
   cmd->add_option("--state", o->state, "Scratch and cache folder (default: $TMPDIR/d2k-verify-<uid>)");
   cmd->callback([&run, o, cmd] {
     std::string command = "d2k verify-tasks";

@@ -1,6 +1,6 @@
 // `d2k verify-tasks`: proves on a GPU machine that each task is sound (every kernel correct, the
 // speed ladder baseline < L1 < L2 < L3, L3 near the speed of light, the design properties where
-// the guidance puts them) and writes tasks/RESULTS.md.
+// the guidance puts them) and writes each task's report beside it, tasks/<task>/RESULTS.md.
 #pragma once
 
 #include "env/cli/commands.hpp"

@@ -133,10 +133,15 @@ std::vector<FolderFile> scan_folder(const fs::path& dir) {
   return files;
 }
 
+bool beside_task(std::string_view relative) {
+  return relative == "RESULTS.md" || relative.substr(0, 6) == "bench/";
+}
+
 std::string content_hash(const std::vector<FolderFile>& files) {
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
   if (!state || XXH3_128bits_reset(state.get()) != XXH_OK) throw std::bad_alloc();
   for (const FolderFile& f : files) {
+    if (beside_task(f.relative)) continue;
     const std::string data = read_capped(f.resolved, f.relative);
     unsigned char size_le[8];
     std::uint64_t size = data.size();

@@ -81,7 +81,7 @@ struct Task {
   std::string starter;                // content of starter.cu
   std::string main_file = "kernel.cu";  // the workspace file the starter is placed in
   std::vector<std::string> compile_flags;  // extra nvcc flags for this task (validated)
-  std::string content_hash;           // hex hash over every file of the task folder
+  std::string content_hash;           // hex hash over the task folder's files (not RESULTS.md, bench/)
 
   std::vector<const Workload*> visible_workloads() const;
   // The dtype and generator of an argument in one workload (its overrides, else the declaration).

@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "catch.hpp"
 #include "sandbox/eval/evaluator.hpp"
@@ -353,6 +355,104 @@ TEST_CASE("checks and RESULTS.md for a task", "[verify][report]") {
   // pow2_64m: 805306368 bytes at 3.9 TB/s = 206.5 µs for L3.
   CHECK(md.find("| pow2_64m | yes | 805306368 | 5368.7 | 268.4 | 236.9 | 206.5 | 90.7 |") != std::string::npos);
   CHECK(md.find("| result | FAIL (1 task(s)) |") != std::string::npos);
+}
+
+namespace {
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A fresh, empty folder under the build tree for one test.
+std::filesystem::path scratch(const std::string& name) {
+  const auto dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "verify-unit" / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+runner::TaskVerdict verdict_of(const std::string& task, bool passed) {
+  runner::TaskVerdict v;
+  v.task = task;
+  v.title = task + " title";
+  v.checks.push_back({"correct: L3", passed, passed ? "" : "wrong on pow2_64m"});
+  return v;
+}
+
+runner::RunHeader header_at(const std::string& date) {
+  runner::RunHeader h;
+  h.date = date;
+  h.host = "gpu-host";
+  h.gpu = "NVIDIA H200";
+  h.seeds = 3;
+  h.command = "d2k verify-tasks";
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("each task's report is written beside its task, one file per task", "[verify][report][results]") {
+  const auto dir = scratch("results");
+  const std::vector<runner::TaskVerdict> verdicts = {verdict_of("vector_add", true), verdict_of("softmax", false)};
+  const auto written = runner::write_task_results(dir, header_at("2026-12-01T01:02:03Z"), verdicts);
+  REQUIRE(written.size() == 2);
+  CHECK(written[0] == dir / "vector_add" / "RESULTS.md");
+  CHECK(written[1] == dir / "softmax" / "RESULTS.md");
+  CHECK_FALSE(std::filesystem::exists(dir / "RESULTS.md"));  // no run-wide file any more
+
+  const std::string va = read_file(dir / "vector_add" / "RESULTS.md");
+  CHECK(va.rfind("# vector_add: latest verification\n", 0) == 0);
+  CHECK(va.find("## Run 2026-12-01T01:02:03Z") != std::string::npos);
+  CHECK(va.find("## vector_add — vector_add title: **PASS**") != std::string::npos);
+  CHECK(va.find("| result | PASS |") != std::string::npos);  // this task's result, not the run's
+  CHECK(va.find("softmax") == std::string::npos);
+  const std::string sm = read_file(dir / "softmax" / "RESULTS.md");
+  CHECK(sm.find("## softmax — softmax title: **FAIL**") != std::string::npos);
+  CHECK(sm.find("| result | FAIL (1 task(s)) |") != std::string::npos);
+  CHECK(sm.find("vector_add") == std::string::npos);
+
+  // A later run replaces the report: only the latest run is kept (history is git's).
+  runner::write_task_results(dir, header_at("2026-12-02T00:00:00Z"), {verdicts[0]});
+  const std::string again = read_file(dir / "vector_add" / "RESULTS.md");
+  CHECK(again.find("## Run 2026-12-02T00:00:00Z") != std::string::npos);
+  CHECK(again.find("2026-12-01T01:02:03Z") == std::string::npos);
+  CHECK(read_file(dir / "softmax" / "RESULTS.md") == sm);  // a task not verified keeps its report
+
+  // A task id is one folder name: nothing is written outside the results folder.
+  CHECK_THROWS_AS(runner::task_results_path(dir, ".."), std::invalid_argument);
+  CHECK_THROWS_AS(runner::task_results_path(dir, "a/b"), std::invalid_argument);
+  CHECK_THROWS_AS(runner::task_results_path(dir, ""), std::invalid_argument);
+  // A results folder that cannot hold the reports is an error naming it.
+  std::ofstream(dir / "blocked") << "a file, not a folder";
+  CHECK_THROWS_AS(runner::write_task_results(dir / "blocked", header_at("x"), {verdicts[0]}), std::runtime_error);
+}
+
+TEST_CASE("a report and a workbench in a task folder leave the task as it was", "[verify][report][results]") {
+  const auto root = scratch("task-folder");
+  const auto dir = root / "vector_add";
+  std::filesystem::copy(std::filesystem::path(D2K_TASKS_DIR) / "vector_add", dir,
+                        std::filesystem::copy_options::recursive);
+  std::filesystem::remove(dir / "RESULTS.md");
+  std::filesystem::remove_all(dir / "bench");
+  const std::string bare = tasks::load_task(dir).content_hash;
+
+  runner::write_task_results(root, header_at("2026-12-01T01:02:03Z"), {verdict_of("vector_add", true)});
+  std::filesystem::create_directories(dir / "bench");
+  std::ofstream(dir / "bench" / "harness.cu") << "int main() { return 0; }\n";
+  std::ofstream(dir / "bench" / "run.sh") << "#!/bin/sh\n";
+  const tasks::Task with = tasks::load_task(dir);  // the loader accepts both
+  CHECK(with.content_hash == bare);                // and neither is part of the task's identity
+  CHECK(tasks::check_task(with).empty());          // `d2k tasks --check` finds nothing either
+  const tasks::TaskSet set = tasks::load_tasks(root);
+  CHECK(set.errors.empty());
+  CHECK(set.tasks.size() == 1);
+
+  // The hash still sees the task's own files.
+  std::ofstream(dir / "starter.cu", std::ios::app) << "// edited\n";
+  CHECK(tasks::load_task(dir).content_hash != bare);
 }
 
 TEST_CASE("launch records travel on the runner's wire and are validated", "[verify][wire]") {

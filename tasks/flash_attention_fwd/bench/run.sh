@@ -1,18 +1,18 @@
 #!/bin/bash
 # Builds, checks and times flash_attention_fwd candidates. Run from anywhere on the GPU machine:
-#   bash bench/flash_attention/run.sh               # build (if nvcc) + every variant + torch SDPA
-#   ONLY="fa3 fa2_mma" bash bench/flash_attention/run.sh   # a subset (names from VARIANTS below)
-#   REPS=30 bash bench/flash_attention/run.sh       # timing samples (default 20)
+#   bash tasks/flash_attention_fwd/bench/run.sh               # build (if nvcc) + every variant + torch SDPA
+#   ONLY="fa3 fa2_mma" bash tasks/flash_attention_fwd/bench/run.sh   # a subset (names from VARIANTS below)
+#   REPS=30 bash tasks/flash_attention_fwd/bench/run.sh       # timing samples (default 20)
 #   QUICK=1 ...                                     # fewer checks (--quick), still times
-#   BUILD_ONLY=1 BUILD=DIR bash bench/flash_attention/run.sh   # compile only (any machine with nvcc)
-#   PREBUILT=1 BUILD=DIR bash bench/flash_attention/run.sh     # run what BUILD_ONLY=1 left in DIR
+#   BUILD_ONLY=1 BUILD=DIR bash tasks/flash_attention_fwd/bench/run.sh   # compile only (any machine with nvcc)
+#   PREBUILT=1 BUILD=DIR bash tasks/flash_attention_fwd/bench/run.sh     # run what BUILD_ONLY=1 left in DIR
 # The log goes to $OUT/log.txt when $OUT is set (device tool), else $BUILD/log.txt; a summary of the
 # CHECK / RESULT lines ends it. Build products go to $BUILD (default /tmp/fabench), never the repo.
 # Every variant runs in its own process under `timeout` (TMO, default 240 s): a hang (mbarrier
 # deadlock) or a trap costs only that variant.
 set -u
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
+ROOT="$(cd "$HERE/../../.." && pwd)"
 B="${BUILD:-/tmp/fabench}"
 mkdir -p "$B"
 LOG="${OUT:-$B}/log.txt"
@@ -24,7 +24,7 @@ HFLAGS=""
 # name | source (relative to repo root) | extra nvcc flags
 VARIANTS="
 fa3|tasks/flash_attention_fwd/experts/L3.cu|
-fa2_mma|bench/flash_attention/fa2_mma.cu|
+fa2_mma|tasks/flash_attention_fwd/bench/fa2_mma.cu|
 fa3_st3|tasks/flash_attention_fwd/experts/L3.cu|-DFA_STAGES128=3 -DFA_STAGES64=4
 fa3_headfast|tasks/flash_attention_fwd/experts/L3.cu|-DFA_HEAD_MAJOR=0
 fa3_r40|tasks/flash_attention_fwd/experts/L3.cu|-DFA_PRODUCER_REGS=40 -DFA_CONSUMER_REGS=232

@@ -1,15 +1,15 @@
 #!/bin/bash
 # Builds and measures the prefix_sum L3 candidates. Run from anywhere on the GPU machine:
-#   bash bench/prefix_sum/run.sh            # everything (about 2-4 minutes)
-#   ONLY="yard_L3 yard_cub" bash bench/prefix_sum/run.sh   # a subset (names from VARIANTS below)
-#   REPS=50 bash bench/prefix_sum/run.sh    # more timing samples (default 30)
-#   BUILD_ONLY=1 bash bench/prefix_sum/run.sh   # compile only (any machine with nvcc)
-#   PREBUILT=1 BUILD=DIR bash bench/prefix_sum/run.sh  # run what BUILD_ONLY=1 left in DIR, no compiling
+#   bash tasks/prefix_sum/bench/run.sh            # everything (about 2-4 minutes)
+#   ONLY="yard_L3 yard_cub" bash tasks/prefix_sum/bench/run.sh   # a subset (names from VARIANTS below)
+#   REPS=50 bash tasks/prefix_sum/bench/run.sh    # more timing samples (default 30)
+#   BUILD_ONLY=1 bash tasks/prefix_sum/bench/run.sh   # compile only (any machine with nvcc)
+#   PREBUILT=1 BUILD=DIR bash tasks/prefix_sum/bench/run.sh  # run what BUILD_ONLY=1 left in DIR, no compiling
 # Output: per-candidate check/timing lines, then a summary table. With $OUT set (device tool), a copy
 # goes to $OUT/log.txt. Build products go to $BUILD (default /tmp/psbench), never into the repo.
 set -u
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
+ROOT="$(cd "$HERE/../../.." && pwd)"
 B="${BUILD:-/tmp/psbench}"
 mkdir -p "$B"
 LOG="${OUT:-$B}/log.txt"
@@ -19,11 +19,11 @@ NV="nvcc -O3 -gencode arch=compute_90,code=sm_90 -shared -Xcompiler -fPIC -linei
 # name | source (relative to repo root) | extra nvcc flags | harness flags
 VARIANTS="
 yard_L3|tasks/prefix_sum/experts/L3.cu||
-yard_cub|bench/prefix_sum/cub_ref.cu||
+yard_cub|tasks/prefix_sum/bench/cub_ref.cu||
 L3_smem16_b3|tasks/prefix_sum/experts/L3.cu|-DPS_REG_VECS=0 -DPS_MIN_BLOCKS=3 -DPS_PREFETCH=0|
 L3_blockidx|tasks/prefix_sum/experts/L3.cu|-DPS_TICKET=0 -DPS_PREFETCH=0|
-b_256x32|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=256 -DPS_VECS=8 -DPS_MIN_BLOCKS=3|
-diag_b_128x24_nolb|bench/prefix_sum/cand_b_regs.cu|-DPS_THREADS=128 -DPS_VECS=6 -DPS_MIN_BLOCKS=8 -DPS_NO_LOOKBACK|--no-check
+b_256x32|tasks/prefix_sum/bench/cand_b_regs.cu|-DPS_THREADS=256 -DPS_VECS=8 -DPS_MIN_BLOCKS=3|
+diag_b_128x24_nolb|tasks/prefix_sum/bench/cand_b_regs.cu|-DPS_THREADS=128 -DPS_VECS=6 -DPS_MIN_BLOCKS=8 -DPS_NO_LOOKBACK|--no-check
 L3_reg4_b4|tasks/prefix_sum/experts/L3.cu|-DPS_REG_VECS=4 -DPS_MIN_BLOCKS=4 -DPS_PREFETCH=0|
 L3_v20_reg6_b3|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=20 -DPS_REG_VECS=6 -DPS_MIN_BLOCKS=3 -DPS_PREFETCH=0|
 L3_v12_reg4_b5|tasks/prefix_sum/experts/L3.cu|-DPS_VECS=12 -DPS_REG_VECS=4 -DPS_MIN_BLOCKS=5 -DPS_PREFETCH=0|
