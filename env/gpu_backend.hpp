@@ -25,7 +25,9 @@ struct EvaluationJob {
   bool include_hidden = false;      // submit: visible + hidden workloads
   int layer = 0;                    // for the reward's expert target
   int gpu = 0;
-  std::uint64_t seed = 0;           // episode seed; the backend derives secret per-evaluation seeds
+  std::uint64_t seed = 0;           // episode seed mixed with the request id; the runner backend does
+                                    // not read it: sandbox/eval draws fresh secret input seeds for
+                                    // every evaluation (std::random_device)
 };
 
 struct EvaluationReport {
