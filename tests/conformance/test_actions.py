@@ -180,6 +180,33 @@ def test_patch_that_does_not_apply_changes_nothing(open_episode, diff: str, fail
     assert body["reward"] == pytest.approx(failure_reward)
 
 
+def test_patch_failure_message_names_the_file_and_hunk(open_episode) -> None:
+    """§8: a patch that does not apply changes nothing; the message names the file and the hunk."""
+    ep = open_episode()
+    ep.ok_step({"type": "write_file", "path": "p.cuh", "content": "one\ntwo\nthree\n"})
+    body = ep.ok_step({"type": "patch", "diff": "--- a/p.cuh\n+++ b/p.cuh\n@@ -1,3 +1,3 @@\n one\n-TWO\n+2\n three\n"})
+    last = outcome_failure(body, "patch", "invalid_action")
+    assert "p.cuh" in last["error"]["message"]
+    assert "hunk" in last["error"]["message"].lower() or "@@" in last["error"]["message"]
+
+
+@pytest.mark.parametrize("diff", [
+    "diff --git a/p.cuh b/q.cuh\nsimilarity index 100%\nrename from p.cuh\nrename to q.cuh\n",
+    "diff --git a/p.cuh b/q.cuh\nsimilarity index 90%\ncopy from p.cuh\ncopy to q.cuh\n",
+    "diff --git a/p.cuh b/p.cuh\nold mode 100644\nnew mode 100755\n",
+    "diff --git a/p.cuh b/p.cuh\nBinary files a/p.cuh and b/p.cuh differ\n",
+    "just prose, no diff at all\n",
+])
+def test_patch_refuses_renames_copies_modes_and_binaries(open_episode, diff: str) -> None:
+    """§8: renames, copies, mode-only changes and binary diffs are refused; nothing changes."""
+    ep = open_episode()
+    ep.ok_step({"type": "write_file", "path": "p.cuh", "content": "one\ntwo\nthree\n"})
+    files = dict(ep.observation["files"])
+    body = ep.ok_step({"type": "patch", "diff": diff})
+    outcome_failure(body, "patch", "invalid_action")
+    assert body["observation"]["files"] == files
+
+
 def test_patch_to_a_bad_path(open_episode) -> None:
     """§8: a patch creating a file at a disallowed path fails (path_violation) and changes nothing."""
     ep = open_episode()

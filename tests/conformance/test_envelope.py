@@ -126,7 +126,8 @@ def test_invalid_utf8_in_bin_is_bad_request(conn: Conn) -> None:
 
 def test_unknown_fields_are_ignored_at_every_level(conn: Conn, open_episode) -> None:
     """§2: unknown fields are ignored in the envelope, op fields, options and action."""
-    assert ok(conn.call("hello", trace_id="abc", extra={"nested": [1, 2]}))["server"]
+    body = ok(conn.call("hello", trace_id="abc", extra={"nested": [1, 2]}))
+    assert "trace_id" not in body and "extra" not in body, "unknown fields are not echoed"
     ep = open_episode(options={"max_steps": 5, "my_own": True}, client_field=1)
     body = ep.ok_step({"type": "write_file", "path": "extra.cuh", "content": "// x\n", "colour": "blue"})
     assert body["observation"]["last"]["ok"] is True
@@ -151,6 +152,28 @@ def test_float_fields_accept_integers(conn: Conn, task_id: str) -> None:
     body = ok(conn.call("reset", task=task_id, layer=0, options={"wall_seconds": 600}))
     conn.call("close", session=body["session"])
     assert body["observation"]["budget"]["wall_seconds"] > 0
+
+
+def test_float32_is_read_as_a_double(conn: Conn, task_id: str) -> None:
+    """§2: float32 and float64 are accepted in requests (options.wall_seconds as float32)."""
+    request_id = conn.fresh_id()
+    payload = msgpack.packb({"v": 1, "id": request_id, "op": "reset", "task": task_id, "layer": 0,
+                             "options": {"wall_seconds": 250.5}}, use_bin_type=True, use_single_float=True)
+    assert b"\xca" in payload
+    body = ok(conn.call_raw(payload, expect_id=request_id))
+    conn.call("close", session=body["session"])
+    assert body["observation"]["budget"]["wall_seconds"] == 250.5
+
+
+def test_integers_of_any_width(conn: Conn, task_id: str) -> None:
+    """§2: a positive int in any width is accepted (id as uint64, layer as uint32, seed as int64)."""
+    request_id = conn.fresh_id()
+    payload = (b"\x86" + pack("v") + b"\xcc\x01" + pack("id") + b"\xcf" + request_id.to_bytes(8, "big")
+               + pack("op") + pack("reset") + pack("task") + pack(task_id)
+               + pack("layer") + b"\xce\x00\x00\x00\x02" + pack("seed") + b"\xd3" + (7).to_bytes(8, "big"))
+    body = ok(conn.call_raw(payload, expect_id=request_id))
+    conn.call("close", session=body["session"])
+    assert body["observation"]["layer"] == 2
 
 
 def test_reply_bytes_use_float64_str_keys_and_no_bin_or_ext(conn: Conn, open_episode) -> None:

@@ -193,6 +193,8 @@ TASK = object()  # stands for the task under test
     ({"task": TASK, "layer": 0, "options": {"max_steps": 2**32}}, "options.max_steps"),
     ({"task": TASK, "layer": 0, "options": {"max_steps": 1.0}}, "options.max_steps"),
     ({"task": TASK, "layer": 0, "options": {"max_compiles": -1}}, "options.max_compiles"),
+    ({"task": TASK, "layer": 0, "options": {"max_compiles": 2**32}}, "options.max_compiles"),
+    ({"task": TASK, "layer": 0, "options": {"max_evaluations": 2**40}}, "options.max_evaluations"),
     ({"task": TASK, "layer": 0, "options": {"max_evaluations": "3"}}, "options.max_evaluations"),
     ({"task": TASK, "layer": 0, "options": {"wall_seconds": 0}}, "options.wall_seconds"),
     ({"task": TASK, "layer": 0, "options": {"wall_seconds": -2.5}}, "options.wall_seconds"),
