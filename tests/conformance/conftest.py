@@ -39,7 +39,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "spec(section): the PROTOCOL.md section a test checks")
     config.addinivalue_line("markers", "gpu: needs a server whose hello lists GPUs")
     config.addinivalue_line("markers", "stops_server: stops the --stop-endpoint server; runs last")
 

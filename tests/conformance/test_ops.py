@@ -321,3 +321,18 @@ def test_stats_counts_requests_errors_and_sessions(conn: Conn, open_episode) -> 
     assert after["errors"] >= before["errors"] + 1
     assert after["sessions"]["total_opened"] >= before["sessions"]["total_opened"] + 1
     assert after["sessions"]["active"] >= 1
+
+
+def test_error_messages_stay_within_2048_bytes(conn: Conn) -> None:
+    """§3: error.message is at most 2048 bytes even when it quotes a huge request field."""
+    err(conn.call("reset", task="t" * 100_000, layer=0), "unknown_task", field="task")
+    err(conn.call("o" * 100_000), "unknown_op", field="op")
+
+
+def test_a_session_is_not_bound_to_the_socket_that_opened_it(open_episode, connect) -> None:
+    """§6: sessions are addressed by id (two clients may drive one session, with distinct ids)."""
+    ep = open_episode()
+    other = connect()
+    body = ok(other.call("step", session=ep.id, action={"type": "write_file", "path": "o.cuh", "content": "o"}))
+    assert body["observation"]["step"] == 1
+    assert ep.observe()["observation"]["files"]["o.cuh"] == "o"
