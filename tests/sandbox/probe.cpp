@@ -1,4 +1,5 @@
-// d2k_sandbox_probe: runs inside a jail and tries one thing the sandbox must stop.
+// d2k_sandbox_probe: runs inside a jail and tries one thing the sandbox must stop (or, for the
+// process tests, reports what it was given: fds, argv, env).
 // Prints what happened and exits 0 when the attempt was refused as expected, 1 when it was not.
 // (Being killed by the filter is the third outcome; the test reads it from the JailOutcome.)
 #include <arpa/inet.h>
@@ -13,6 +14,8 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <dirent.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -122,6 +125,27 @@ int main(int argc, char** argv) {
     int other_errno = errno;
     std::printf("thread=%d self_kill=%d other_kill=%d %s\n", value, k, other, err(other_errno).c_str());
     return value == 42 && k == 0 && other < 0 && other_errno == EPERM ? 0 : 1;
+  }
+  if (what == "fds") {  // the open descriptors, one line, e.g. "0 1 2" (the listing's own left out)
+    DIR* d = opendir("/proc/self/fd");
+    if (d == nullptr) return 2;
+    std::string line;
+    while (const dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.' || std::atoi(e->d_name) == dirfd(d)) continue;
+      line += (line.empty() ? "" : " ") + std::string(e->d_name);
+    }
+    closedir(d);
+    std::printf("%s\n", line.c_str());
+    return 0;
+  }
+  if (what == "argv") {  // every further argument in brackets, one a line
+    for (int i = 2; i < argc; ++i) std::printf("[%s]\n", argv[i]);
+    return 0;
+  }
+  if (what == "env") {  // the environment, one a line
+    extern char** environ;
+    for (char** e = environ; *e != nullptr; ++e) std::printf("%s\n", *e);
+    return 0;
   }
   return 2;
 }
