@@ -247,6 +247,13 @@ void Child::reap(bool block) {
   exit_ = e;
 }
 
+bool Child::exited() const {
+  if (exit_) return true;
+  if (!pidfd_) return false;
+  pollfd p{pidfd_.get(), POLLIN, 0};
+  return poll(&p, 1, 0) > 0;
+}
+
 std::optional<ProcessExit> Child::try_wait() {
   reap(false);
   return exit_;
@@ -347,7 +354,7 @@ Child spawn(const SpawnSpec& spec) {
   if (n == static_cast<ssize_t>(sizeof f)) {
     child.wait();
     const char* step = f.step >= 0 && f.step < kStepCount ? kStepNames[f.step] : "unknown step";
-    throw std::system_error(f.error, std::generic_category(), "cannot start " + exe + " (" + step + ")");
+    throw SpawnError(f.error, step, "cannot start " + exe + " (" + step + ")");
   }
   const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -111,6 +112,7 @@ class Child {
   pid_t pid() const { return pid_; }
   int pidfd() const { return pidfd_.get(); }  // readable once the child has exited
   bool reaped() const { return exit_.has_value(); }
+  bool exited() const;  // has ended (perhaps not yet reaped); never blocks
   // The parent's ends of the `pipe` streams (empty where the stream was not a pipe).
   Fd take_stdin() { return std::move(in_); }
   Fd take_stdout() { return std::move(out_); }
@@ -132,8 +134,16 @@ class Child {
   std::optional<ProcessExit> exit_;
 };
 
-// Starts the child and returns once it has exec'd. Throws std::system_error when it cannot
-// (argv[0] not found or not executable, a redirection that fails), saying which step failed.
+// A child that was forked but failed before its execve: which step, and the errno (code()).
+struct SpawnError : std::system_error {
+  SpawnError(int error, const char* failed_step, const std::string& what)
+      : std::system_error(error, std::generic_category(), what), step(failed_step) {}
+  const char* step;  // "execve", "chdir", "redirect descriptors", ...
+};
+
+// Starts the child and returns once it has exec'd. Throws SpawnError when the child failed before
+// exec (argv[0] not executable, a bad cwd), std::system_error when it could not be started at all
+// (argv[0] not found in PATH, a redirection that cannot be opened, fork).
 Child spawn(const SpawnSpec& spec);
 
 struct RunSpec : SpawnSpec {
