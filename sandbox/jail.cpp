@@ -110,8 +110,7 @@ class Planner {
       for (const auto& [src, target] : binds_) {
         if (!is_under(canon, src)) continue;
         fs::path inside = target / canon.lexically_relative(src);
-        add(dir ? ViewOp::mask_dir : ViewOp::mask_file, dir ? std::string() : "/dev/null",
-            inside.lexically_normal(), dir ? "mode=000,size=4k" : "");
+        add(dir ? ViewOp::mask_dir : ViewOp::mask_file, {}, inside.lexically_normal());
       }
     }
   }
@@ -238,6 +237,17 @@ int set_mount_attr(const char* path, std::uint64_t attrs, bool recursive) {
   return mount(nullptr, path, nullptr, flags, nullptr) == 0 ? 0 : errno;
 }
 
+}  // namespace
+
+int mask_path(const char* path, bool directory) noexcept {
+  if (directory)
+    return mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=000,size=4k") == 0 ? 0 : errno;
+  if (mount("/dev/null", path, nullptr, MS_BIND, nullptr) != 0) return errno;
+  return set_mount_attr(path, kAttrRdonly | kAttrNosuid | kAttrNoexec, false);
+}
+
+namespace {
+
 int wait_for_parent(const ChildPlan& p) {
   char go = 0;
   ssize_t n;
@@ -298,10 +308,8 @@ int replay_op(const ViewOp& op) {
     case ViewOp::make_symlink:
       return symlink(op.source.c_str(), dst) == 0 ? 0 : errno;
     case ViewOp::mask_dir:
-      return mount("tmpfs", dst, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, op.data.c_str()) == 0 ? 0 : errno;
     case ViewOp::mask_file:
-      if (mount(op.source.c_str(), dst, nullptr, MS_BIND, nullptr) != 0) return errno;
-      return set_mount_attr(dst, kAttrRdonly | kAttrNosuid | kAttrNoexec, false);
+      return mask_path(dst, op.kind == ViewOp::mask_dir);
   }
   return EINVAL;
 }
@@ -467,8 +475,8 @@ JailOutcome run(const JailSpec& spec) {
   JailOutcome out;
   if (spec.argv.empty() || spec.argv[0].empty() || spec.argv[0][0] != '/')
     throw std::runtime_error("argv[0] must be an absolute path inside the jail");
-  if (spec.seccomp == SeccompProfile::runner)
-    throw std::runtime_error("the runner profile forbids execve: load it in-process (load_seccomp)");
+  if (spec.seccomp == SeccompProfile::runner || spec.seccomp == SeccompProfile::runner_agent_layer)
+    throw std::runtime_error("the runner profiles forbid execve: load them in-process (load_seccomp)");
 
   // Everything the child needs, prepared before clone.
   const fs::path root = root_mountpoint();
