@@ -13,6 +13,7 @@
 
 #include "sandbox/compile_cache.hpp"
 #include "sandbox/jail.hpp"
+#include "sandbox/process.hpp"
 
 namespace fs = std::filesystem;
 
@@ -101,28 +102,22 @@ class JobDir {
 // The jailed uid owns the job dir and may have swapped out/ or kernel.so for symlinks to host
 // files: walk to the artifact with O_NOFOLLOW at every step and copy from the fd.
 bool copy_artifact_out(const fs::path& job, const fs::path& dest) {
-  struct Closer {
-    int fd;
-    ~Closer() {
-      if (fd >= 0) close(fd);
-    }
-  };
-  Closer dir{open(job.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
-  if (dir.fd < 0) return false;
-  Closer out{openat(dir.fd, "out", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
-  if (out.fd < 0) return false;
-  Closer src{openat(out.fd, "kernel.so", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)};
+  Fd dir(open(job.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir) return false;
+  Fd out(openat(dir.get(), "out", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!out) return false;
+  Fd src(openat(out.get(), "kernel.so", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
   struct stat st {};
-  if (src.fd < 0 || fstat(src.fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return false;
-  Closer dst{open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
-  if (dst.fd < 0) return false;
+  if (!src || fstat(src.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return false;
+  Fd dst(open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!dst) return false;
   char buf[1 << 16];
   for (;;) {
-    ssize_t n = read(src.fd, buf, sizeof buf);
+    ssize_t n = read(src.get(), buf, sizeof buf);
     if (n == 0) return true;
     if (n < 0) return false;
     for (ssize_t done = 0; done < n;) {
-      ssize_t w = write(dst.fd, buf + done, static_cast<std::size_t>(n - done));
+      ssize_t w = write(dst.get(), buf + done, static_cast<std::size_t>(n - done));
       if (w <= 0) return false;
       done += w;
     }

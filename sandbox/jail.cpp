@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "sandbox/detail/file_view.hpp"
+#include "sandbox/process.hpp"
 
 #ifndef SYS_mount_setattr
 #define SYS_mount_setattr 442
@@ -109,8 +110,7 @@ class Planner {
       for (const auto& [src, target] : binds_) {
         if (!is_under(canon, src)) continue;
         fs::path inside = target / canon.lexically_relative(src);
-        add(dir ? ViewOp::mask_dir : ViewOp::mask_file, dir ? std::string() : "/dev/null",
-            inside.lexically_normal(), dir ? "mode=000,size=4k" : "");
+        add(dir ? ViewOp::mask_dir : ViewOp::mask_file, {}, inside.lexically_normal());
       }
     }
   }
@@ -237,6 +237,17 @@ int set_mount_attr(const char* path, std::uint64_t attrs, bool recursive) {
   return mount(nullptr, path, nullptr, flags, nullptr) == 0 ? 0 : errno;
 }
 
+}  // namespace
+
+int mask_path(const char* path, bool directory) noexcept {
+  if (directory)
+    return mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=000,size=4k") == 0 ? 0 : errno;
+  if (mount("/dev/null", path, nullptr, MS_BIND, nullptr) != 0) return errno;
+  return set_mount_attr(path, kAttrRdonly | kAttrNosuid | kAttrNoexec, false);
+}
+
+namespace {
+
 int wait_for_parent(const ChildPlan& p) {
   char go = 0;
   ssize_t n;
@@ -297,10 +308,8 @@ int replay_op(const ViewOp& op) {
     case ViewOp::make_symlink:
       return symlink(op.source.c_str(), dst) == 0 ? 0 : errno;
     case ViewOp::mask_dir:
-      return mount("tmpfs", dst, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, op.data.c_str()) == 0 ? 0 : errno;
     case ViewOp::mask_file:
-      if (mount(op.source.c_str(), dst, nullptr, MS_BIND, nullptr) != 0) return errno;
-      return set_mount_attr(dst, kAttrRdonly | kAttrNosuid | kAttrNoexec, false);
+      return mask_path(dst, op.kind == ViewOp::mask_dir);
   }
   return EINVAL;
 }
@@ -403,41 +412,6 @@ int child_main(void* arg) {
 // lacks C linkage for C++, hence the raw syscall.)
 void kill_by_pidfd(int pidfd) { syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0u); }
 
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  void reset() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-struct Pipe {
-  Fd r, w;
-};
-
-Pipe make_pipe() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe2: ") + strerror(errno));
-  return {Fd(fds[0]), Fd(fds[1])};
-}
-
 // Live jails, by pidfd, for cancel_all_jails().
 struct Registry {
   std::mutex mu;
@@ -501,8 +475,8 @@ JailOutcome run(const JailSpec& spec) {
   JailOutcome out;
   if (spec.argv.empty() || spec.argv[0].empty() || spec.argv[0][0] != '/')
     throw std::runtime_error("argv[0] must be an absolute path inside the jail");
-  if (spec.seccomp == SeccompProfile::runner)
-    throw std::runtime_error("the runner profile forbids execve: load it in-process (load_seccomp)");
+  if (spec.seccomp == SeccompProfile::runner || spec.seccomp == SeccompProfile::runner_agent_layer)
+    throw std::runtime_error("the runner profiles forbid execve: load them in-process (load_seccomp)");
 
   // Everything the child needs, prepared before clone.
   const fs::path root = root_mountpoint();
@@ -553,9 +527,9 @@ JailOutcome run(const JailSpec& spec) {
   Pipe output = make_pipe(), errors = make_pipe(), sync = make_pipe();
   Fd devnull(open("/dev/null", O_RDONLY | O_CLOEXEC));
   if (devnull.get() < 0) throw std::runtime_error("open /dev/null failed");
-  plan.sync_r = sync.r.get();
-  plan.err_w = errors.w.get();
-  plan.out_w = output.w.get();
+  plan.sync_r = sync.read.get();
+  plan.err_w = errors.write.get();
+  plan.out_w = output.write.get();
   plan.devnull = devnull.get();
 
   constexpr std::size_t kStack = 256 << 10;
@@ -592,9 +566,9 @@ JailOutcome run(const JailSpec& spec) {
       reg.pidfds.erase(fd);
     }
   } unregister{reg, pidfd_raw};
-  output.w.reset();
-  errors.w.reset();
-  sync.r.reset();
+  output.write.reset();
+  errors.write.reset();
+  sync.read.reset();
 
   std::string setup_error;
   try {
@@ -605,12 +579,12 @@ JailOutcome run(const JailSpec& spec) {
       write_file(proc + "/gid_map", std::to_string(plan.gid) + " " + std::to_string(plan.gid) + " 1\n");
     }
     char go = 1;
-    if (write(sync.w.get(), &go, 1) != 1) throw std::runtime_error("cannot start the jail");
+    if (write(sync.write.get(), &go, 1) != 1) throw std::runtime_error("cannot start the jail");
   } catch (const std::exception& e) {
     setup_error = e.what();
     kill_by_pidfd(pidfd.get());
   }
-  sync.w.reset();
+  sync.write.reset();
 
   // Wait: drain output (a flood must never block the child), stop at exit or deadline.
   const auto deadline = t0 + spec.deadline;
@@ -629,12 +603,12 @@ JailOutcome run(const JailSpec& spec) {
     auto until = drain_until ? *drain_until : (out.timed_out ? now + std::chrono::seconds(5) : deadline);
     int timeout_ms = static_cast<int>(std::clamp<long long>(
         std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1, 0, 60000));
-    pollfd fds[2] = {{eof ? -1 : output.r.get(), POLLIN, 0}, {exited ? -1 : pidfd.get(), POLLIN, 0}};
+    pollfd fds[2] = {{eof ? -1 : output.read.get(), POLLIN, 0}, {exited ? -1 : pidfd.get(), POLLIN, 0}};
     int n = poll(fds, 2, timeout_ms);
     if (n < 0 && errno != EINTR) break;
     if (n <= 0) continue;
     if (fds[0].revents) {
-      ssize_t got = read(output.r.get(), buf, sizeof buf);
+      ssize_t got = read(output.read.get(), buf, sizeof buf);
       if (got > 0) {
         std::size_t room = spec.max_output_bytes > out.output.size() ? spec.max_output_bytes - out.output.size() : 0;
         std::size_t keep = std::min(room, static_cast<std::size_t>(got));
@@ -652,8 +626,8 @@ JailOutcome run(const JailSpec& spec) {
   while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED) != 0 && errno == EINTR) {
   }
   SetupFailure failure{};
-  fcntl(errors.r.get(), F_SETFL, O_NONBLOCK);
-  bool setup_failed = read(errors.r.get(), &failure, sizeof failure) == static_cast<ssize_t>(sizeof failure);
+  fcntl(errors.read.get(), F_SETFL, O_NONBLOCK);
+  bool setup_failed = read(errors.read.get(), &failure, sizeof failure) == static_cast<ssize_t>(sizeof failure);
 
   out.seconds = seconds_since(t0);
   if (!setup_error.empty() || setup_failed) {

@@ -59,6 +59,12 @@ struct JailOutcome {
 // Runs one jailed command to completion. Thread-safe: many jails may run at once.
 JailOutcome run_jailed(const JailSpec& spec);
 
+// Hides `path` in the caller's mount namespace: an empty, mode-000, read-only tmpfs over a
+// directory, /dev/null (read-only, nosuid, noexec) bound over a file. The one way paths are
+// hidden: the jail's file view masks `hidden_paths` with it, the agent-mode runner its job's
+// `hide_paths`. Async-signal-safe (no allocation); returns 0 or an errno.
+int mask_path(const char* path, bool directory) noexcept;
+
 // Kills every jail still running (used at server shutdown); later run_jailed calls return at once
 // with started=false, setup_error="cancelled".
 void cancel_all_jails();

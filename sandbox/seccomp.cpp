@@ -1,6 +1,7 @@
 #include "sandbox/seccomp.hpp"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <linux/seccomp.h>
 #include <sched.h>
@@ -11,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
@@ -22,41 +24,134 @@ namespace {
 // host (tracing, reading other processes' memory, kernel programs, mounts): the attempt ends the
 // job and is reported as a violation. ERRNO where ordinary programs probe and cope with failure
 // (sockets, namespaces, io_uring, keyrings, perf), so a tool that merely tries still works.
+enum class Act { kill, eperm, eacces, enosys };
+
+// At most one argument condition per rule (several rules may name one syscall). Compares are
+// 64-bit: garbage in a register's upper half makes an `ne` match (denied), never slip through.
+struct Arg {
+  enum Op { none, ne, eq, masked_eq } op = none;
+  unsigned index = 0;
+  std::uint64_t mask = 0;   // masked_eq: (arg & mask) == value
+  std::uint64_t value = 0;
+  bool self = false;        // value is FilterOptions::self_pid
+};
+
 struct Rule {
   const char* name;
-  enum Kind { kill, eperm, eacces, enosys } kind;
+  Act act;
+  Arg arg = {};
 };
 
-constexpr Rule kCompilerKills[] = {
-    {"ptrace", Rule::kill},         {"process_vm_readv", Rule::kill}, {"process_vm_writev", Rule::kill},
-    {"bpf", Rule::kill},            {"mount", Rule::kill},            {"umount2", Rule::kill},
-    {"pivot_root", Rule::kill},     {"chroot", Rule::kill},           {"open_tree", Rule::kill},
-    {"move_mount", Rule::kill},     {"fsopen", Rule::kill},           {"fsconfig", Rule::kill},
-    {"fsmount", Rule::kill},        {"fspick", Rule::kill},           {"mount_setattr", Rule::kill},
-    {"kexec_load", Rule::kill},     {"kexec_file_load", Rule::kill},  {"init_module", Rule::kill},
-    {"finit_module", Rule::kill},   {"delete_module", Rule::kill},
+constexpr Arg arg_ne(unsigned i, std::uint64_t v) { return {Arg::ne, i, 0, v, false}; }
+constexpr Arg arg_eq(unsigned i, std::uint64_t v) { return {Arg::eq, i, 0, v, false}; }
+constexpr Arg arg_masked_eq(unsigned i, std::uint64_t mask, std::uint64_t v) { return {Arg::masked_eq, i, mask, v, false}; }
+constexpr Arg arg_not_self(unsigned i) { return {Arg::ne, i, 0, 0, true}; }
+
+// `compiler`: nvcc and its tools.
+constexpr Rule kCompilerRules[] = {
+    {"ptrace", Act::kill},         {"process_vm_readv", Act::kill}, {"process_vm_writev", Act::kill},
+    {"bpf", Act::kill},            {"mount", Act::kill},            {"umount2", Act::kill},
+    {"pivot_root", Act::kill},     {"chroot", Act::kill},           {"open_tree", Act::kill},
+    {"move_mount", Act::kill},     {"fsopen", Act::kill},           {"fsconfig", Act::kill},
+    {"fsmount", Act::kill},        {"fspick", Act::kill},           {"mount_setattr", Act::kill},
+    {"kexec_load", Act::kill},     {"kexec_file_load", Act::kill},  {"init_module", Act::kill},
+    {"finit_module", Act::kill},   {"delete_module", Act::kill},
+    {"io_uring_setup", Act::eperm},   // io_uring submissions bypass seccomp entirely
+    {"io_uring_enter", Act::eperm},   {"io_uring_register", Act::eperm},
+    {"keyctl", Act::eperm},           {"add_key", Act::eperm},
+    {"request_key", Act::eperm},      {"unshare", Act::eperm},
+    {"setns", Act::eperm},            {"perf_event_open", Act::eperm},
+    {"userfaultfd", Act::eperm},      {"pidfd_getfd", Act::eperm},
+    {"open_by_handle_at", Act::eperm}, {"name_to_handle_at", Act::eperm},
+    {"process_madvise", Act::eperm},  {"kcmp", Act::eperm},
+    {"quotactl", Act::eperm},         {"acct", Act::eperm},
+    {"swapon", Act::eperm},           {"swapoff", Act::eperm},
+    {"reboot", Act::eperm},           {"syslog", Act::eperm},
+    // Only local (AF_UNIX) sockets: no network even where a network namespace is shared.
+    {"socket", Act::eacces, arg_ne(0, AF_UNIX)},
+    {"socketpair", Act::eacces, arg_ne(0, AF_UNIX)},
+    // personality(0xffffffff) only queries; setting (e.g. ADDR_NO_RANDOMIZE) is refused.
+    {"personality", Act::eperm, arg_ne(0, 0xffffffffULL)},
 };
 
-constexpr Rule kCompilerErrnos[] = {
-    {"io_uring_setup", Rule::eperm},   // io_uring submissions bypass seccomp entirely
-    {"io_uring_enter", Rule::eperm},   {"io_uring_register", Rule::eperm},
-    {"keyctl", Rule::eperm},           {"add_key", Rule::eperm},
-    {"request_key", Rule::eperm},      {"unshare", Rule::eperm},
-    {"setns", Rule::eperm},            {"perf_event_open", Rule::eperm},
-    {"userfaultfd", Rule::eperm},      {"pidfd_getfd", Rule::eperm},
-    {"open_by_handle_at", Rule::eperm}, {"name_to_handle_at", Rule::eperm},
-    {"process_madvise", Rule::eperm},  {"kcmp", Rule::eperm},
-    {"quotactl", Rule::eperm},         {"acct", Rule::eperm},
-    {"swapon", Rule::eperm},           {"swapoff", Rule::eperm},
-    {"reboot", Rule::eperm},           {"syslog", Rule::eperm},
+// `runner`, added to the compiler's rules: no programs, threads only, signals to itself only.
+// (socket: the compiler rule already refuses every family but AF_UNIX; CUDA's own AF_UNIX use
+// keeps working.)
+constexpr Rule kRunnerRules[] = {
+    {"execve", Act::kill},
+    {"execveat", Act::kill},
+    {"fork", Act::eperm},
+    {"vfork", Act::eperm},
+    {"clone", Act::eperm, arg_masked_eq(0, CLONE_THREAD, 0)},  // a clone without CLONE_THREAD is a process
+    // clone3 passes its flags in memory, which seccomp cannot read: ENOSYS makes glibc fall back
+    // to clone (EPERM would break thread creation).
+    {"clone3", Act::enosys},
+    {"kill", Act::eperm, arg_not_self(0)},
+    {"tgkill", Act::eperm, arg_not_self(0)},
+    {"tkill", Act::eperm},  // a bare thread id cannot be checked against our own
+    {"rt_sigqueueinfo", Act::eperm, arg_not_self(0)},
+    {"rt_tgsigqueueinfo", Act::eperm, arg_not_self(0)},
+    {"pidfd_send_signal", Act::eperm},
 };
 
-uint32_t action_of(Rule::Kind kind) {
-  switch (kind) {
-    case Rule::kill: return SCMP_ACT_KILL_PROCESS;
-    case Rule::eperm: return SCMP_ACT_ERRNO(EPERM);
-    case Rule::eacces: return SCMP_ACT_ERRNO(EACCES);
-    case Rule::enosys: return SCMP_ACT_ERRNO(ENOSYS);
+// `runner_agent_layer`: stacked on `runner` in the agent-mode runner (the strictest answer of the
+// two filters wins). What only an attack does is a kill here, so the parent reports
+// sandbox_violation; what libraries probe gets an errno.
+constexpr Rule kRunnerAgentLayerRules[] = {
+    // No new programs, no debugging of others, no foreign memory.
+    {"execve", Act::kill}, {"execveat", Act::kill}, {"ptrace", Act::kill},
+    {"process_vm_readv", Act::kill}, {"process_vm_writev", Act::kill}, {"kcmp", Act::kill},
+    {"pidfd_open", Act::kill}, {"pidfd_getfd", Act::kill}, {"pidfd_send_signal", Act::kill},
+    // No processes: fork/vfork die; clone only with CLONE_THREAD; clone3 answers ENOSYS so glibc
+    // falls back to clone (its flags live in memory seccomp cannot read).
+    {"fork", Act::kill}, {"vfork", Act::kill},
+    {"clone", Act::kill, arg_masked_eq(0, CLONE_THREAD, 0)},
+    {"clone3", Act::enosys},
+    // Signals only to ourselves (abort/raise use tgkill on our own pid).
+    {"kill", Act::kill, arg_not_self(0)}, {"tgkill", Act::kill, arg_not_self(0)},
+    {"rt_sigqueueinfo", Act::kill, arg_not_self(0)}, {"rt_tgsigqueueinfo", Act::kill, arg_not_self(0)},
+    {"tkill", Act::eperm},
+    // No network (the runner also sits in an empty network namespace). AF_UNIX gets EPERM
+    // (libraries probe it), any other family is an attack.
+    {"socket", Act::kill, arg_ne(0, AF_UNIX)}, {"socket", Act::eperm, arg_eq(0, AF_UNIX)},
+    {"socketpair", Act::kill, arg_ne(0, AF_UNIX)}, {"socketpair", Act::eperm, arg_eq(0, AF_UNIX)},
+    {"connect", Act::eperm}, {"bind", Act::eperm}, {"listen", Act::eperm}, {"accept", Act::eperm},
+    {"accept4", Act::eperm},
+    // io_uring bypasses seccomp for the operations it performs.
+    {"io_uring_setup", Act::eperm}, {"io_uring_enter", Act::eperm}, {"io_uring_register", Act::eperm},
+    // No changes to the process's view or the kernel.
+    {"mount", Act::kill}, {"umount2", Act::kill}, {"pivot_root", Act::kill}, {"chroot", Act::kill},
+    {"unshare", Act::kill}, {"setns", Act::kill}, {"move_mount", Act::kill}, {"open_tree", Act::kill},
+    {"fsopen", Act::kill}, {"fsmount", Act::kill}, {"fsconfig", Act::kill}, {"mount_setattr", Act::kill},
+    {"bpf", Act::kill}, {"perf_event_open", Act::kill}, {"init_module", Act::kill},
+    {"finit_module", Act::kill}, {"delete_module", Act::kill}, {"kexec_load", Act::kill},
+    {"kexec_file_load", Act::kill}, {"reboot", Act::kill}, {"swapon", Act::kill}, {"swapoff", Act::kill},
+    {"keyctl", Act::kill}, {"add_key", Act::kill}, {"request_key", Act::kill}, {"userfaultfd", Act::kill},
+    {"acct", Act::kill}, {"quotactl", Act::kill}, {"settimeofday", Act::kill}, {"clock_settime", Act::kill},
+    {"adjtimex", Act::kill}, {"clock_adjtime", Act::kill}, {"syslog", Act::kill}, {"vhangup", Act::kill},
+    {"name_to_handle_at", Act::kill}, {"open_by_handle_at", Act::kill}, {"iopl", Act::kill},
+    {"ioperm", Act::kill}, {"landlock_restrict_self", Act::kill},
+    // No new files (disk bombs, leaving things behind for other episodes). Writing to files already
+    // open stays possible and RLIMIT_FSIZE bounds it.
+    {"creat", Act::eperm}, {"mkdir", Act::eperm}, {"mkdirat", Act::eperm}, {"mknod", Act::eperm},
+    {"mknodat", Act::eperm}, {"link", Act::eperm}, {"linkat", Act::eperm}, {"symlink", Act::eperm},
+    {"symlinkat", Act::eperm}, {"rename", Act::eperm}, {"renameat", Act::eperm}, {"renameat2", Act::eperm},
+    {"unlink", Act::eperm}, {"unlinkat", Act::eperm}, {"rmdir", Act::eperm}, {"truncate", Act::eperm},
+    {"memfd_create", Act::eperm}, {"memfd_secret", Act::eperm},
+    {"open", Act::eperm, arg_masked_eq(1, O_CREAT, O_CREAT)},
+    {"openat", Act::eperm, arg_masked_eq(2, O_CREAT, O_CREAT)},
+    {"openat2", Act::enosys},  // its flags are in memory; glibc falls back to openat
+    // Thread names stay as the driver set them (the runner tells agent threads from driver
+    // threads by name).
+    {"prctl", Act::eperm, arg_eq(0, PR_SET_NAME)},
+};
+
+uint32_t action_of(Act act) {
+  switch (act) {
+    case Act::kill: return SCMP_ACT_KILL_PROCESS;
+    case Act::eperm: return SCMP_ACT_ERRNO(EPERM);
+    case Act::eacces: return SCMP_ACT_ERRNO(EACCES);
+    case Act::enosys: return SCMP_ACT_ERRNO(ENOSYS);
   }
   return SCMP_ACT_KILL_PROCESS;
 }
@@ -70,44 +165,28 @@ void check(int rc, const std::string& what) {
   if (rc < 0) throw std::runtime_error("seccomp: " + what + ": " + std::string(strerror(-rc)));
 }
 
-// Adds a rule; a syscall this kernel/arch does not know is skipped (nothing to deny).
-template <typename... Cmp>
-void add(scmp_filter_ctx ctx, uint32_t action, const char* name, Cmp... cmps) {
-  int nr = seccomp_syscall_resolve_name(name);
-  if (nr == __NR_SCMP_ERROR) return;
-  check(seccomp_rule_add(ctx, action, nr, sizeof...(Cmp), cmps...), std::string("rule ") + name);
-}
-
-void add_compiler_rules(scmp_filter_ctx ctx) {
-  for (const Rule& r : kCompilerKills) add(ctx, action_of(r.kind), r.name);
-  for (const Rule& r : kCompilerErrnos) add(ctx, action_of(r.kind), r.name);
-  // Only local (AF_UNIX) sockets: no network even where a network namespace is shared. A 64-bit
-  // NE compare denies any register value whose low half the kernel would read as another family.
-  add(ctx, SCMP_ACT_ERRNO(EACCES), "socket", SCMP_A0(SCMP_CMP_NE, AF_UNIX));
-  add(ctx, SCMP_ACT_ERRNO(EACCES), "socketpair", SCMP_A0(SCMP_CMP_NE, AF_UNIX));
-  // personality(0xffffffff) only queries; setting (e.g. ADDR_NO_RANDOMIZE) is refused.
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "personality", SCMP_A0(SCMP_CMP_NE, 0xffffffffULL));
-}
-
-void add_runner_rules(scmp_filter_ctx ctx, pid_t self) {
-  add(ctx, SCMP_ACT_KILL_PROCESS, "execve");
-  add(ctx, SCMP_ACT_KILL_PROCESS, "execveat");
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "fork");
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "vfork");
-  // Threads only: a clone without CLONE_THREAD is a new process.
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "clone", SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
-  // clone3 passes its flags in memory, which seccomp cannot read: ENOSYS makes glibc fall back
-  // to clone (EPERM would break thread creation).
-  add(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3");
-  const auto own = static_cast<scmp_datum_t>(self);
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "kill", SCMP_A0(SCMP_CMP_NE, own));
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "tgkill", SCMP_A0(SCMP_CMP_NE, own));
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "tkill");  // a bare thread id cannot be checked against our own
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "rt_sigqueueinfo", SCMP_A0(SCMP_CMP_NE, own));
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "rt_tgsigqueueinfo", SCMP_A0(SCMP_CMP_NE, own));
-  add(ctx, SCMP_ACT_ERRNO(EPERM), "pidfd_send_signal");
-  // socket: the compiler rule already refuses every family but AF_UNIX (AF_INET, AF_INET6,
-  // AF_NETLINK included); CUDA's own AF_UNIX use keeps working.
+// Adds a table's rules; a syscall this kernel/arch does not know is skipped (nothing to deny).
+template <std::size_t N>
+void add_rules(scmp_filter_ctx ctx, const Rule (&rules)[N], pid_t self) {
+  for (const Rule& r : rules) {
+    const int nr = seccomp_syscall_resolve_name(r.name);
+    if (nr == __NR_SCMP_ERROR) continue;
+    const scmp_datum_t value = r.arg.self ? static_cast<scmp_datum_t>(self) : r.arg.value;
+    int rc = 0;
+    switch (r.arg.op) {
+      case Arg::none: rc = seccomp_rule_add(ctx, action_of(r.act), nr, 0); break;
+      case Arg::ne:
+        rc = seccomp_rule_add(ctx, action_of(r.act), nr, 1, SCMP_CMP(r.arg.index, SCMP_CMP_NE, value));
+        break;
+      case Arg::eq:
+        rc = seccomp_rule_add(ctx, action_of(r.act), nr, 1, SCMP_CMP(r.arg.index, SCMP_CMP_EQ, value));
+        break;
+      case Arg::masked_eq:
+        rc = seccomp_rule_add(ctx, action_of(r.act), nr, 1, SCMP_CMP(r.arg.index, SCMP_CMP_MASKED_EQ, r.arg.mask, value));
+        break;
+    }
+    check(rc, std::string("rule ") + r.name);
+  }
 }
 
 Ctx build_ctx(SeccompProfile profile, const FilterOptions& options) {
@@ -118,8 +197,16 @@ Ctx build_ctx(SeccompProfile profile, const FilterOptions& options) {
   check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS), "bad-arch action");
   check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_NNP, 1), "no_new_privs");
   if (options.all_threads) check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_TSYNC, 1), "tsync");
-  add_compiler_rules(ctx.get());
-  if (profile == SeccompProfile::runner) add_runner_rules(ctx.get(), options.self_pid ? options.self_pid : getpid());
+  const pid_t self = options.self_pid ? options.self_pid : getpid();
+  switch (profile) {
+    case SeccompProfile::none: break;
+    case SeccompProfile::compiler: add_rules(ctx.get(), kCompilerRules, self); break;
+    case SeccompProfile::runner:
+      add_rules(ctx.get(), kCompilerRules, self);
+      add_rules(ctx.get(), kRunnerRules, self);
+      break;
+    case SeccompProfile::runner_agent_layer: add_rules(ctx.get(), kRunnerAgentLayerRules, self); break;
+  }
   return ctx;
 }
 
@@ -130,6 +217,7 @@ const char* to_string(SeccompProfile profile) {
     case SeccompProfile::none: return "none";
     case SeccompProfile::compiler: return "compiler";
     case SeccompProfile::runner: return "runner";
+    case SeccompProfile::runner_agent_layer: return "runner_agent_layer";
   }
   return "?";
 }

@@ -1,5 +1,6 @@
-// Seccomp profiles: a syscall filter per kind of jailed work. The jail loads one last before
-// execve; the GPU runner loads the `runner` profile itself, after CUDA start-up.
+// Seccomp profiles: a syscall filter per kind of jailed work, each a table of rules in seccomp.cpp
+// built by one builder. The jail loads one last before execve; the agent-mode GPU runner loads
+// `runner` and then `runner_agent_layer` itself, after CUDA start-up.
 #pragma once
 
 #include <linux/filter.h>
@@ -14,6 +15,8 @@ enum class SeccompProfile {
   none,      // no filter (tests and trusted helpers only)
   compiler,  // nvcc and its tools: exec allowed; no network, no tracing, no kernel-admin calls
   runner,    // compiler's rules plus: no exec, no fork, threads only, signals to itself only
+  runner_agent_layer,  // stacked on `runner` in the agent-mode runner: kills what only an attack
+                       // does, no new files, no AF_UNIX sockets, no thread renaming
 };
 
 struct FilterOptions {

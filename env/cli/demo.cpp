@@ -1,8 +1,6 @@
 // `d2k demo`: the README's main job. Starts a real `d2k serve` child, plays a scripted episode on
 // `vector_add` over the wire, and says plainly what needs a GPU when there is none.
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,8 +10,7 @@
 #include "env/cli/commands.hpp"
 #include "env/cli/render.hpp"
 #include "protocol/client.hpp"
-
-extern char** environ;
+#include "sandbox/process.hpp"
 
 namespace d2k::cli {
 
@@ -38,14 +35,12 @@ extern "C" int d2k_vector_add(const float* a, const float* b, float* y, int64_t 
 )";
 
 struct ChildServer {
-  pid_t pid = -1;
+  sandbox::Child proc;  // in our process group: a Ctrl-C at the terminal reaches it too
   ~ChildServer() { stop(); }
   void stop() {
-    if (pid <= 0) return;
-    ::kill(pid, SIGTERM);
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    pid = -1;
+    if (proc.pid() <= 0 || proc.reaped()) return;
+    proc.signal(SIGTERM);
+    proc.wait();
   }
 };
 
@@ -66,14 +61,17 @@ void add_demo(CLI::App& app, Runner& run) {
     if (ep.empty()) {
       ep = "ipc:///tmp/d2k-demo-" + std::to_string(::getpid()) + ".sock";
       std::string exe = self_exe().string();
-      std::vector<std::string> args = {exe, "serve", "--endpoint", ep, "--tasks", default_tasks_dir().string()};
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
+      sandbox::SpawnSpec spec;
+      spec.argv = {exe, "serve", "--endpoint", ep, "--tasks", default_tasks_dir().string()};
+      spec.in = sandbox::Stdio::inherited();
+      spec.own_process_group = false;
       banner("starting the server");
       std::cout << "$ d2k serve --endpoint " << ep << "\n" << std::flush;
-      if (posix_spawn(&child.pid, exe.c_str(), nullptr, nullptr, argv.data(), environ) != 0)
+      try {
+        child.proc = sandbox::spawn(spec);
+      } catch (const std::exception&) {
         throw std::runtime_error("cannot start " + exe + " serve");
+      }
     }
     Client::Options opts;
     opts.timeout = std::chrono::milliseconds(200);
@@ -86,9 +84,7 @@ void add_demo(CLI::App& app, Runner& run) {
         break;
       } catch (const ClientError&) {
         if (i > 150) throw std::runtime_error("the server did not answer on " + ep);
-        int status = 0;
-        if (child.pid > 0 && ::waitpid(child.pid, &status, WNOHANG) == child.pid) {
-          child.pid = -1;
+        if (child.proc.pid() > 0 && child.proc.try_wait()) {
           throw std::runtime_error("the server exited during start-up (see its messages above)");
         }
       }
@@ -135,7 +131,7 @@ void add_demo(CLI::App& app, Runner& run) {
     Value stats = client.stats();
     std::cout << "compile cache: " << stats["compile"]["cache_hits"].dump() << " hit(s), "
               << stats["compile"]["cache_misses"].dump() << " miss(es); requests " << stats["requests"].dump() << "\n";
-    if (child.pid > 0) {
+    if (child.proc.pid() > 0 && !child.proc.reaped()) {
       banner("stopping the server (SIGTERM)");
       child.stop();
     }

@@ -1,5 +1,6 @@
 // `d2k play`: a REPL for a person at a terminal — connect, reset, read guidance and files, edit
 // (through $EDITOR or commands), compile, read diagnostics, evaluate, submit.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,12 +12,39 @@
 #include "env/cli/commands.hpp"
 #include "env/cli/render.hpp"
 #include "protocol/client.hpp"
+#include "sandbox/process.hpp"
 
 namespace d2k::cli {
 
 namespace {
 
 using protocol::Value;
+
+// $VISUAL/$EDITOR split into words (no shell) plus the file, on our terminal and in our process
+// group (so it can read the terminal). Like system(3), we ignore Ctrl-C and Ctrl-\ while it runs.
+sandbox::ProcessExit run_editor(const std::string& editor, const std::string& file) {
+  sandbox::SpawnSpec spec;
+  spec.argv = sandbox::split_words(editor);
+  if (spec.argv.empty()) throw std::runtime_error("the editor command is empty");
+  spec.argv.push_back(file);
+  spec.in = sandbox::Stdio::inherited();
+  spec.own_process_group = false;
+  struct IgnoreInterrupts {
+    struct sigaction old_int {}, old_quit {};
+    IgnoreInterrupts() {
+      struct sigaction ign {};
+      ign.sa_handler = SIG_IGN;
+      sigaction(SIGINT, &ign, &old_int);
+      sigaction(SIGQUIT, &ign, &old_quit);
+    }
+    ~IgnoreInterrupts() {
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGQUIT, &old_quit, nullptr);
+    }
+  } ignore;
+  sandbox::Child child = sandbox::spawn(spec);
+  return child.wait();
+}
 
 const char* kHelp = R"(commands:
   tasks                        list the server's tasks
@@ -130,11 +158,18 @@ struct Repl {
       ::close(fd);
       const char* editor = std::getenv("VISUAL");
       if (!editor || !*editor) editor = std::getenv("EDITOR");
-      std::string ed = editor && *editor ? editor : "vi";
-      int rc = std::system((ed + " '" + tmpl + "'").c_str());
+      const std::string ed = editor && *editor ? editor : "vi";
+      sandbox::ProcessExit ended;
+      std::string start_error;
+      try {
+        ended = run_editor(ed, tmpl);
+      } catch (const std::exception& e) {
+        start_error = e.what();
+      }
       std::string edited = read_file(tmpl);
       ::unlink(tmpl);
-      if (rc != 0) throw std::runtime_error("editor exited with status " + std::to_string(rc) + "; nothing sent");
+      if (!start_error.empty()) throw std::runtime_error("cannot start the editor: " + start_error + "; nothing sent");
+      if (!ended.ok()) throw std::runtime_error("editor " + ended.describe() + "; nothing sent");
       if (edited == content) {
         std::cout << "unchanged; nothing sent\n";
       } else {

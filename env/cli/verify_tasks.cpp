@@ -1,6 +1,5 @@
 #include "env/cli/verify_tasks.hpp"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +14,7 @@
 #include "sandbox/compiler.hpp"
 #include "sandbox/eval/evaluator.hpp"
 #include "sandbox/eval/properties.hpp"
+#include "sandbox/process.hpp"
 #include "env/cli/verify_report.hpp"
 #include "tasks/loader/task.hpp"
 
@@ -163,25 +163,24 @@ KernelVerdict verify_kernel(const tasks::Task& task, const std::string& label, c
   return k;
 }
 
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct Shell {
-  int status = -1;
-  std::string out;
+struct Command {
+  int status = -1;  // exit status; 128 + signal; 124 when killed at the deadline (as timeout(1))
+  std::string out;  // stdout and stderr, unless redirected
 };
-Shell shell(const std::string& command) {
-  Shell r;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+Command run_command(sandbox::RunSpec spec) {
+  Command r;
+  if (spec.err.kind == sandbox::Stdio::pipe && spec.out.kind == sandbox::Stdio::pipe)
+    spec.err = sandbox::Stdio::with_stdout();
+  spec.max_output_bytes = 16u << 20;
+  try {
+    const sandbox::RunResult res = sandbox::run(spec);
+    r.out = res.out + res.err;
+    r.status = res.timed_out ? 124 : res.exit.exited ? res.exit.status : 128 + res.exit.signal;
+    if (res.timed_out) r.out += "\n(killed at the deadline of " + std::to_string(spec.deadline.count() / 1000) + " s)";
+  } catch (const std::exception& e) {
+    r.status = 127;
+    r.out = e.what();
+  }
   return r;
 }
 
@@ -202,18 +201,22 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
   std::printf("  vendor yardstick %s (%s) ...\n", vendor.file.c_str(), vendor.what.c_str());
   std::fflush(stdout);
   if (is_cu) {
-    std::string arch = "-arch=sm_90", extra;
+    std::string arch = "-arch=sm_90";
+    std::vector<std::string> extra;
     for (const auto& f : task.compile_flags) {
       if (f.rfind("-arch=", 0) == 0) arch = f;
-      else extra += " " + shell_quote(f);
+      else extra.push_back(f);
     }
     const fs::path lib = tools.nvcc.parent_path().parent_path() / "lib64";
     const fs::path so = dir / (task.id + "-" + task.content_hash.substr(0, 16) + ".so");
-    std::string cmd = shell_quote(tools.nvcc.string()) + " -O3 " + arch + " -shared -Xcompiler -fPIC" + extra + " -o " +
-                      shell_quote(so.string()) + " " + shell_quote(src.string()) + " -L" + shell_quote(lib.string()) +
-                      " -Xlinker -rpath=" + shell_quote(lib.string());
-    for (const auto& l : vendor.libs) cmd += " -l" + l;
-    const Shell b = shell(cmd);
+    sandbox::RunSpec build;
+    build.argv = {tools.nvcc.string(), "-O3", arch, "-shared", "-Xcompiler", "-fPIC"};
+    build.argv.insert(build.argv.end(), extra.begin(), extra.end());
+    for (const std::string& a : {std::string("-o"), so.string(), src.string(), "-L" + lib.string(), std::string("-Xlinker"),
+                                 "-rpath=" + lib.string()})
+      build.argv.push_back(a);
+    for (const auto& l : vendor.libs) build.argv.push_back("-l" + l);
+    const Command b = run_command(build);
     if (b.status != 0) {
       v.status = "build_error";
       v.message = one_line(tail(b.out, 600));
@@ -245,9 +248,13 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
       std::ofstream f(in_file);
       f << in.dump();
     }
-    const Shell b = shell("CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=" + std::to_string(tools.gpu) +
-                          " timeout 900 python3 " + shell_quote(src.string()) + " < " + shell_quote(in_file.string()) +
-                          " > " + shell_quote(out_file.string()));
+    sandbox::RunSpec py;
+    py.argv = {"python3", src.string()};
+    py.env_overrides = {{"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}, {"CUDA_VISIBLE_DEVICES", std::to_string(tools.gpu)}};
+    py.in = sandbox::Stdio::to_file(in_file);
+    py.out = sandbox::Stdio::to_file(out_file);
+    py.deadline = std::chrono::seconds(900);
+    const Command b = run_command(py);
     if (b.status != 0) {
       v.status = "error";
       v.message = "exit " + std::to_string(b.status) + ": " + one_line(tail(b.out, 600));

@@ -21,8 +21,8 @@ struct ViewOp {
     tmpfs,         // fresh tmpfs; data = mount options
     proc,          // fresh procfs (the jail's pid namespace)
     make_symlink,  // target → source (symlink text)
-    mask_dir,      // empty read-only tmpfs over a hidden directory
-    mask_file,     // /dev/null bound over a hidden file
+    mask_dir,      // a hidden directory: mask_path (empty read-only tmpfs)
+    mask_file,     // a hidden file: mask_path (/dev/null, read-only)
   } kind;
   std::string source;  // host path or symlink text
   std::string target;  // absolute path under the new root (root prefix included)

@@ -1,9 +1,5 @@
 #include "sandbox/eval/properties.hpp"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,7 +10,7 @@
 #include <regex>
 #include <sstream>
 
-extern char** environ;
+#include "sandbox/process.hpp"
 
 namespace d2k::runner {
 namespace {
@@ -348,53 +344,22 @@ std::optional<std::filesystem::path> find_cuobjdump(const std::filesystem::path&
 ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::string& flag,
                          const std::filesystem::path& file) {
   ToolOutput r;
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) {
-    r.error = std::string("pipe: ") + std::strerror(errno);
+  sandbox::RunSpec spec;
+  spec.argv = {cuobjdump.string(), flag, file.string()};
+  spec.max_output_bytes = 64u << 20;
+  sandbox::RunResult run;
+  try {
+    run = sandbox::run(spec);
+  } catch (const std::exception& e) {
+    r.error = e.what();
     return r;
   }
-  const int err = memfd_create("cuobjdump-stderr", MFD_CLOEXEC);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  if (err >= 0) posix_spawn_file_actions_adddup2(&fa, err, 2);
-  std::string a0 = cuobjdump.string(), a1 = flag, a2 = file.string();
-  char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, a0.c_str(), &fa, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(out[1]);
-  if (rc != 0) {
-    ::close(out[0]);
-    if (err >= 0) ::close(err);
-    r.error = "cannot start " + a0 + ": " + std::strerror(rc);
-    return r;
-  }
-  constexpr std::size_t kCap = 64u << 20;
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = ::read(out[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (r.text.size() < kCap) r.text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(out[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  std::string stderr_text;
-  if (err >= 0) {
-    lseek(err, 0, SEEK_SET);
-    ssize_t n = 0;
-    while ((n = ::read(err, buf, sizeof buf)) > 0 && stderr_text.size() < 4096)
-      stderr_text.append(buf, static_cast<std::size_t>(n));
-    ::close(err);
-  }
-  r.ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  r.text = std::move(run.out);
+  r.ok = run.exit.ok();
   if (!r.ok)
-    r.error = a0 + " " + flag + " failed (" +
-              (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : std::string("signal")) +
-              "): " + std::string(trim(stderr_text.substr(0, 500)));
+    r.error = spec.argv[0] + " " + flag + " failed (" +
+              (run.exit.exited ? "exit " + std::to_string(run.exit.status) : std::string("signal")) +
+              "): " + std::string(trim(std::string_view(run.err).substr(0, 500)));
   return r;
 }
 

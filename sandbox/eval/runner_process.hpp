@@ -1,4 +1,4 @@
-// Host side of one d2k-runner: start it (fork/exec, own process group, pipes, output file), wait
+// Host side of one d2k-runner: start it (sandbox::spawn: own process group, pipes, output file), wait
 // for "ready", hand it one job, read its timestamped events with deadlines, kill and reap it.
 // RunnerPool keeps a few started runners per GPU and mode so CUDA start-up is off the step's path;
 // each runner is used once.
@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sandbox/process.hpp"
 #include "sandbox/runner/wire.hpp"
 
 namespace d2k::runner {
@@ -52,7 +53,8 @@ struct Event {
 class RunnerProcess {
  public:
   using Clock = std::chrono::steady_clock;
-  // Forks and execs; returns at once (CUDA start-up runs in the child). Throws std::runtime_error.
+  // Starts the runner (sandbox::spawn); returns once it has exec'd (CUDA start-up runs in the
+  // child). Throws std::runtime_error.
   static std::unique_ptr<RunnerProcess> start(const SpawnSpec& spec);
   RunnerProcess(const RunnerProcess&) = delete;
   RunnerProcess& operator=(const RunnerProcess&) = delete;
@@ -66,11 +68,11 @@ class RunnerProcess {
   Read next(Event& out, Clock::time_point deadline);
   void kill();                     // SIGKILL to the whole process group
   Exit wait();                     // reaps (kills first if still running after a short grace)
-  int output_fd() const { return out_fd_; }  // the memfd holding the output tensors
+  int output_fd() const { return out_.get(); }  // the memfd holding the output tensors
   const std::string& output() const { return output_; }  // captured stdout/stderr (capped)
   std::uint64_t output_dropped() const { return dropped_; }
   const std::string& error() const { return error_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   Mode mode() const { return spec_.mode; }
   Clock::time_point started() const { return started_; }
 
@@ -78,8 +80,8 @@ class RunnerProcess {
   RunnerProcess() = default;
   bool pump(int timeout_ms);       // poll both pipes once; false when the result pipe hit EOF
   SpawnSpec spec_;
-  pid_t pid_ = -1;
-  int job_fd_ = -1, result_fd_ = -1, log_fd_ = -1, out_fd_ = -1;
+  sandbox::Child child_;
+  sandbox::Fd job_, result_, log_, out_;  // its stdin, fd 3, stdout+stderr, fd 4 (memfd)
   std::string line_buf_;
   std::deque<std::string> lines_;
   bool result_eof_ = false;

@@ -38,6 +38,8 @@
 #include <ffi.h>
 #include <nlohmann/json.hpp>
 
+#include "sandbox/jail.hpp"
+#include "sandbox/process.hpp"
 #include "sandbox/runner/launch_records.hpp"
 #include "sandbox/runner/nvml.hpp"
 #include "sandbox/runner/csr_gen.hpp"
@@ -91,10 +93,9 @@ class Emitter {
 };
 
 void write_file(const char* path, const std::string& text) {
-  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) throw Stop{"setup_error", std::string("open ") + path + ": " + std::strerror(errno)};
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  ::close(fd);
+  const sandbox::Fd fd(::open(path, O_WRONLY | O_CLOEXEC));
+  if (!fd) throw Stop{"setup_error", std::string("open ") + path + ": " + std::strerror(errno)};
+  const ssize_t n = ::write(fd.get(), text.data(), text.size());
   if (n != static_cast<ssize_t>(text.size()))
     throw Stop{"setup_error", std::string("write ") + path + ": " + std::strerror(errno)};
 }
@@ -113,18 +114,13 @@ void enter_namespaces() {
     throw Stop{"setup_error", std::string("mount private: ") + std::strerror(errno)};
 }
 
-// Covers each path with an empty read-only tmpfs (directories) or /dev/null (files).
+// Covers each path the way the jail hides paths (sandbox::mask_path).
 void hide_paths(const std::vector<std::string>& paths) {
   for (const auto& p : paths) {
     struct stat st{};
     if (::stat(p.c_str(), &st) != 0) continue;  // nothing to hide
-    int rc = 0;
-    if (S_ISDIR(st.st_mode))
-      rc = mount("tmpfs", p.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                 "size=4k,mode=000");
-    else
-      rc = mount("/dev/null", p.c_str(), nullptr, MS_BIND, nullptr);
-    if (rc != 0) throw Stop{"setup_error", "cannot hide " + p + ": " + std::strerror(errno)};
+    if (const int err = sandbox::mask_path(p.c_str(), S_ISDIR(st.st_mode)))
+      throw Stop{"setup_error", "cannot hide " + p + ": " + std::strerror(err)};
   }
 }
 
@@ -360,10 +356,7 @@ class Runner {
       throw Stop{"setup_error", std::string("sizing the output file: ") + std::strerror(errno)};
     if (out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{"setup_error", "no output file"};
     // stdin has done its job; nothing more arrives there.
-    if (const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC); null_fd >= 0) {
-      dup2(null_fd, 0);
-      ::close(null_fd);
-    }
+    if (const sandbox::Fd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC)); null_fd) dup2(null_fd.get(), 0);
     if (job_.measure_overhead) measure_overhead();
     if (job_.record_launches) start_launch_records();
     if (agent_) confine(so_fd);

@@ -1,13 +1,14 @@
-// The agent-mode runner's seccomp filter, installed in-process after CUDA start-up and before the
-// agent's shared object is loaded (a filter installed before cuInit breaks it: GPU-MACHINE.md).
-// Allow by default (the CUDA driver needs ioctl/mmap freely); deny what an honest kernel launcher
-// never needs. Violations that can only be an attack kill the process (SIGSYS → the parent reports
-// sandbox_violation); calls that libraries may probe get EPERM.
+// The agent-mode runner's seccomp filters, installed in-process after CUDA start-up and before the
+// agent's shared object is loaded (a filter installed before cuInit breaks it: GPU-MACHINE.md):
+// the sandbox's `runner` profile and the `runner_agent_layer` stacked on it, both tables in
+// sandbox/seccomp.cpp. Allow by default (the CUDA driver needs ioctl/mmap freely); deny what an
+// honest kernel launcher never needs. Violations that can only be an attack kill the process
+// (SIGSYS → the parent reports sandbox_violation); calls that libraries may probe get an errno.
 #pragma once
 
 namespace d2k::runner {
 
-// Throws std::runtime_error when the filter cannot be built or loaded.
+// Throws std::runtime_error when a filter cannot be built or loaded.
 void install_agent_filter();
 
 }  // namespace d2k::runner

@@ -1,6 +1,11 @@
 // The jail as a user of run_jailed sees it: exit status, output, deadline, file view, network,
 // limits and the seccomp profiles.
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -137,6 +142,48 @@ TEST_CASE("jail: allowlisted file view", "[jail][view]") {
   }
 }
 
+TEST_CASE("mask_path hides a directory and a file, in a user namespace as the runner calls it", "[jail][view]") {
+  TempDir dir;
+  dir.write("secret/key", "the key");
+  const auto file = dir.write("plain.txt", "visible text");
+  const std::string secret = (dir.path() / "secret").string(), plain = file.string();
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // the runner's --isolate set-up, then its hide_paths
+    const uid_t uid = getuid();
+    const gid_t gid = getgid();
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) _exit(100);
+    auto put = [](const char* path, const std::string& text) {
+      std::ofstream(path) << text;
+    };
+    put("/proc/self/setgroups", "deny");
+    put("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1");
+    put("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(101);
+    if (mask_path(secret.c_str(), true) != 0) _exit(102);
+    if (mask_path(plain.c_str(), false) != 0) _exit(103);
+    int bad = 0;
+    if (std::ifstream(secret + "/key").good()) bad |= 1;                     // the directory is empty
+    if (::open((secret + "/new").c_str(), O_WRONLY | O_CREAT, 0644) >= 0) bad |= 2;  // and read-only
+    std::ifstream in(plain);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!text.empty()) bad |= 4;                                              // the file reads empty
+    struct statvfs sv {};
+    if (statvfs(plain.c_str(), &sv) != 0 || (sv.f_flag & ST_RDONLY) == 0) bad |= 8;  // a read-only mount
+    const int w = ::open(plain.c_str(), O_WRONLY);                            // writes go to /dev/null
+    if (w < 0 || ::write(w, "x", 1) != 1) bad |= 16;
+    _exit(bad);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // Outside that namespace nothing changed.
+  CHECK(std::ifstream(dir.path() / "secret/key").good());
+  std::ifstream in(file);
+  CHECK(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()) == "visible text");
+}
+
 TEST_CASE("jail: setup failures are structured, not crashes", "[jail]") {
   auto spec = shell("true");
   spec.argv = {"/nonexistent/binary"};
@@ -268,11 +315,41 @@ TEST_CASE("seccomp runner profile, loaded in-process", "[seccomp][runner]") {
   }
 }
 
+TEST_CASE("seccomp runner agent layer, stacked on the runner profile in-process", "[seccomp][runner]") {
+  // What the old imperative layer in runner_seccomp.cpp refused, probed under the table.
+  for (const char* what : {"agent_mkdir", "agent_creat", "agent_socket_unix", "agent_thread_name"}) {
+    auto out = run_jailed(probe({what}));
+    INFO(what << ": " << out.output << out.setup_error);
+    CHECK(out.exit_status == 0);
+    CHECK(contains(out.output, "refused: "));
+  }
+  for (const char* what : {"agent_socket_inet", "agent_fork"}) {
+    auto out = run_jailed(probe({what}));
+    INFO(what << ": " << out.output << out.setup_error);
+    CHECK(out.seccomp_killed);
+  }
+  auto out = run_jailed(probe({"agent_threads"}));
+  INFO(out.output << out.setup_error);
+  CHECK(out.exit_status == 0);
+  CHECK(contains(out.output, "thread=42 self_kill=0"));
+}
+
+TEST_CASE("seccomp: the jail refuses both runner profiles", "[seccomp][runner]") {
+  for (SeccompProfile p : {SeccompProfile::runner, SeccompProfile::runner_agent_layer}) {
+    auto spec = probe({"fds"});
+    spec.seccomp = p;
+    auto out = run_jailed(spec);
+    CHECK_FALSE(out.started);
+    CHECK(contains(out.setup_error, "forbid execve"));
+  }
+}
+
 TEST_CASE("seccomp: programs build for every profile", "[seccomp]") {
   CHECK(build_seccomp_program(SeccompProfile::none).empty());
   CHECK(build_seccomp_program(SeccompProfile::compiler).size() > 10);
   CHECK(build_seccomp_program(SeccompProfile::runner, {1234, true}).size() >
         build_seccomp_program(SeccompProfile::compiler).size());
+  CHECK(build_seccomp_program(SeccompProfile::runner_agent_layer, {1234, true}).size() > 10);
   CHECK(syscall_name(101) == "syscall 101 (ptrace)");
 }
 

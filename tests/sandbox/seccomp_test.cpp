@@ -1,0 +1,175 @@
+// The seccomp profiles are tables (sandbox/seccomp.cpp). When they became tables, the rules had to
+// stay exactly what the imperative code said: this file keeps that code, as it stood before the
+// move (the compiler and runner profiles from sandbox/seccomp.cpp, the agent layer from
+// sandbox/runner/runner_seccomp.cpp), as the reference, and compares the BPF programs that
+// libseccomp generates from both, instruction by instruction. A changed action, a dropped
+// syscall or a different argument condition changes the program.
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "sandbox/seccomp.hpp"
+
+using namespace d2k::sandbox;
+
+namespace reference {
+
+struct Ctx {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  ~Ctx() { seccomp_release(ctx); }
+};
+
+template <typename... Cmp>
+void add(scmp_filter_ctx ctx, uint32_t action, const char* name, Cmp... cmps) {
+  int nr = seccomp_syscall_resolve_name(name);
+  if (nr == __NR_SCMP_ERROR) return;
+  if (seccomp_rule_add(ctx, action, nr, sizeof...(Cmp), cmps...) != 0) throw std::runtime_error(name);
+}
+
+void compiler_rules(scmp_filter_ctx ctx) {
+  for (const char* s : {"ptrace", "process_vm_readv", "process_vm_writev", "bpf", "mount", "umount2", "pivot_root",
+                        "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
+                        "mount_setattr", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+                        "delete_module"})
+    add(ctx, SCMP_ACT_KILL_PROCESS, s);
+  for (const char* s : {"io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key",
+                        "unshare", "setns", "perf_event_open", "userfaultfd", "pidfd_getfd", "open_by_handle_at",
+                        "name_to_handle_at", "process_madvise", "kcmp", "quotactl", "acct", "swapon", "swapoff",
+                        "reboot", "syslog"})
+    add(ctx, SCMP_ACT_ERRNO(EPERM), s);
+  add(ctx, SCMP_ACT_ERRNO(EACCES), "socket", SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+  add(ctx, SCMP_ACT_ERRNO(EACCES), "socketpair", SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "personality", SCMP_A0(SCMP_CMP_NE, 0xffffffffULL));
+}
+
+void runner_rules(scmp_filter_ctx ctx, pid_t self) {
+  add(ctx, SCMP_ACT_KILL_PROCESS, "execve");
+  add(ctx, SCMP_ACT_KILL_PROCESS, "execveat");
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "fork");
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "vfork");
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "clone", SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+  add(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3");
+  const auto own = static_cast<scmp_datum_t>(self);
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "kill", SCMP_A0(SCMP_CMP_NE, own));
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "tgkill", SCMP_A0(SCMP_CMP_NE, own));
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "tkill");
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "rt_sigqueueinfo", SCMP_A0(SCMP_CMP_NE, own));
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "rt_tgsigqueueinfo", SCMP_A0(SCMP_CMP_NE, own));
+  add(ctx, SCMP_ACT_ERRNO(EPERM), "pidfd_send_signal");
+}
+
+// runner_seccomp.cpp's stacked layer, verbatim but for the final seccomp_load.
+void agent_layer_rules(scmp_filter_ctx ctx, pid_t pid) {
+  auto rule = [&](std::uint32_t action, const char* name, unsigned n = 0, const scmp_arg_cmp* cmp = nullptr) {
+    const int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR) return;
+    if (seccomp_rule_add_array(ctx, action, nr, n, cmp) != 0) throw std::runtime_error(name);
+  };
+  auto kill = [&](const char* name) { rule(SCMP_ACT_KILL_PROCESS, name); };
+  auto deny = [&](const char* name, int err = EPERM) { rule(SCMP_ACT_ERRNO(err), name); };
+  const auto self = static_cast<scmp_datum_t>(pid);
+  for (const char* s : {"execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open",
+                        "pidfd_getfd", "pidfd_send_signal"})
+    kill(s);
+  kill("fork");
+  kill("vfork");
+  {
+    const scmp_arg_cmp no_thread = SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0);
+    rule(SCMP_ACT_KILL_PROCESS, "clone", 1, &no_thread);
+  }
+  deny("clone3", ENOSYS);
+  {
+    const scmp_arg_cmp other = SCMP_A0(SCMP_CMP_NE, self);
+    rule(SCMP_ACT_KILL_PROCESS, "kill", 1, &other);
+    rule(SCMP_ACT_KILL_PROCESS, "tgkill", 1, &other);
+    rule(SCMP_ACT_KILL_PROCESS, "rt_sigqueueinfo", 1, &other);
+    rule(SCMP_ACT_KILL_PROCESS, "rt_tgsigqueueinfo", 1, &other);
+    deny("tkill");
+  }
+  {
+    const scmp_arg_cmp not_unix = SCMP_A0(SCMP_CMP_NE, AF_UNIX);
+    const scmp_arg_cmp is_unix = SCMP_A0(SCMP_CMP_EQ, AF_UNIX);
+    rule(SCMP_ACT_KILL_PROCESS, "socket", 1, &not_unix);
+    rule(SCMP_ACT_ERRNO(EPERM), "socket", 1, &is_unix);
+    rule(SCMP_ACT_KILL_PROCESS, "socketpair", 1, &not_unix);
+    rule(SCMP_ACT_ERRNO(EPERM), "socketpair", 1, &is_unix);
+  }
+  for (const char* s : {"connect", "bind", "listen", "accept", "accept4"}) deny(s);
+  for (const char* s : {"io_uring_setup", "io_uring_enter", "io_uring_register"}) deny(s);
+  for (const char* s : {"mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "move_mount", "open_tree",
+                        "fsopen", "fsmount", "fsconfig", "mount_setattr", "bpf", "perf_event_open", "init_module",
+                        "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon",
+                        "swapoff", "keyctl", "add_key", "request_key", "userfaultfd", "acct", "quotactl",
+                        "settimeofday", "clock_settime", "adjtimex", "clock_adjtime", "syslog", "vhangup",
+                        "name_to_handle_at", "open_by_handle_at", "iopl", "ioperm", "landlock_restrict_self"})
+    kill(s);
+  for (const char* s : {"creat", "mkdir", "mkdirat", "mknod", "mknodat", "link", "linkat", "symlink", "symlinkat",
+                        "rename", "renameat", "renameat2", "unlink", "unlinkat", "rmdir", "truncate", "memfd_create",
+                        "memfd_secret"})
+    deny(s);
+  {
+    const scmp_arg_cmp creat1 = SCMP_A1(SCMP_CMP_MASKED_EQ, O_CREAT, O_CREAT);
+    const scmp_arg_cmp creat2 = SCMP_A2(SCMP_CMP_MASKED_EQ, O_CREAT, O_CREAT);
+    rule(SCMP_ACT_ERRNO(EPERM), "open", 1, &creat1);
+    rule(SCMP_ACT_ERRNO(EPERM), "openat", 1, &creat2);
+    deny("openat2", ENOSYS);
+  }
+  {
+    const scmp_arg_cmp set_name = SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME);
+    rule(SCMP_ACT_ERRNO(EPERM), "prctl", 1, &set_name);
+  }
+}
+
+std::vector<sock_filter> program(SeccompProfile profile, pid_t self) {
+  Ctx c;
+  REQUIRE(c.ctx != nullptr);
+  REQUIRE(seccomp_attr_set(c.ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) == 0);
+  if (profile == SeccompProfile::compiler || profile == SeccompProfile::runner) compiler_rules(c.ctx);
+  if (profile == SeccompProfile::runner) runner_rules(c.ctx, self);
+  if (profile == SeccompProfile::runner_agent_layer) agent_layer_rules(c.ctx, self);
+  const int fd = memfd_create("reference", 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(seccomp_export_bpf(c.ctx, fd) == 0);
+  const off_t size = lseek(fd, 0, SEEK_END);
+  std::vector<sock_filter> out(static_cast<std::size_t>(size) / sizeof(sock_filter));
+  REQUIRE(pread(fd, out.data(), static_cast<std::size_t>(size), 0) == size);
+  close(fd);
+  return out;
+}
+
+}  // namespace reference
+
+namespace {
+
+bool same(const std::vector<sock_filter>& a, const std::vector<sock_filter>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(sock_filter)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("seccomp tables generate the same programs as the imperative rules they replaced", "[seccomp]") {
+  const pid_t self = 4242;  // an arbitrary pid: it is a constant in the kill/tgkill conditions
+  for (SeccompProfile p : {SeccompProfile::compiler, SeccompProfile::runner, SeccompProfile::runner_agent_layer}) {
+    INFO("profile " << to_string(p));
+    const auto table = build_seccomp_program(p, {self, true});
+    const auto imperative = reference::program(p, self);
+    CHECK(table.size() > 10);
+    CHECK(same(table, imperative));
+  }
+  // The comparison can tell programs apart: another self pid changes the runner's programs.
+  CHECK_FALSE(same(build_seccomp_program(SeccompProfile::runner_agent_layer, {self + 1, true}),
+                   reference::program(SeccompProfile::runner_agent_layer, self)));
+  CHECK_FALSE(same(build_seccomp_program(SeccompProfile::runner, {self, true}),
+                   reference::program(SeccompProfile::compiler, self)));
+}
