@@ -67,9 +67,6 @@ echo "bootstrap: configuring build/"
 cmake -S . -B build -G Ninja "${werror[@]}" "${launcher[@]}" "${cuobjdump_args[@]}" >build/.configure.log 2>&1 ||
   { cat build/.configure.log >&2; exit 1; }
 jobs=$(nproc)
-if ninja -C build -n 2>/dev/null | grep -q '^\['; then
-  echo "bootstrap: building build/ with $jobs jobs (a first build takes a while: the server, the GPU runner, every test and the nvcc-compiled test kernels)"
-  cmake --build build -j"$jobs"
-else
-  echo "bootstrap: build/ is up to date"
-fi
+echo "bootstrap: building build/ with $jobs jobs (only what changed; a first build compiles the server, the GPU" \
+  "runner, every test and the nvcc test kernels, which takes long on a small machine)"
+cmake --build build -j"$jobs"

@@ -7,7 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
 base="${D2K_PYTHON:-python3}"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c '' 2>/dev/null; then
+# A folder without a working pip (e.g. left by `python3 -m venv` before python3-venv was
+# installed) is made again.
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
   echo "python: creating the project environment $venv ($("$base" --version 2>&1))"
   rm -rf "$venv"
   if ! "$base" -m venv "$venv"; then
