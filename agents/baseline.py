@@ -6,12 +6,12 @@ import sys
 
 import d2k
 
-from .common import (EpisodeResult, add_tasks_dir, base_parser, run_episodes, submit_or_compile,
+from .common import (EpisodeResult, add_tasks_dir, base_parser, describe, run_episodes, submit_or_compile,
                      task_folder)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = base_parser("baseline", __doc__.splitlines()[0])
+    p = base_parser("baseline", describe(__doc__))
     add_tasks_dir(p)
     args = p.parse_args(argv)
     path = task_folder(args.tasks_dir, args.task) / "baseline.cu"

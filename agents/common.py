@@ -14,6 +14,27 @@ import d2k
 REPO = Path(__file__).resolve().parents[1]
 
 
+class AgentError(RuntimeError):
+    """A failure outside the episode (an unreachable chat API, a missing file) that ends the
+    agent with a one-line message instead of a traceback."""
+
+
+def describe(doc: str | None) -> str:
+    """An agent's --help description: the first paragraph of its module docstring, whole."""
+    first = (doc or "").strip().split("\n\n")[0]
+    return " ".join(first.split())
+
+
+def exit_on_errors(prog: str, body: Callable[[], int]) -> int:
+    """Runs an agent's body; an AgentError or a d2k error (server unreachable, refused) becomes
+    one line on stderr and exit status 2."""
+    try:
+        return body()
+    except (AgentError, d2k.D2KError) as err:
+        print(f"{prog}: {err}", file=sys.stderr, flush=True)
+        return 2
+
+
 def base_parser(name: str, description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python -m agents.{name}", description=description)
     p.add_argument("--endpoint", default=os.environ.get("D2K_ENDPOINT", d2k.DEFAULT_ENDPOINT),

@@ -9,11 +9,11 @@ import time
 
 import d2k
 
-from .common import EpisodeResult, expert_source, submit_or_compile, task_folder, REPO
+from .common import EpisodeResult, describe, expert_source, submit_or_compile, task_folder, REPO
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m agents.demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m agents.demo", description=describe(__doc__))
     p.add_argument("--endpoint", default=os.environ.get("D2K_ENDPOINT", d2k.DEFAULT_ENDPOINT),
                    help="server address (env D2K_ENDPOINT; default %(default)s)")
     p.add_argument("--tasks-dir", default=os.environ.get("D2K_TASKS_DIR", str(REPO / "tasks")),

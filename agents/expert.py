@@ -7,12 +7,12 @@ import sys
 
 import d2k
 
-from .common import (EpisodeResult, add_tasks_dir, base_parser, expert_source, run_episodes,
+from .common import (EpisodeResult, add_tasks_dir, base_parser, describe, expert_source, run_episodes,
                      submit_or_compile, task_folder)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = base_parser("expert", __doc__.splitlines()[0])
+    p = base_parser("expert", describe(__doc__))
     add_tasks_dir(p)
     args = p.parse_args(argv)
     source = expert_source(task_folder(args.tasks_dir, args.task), args.layer)

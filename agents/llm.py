@@ -14,7 +14,7 @@ from typing import Any
 
 import d2k
 
-from .common import EpisodeResult, base_parser, run_episodes
+from .common import AgentError, EpisodeResult, base_parser, describe, exit_on_errors, run_episodes
 
 MAX_LOG_CHARS = 4000
 MAX_FILE_CHARS = 24000
@@ -119,7 +119,14 @@ class ChatAPI:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:500].decode(errors="replace")
-            raise RuntimeError(f"chat API {self.url} answered {exc.code}: {detail}") from None
+            raise AgentError(f"the chat API {self.url} answered {exc.code}: {detail}") from None
+        except urllib.error.URLError as exc:  # refused, unknown host, TLS failure
+            raise AgentError(f"cannot reach the chat API {self.url}: {exc.reason} "
+                             "(set --base-url or D2K_LLM_BASE_URL)") from None
+        except (OSError, TimeoutError) as exc:  # reset connection, read timeout
+            raise AgentError(f"the chat API {self.url} failed: {exc}") from None
+        except json.JSONDecodeError as exc:
+            raise AgentError(f"the chat API {self.url} answered something that is not JSON: {exc}") from None
 
 
 def tool_action(name: str, arguments: str) -> dict[str, Any]:
@@ -175,7 +182,7 @@ def play_llm(session: d2k.Session, res: EpisodeResult, api: ChatAPI, max_tokens:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = base_parser("llm", __doc__.splitlines()[0])
+    p = base_parser("llm", describe(__doc__))
     p.add_argument("--base-url", default=os.environ.get("D2K_LLM_BASE_URL")
                    or os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
                    help="chat API base URL (…/v1); env D2K_LLM_BASE_URL or OPENAI_BASE_URL")
@@ -197,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     def play(session: d2k.Session, res: EpisodeResult, gpu: bool) -> None:
         play_llm(session, res, api, args.max_tokens, args.max_turns, args.max_completion_tokens)
 
-    run_episodes(args, "llm", play)
-    return 0
+    def body() -> int:
+        run_episodes(args, "llm", play)
+        return 0
+
+    return exit_on_errors("agents.llm", body)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import sys
 
 import d2k
 
-from .common import EpisodeResult, base_parser, run_episodes
+from .common import EpisodeResult, base_parser, describe, run_episodes
 
 BAD_PATHS = ["../escape.cu", "/etc/passwd.cu", "a//b.cu", "x.py", "d1/d2/d3/d4/d5/deep.cu",
              "sp ace.cu", ""]
@@ -65,7 +65,7 @@ def random_action(obs: dict, rng: random.Random, evaluate: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = base_parser("random_edit", __doc__.splitlines()[0])
+    p = base_parser("random_edit", describe(__doc__))
     p.add_argument("--actions", type=int, default=12, help="actions per episode (default 12)")
     p.add_argument("--evaluate", action="store_true", help="also choose evaluate (GPU servers)")
     args = p.parse_args(argv)

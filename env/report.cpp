@@ -56,7 +56,7 @@ std::string html_escape(const std::string& s) {
 Report build_report(const std::vector<EpisodeRow>& rows) {
   Report r;
   struct Acc {
-    int episodes = 0, correct = 0;
+    int episodes = 0, correct = 0, submitted = 0;
     std::vector<double> speedups, experts, shares;
   };
   std::map<std::pair<std::string, int>, Acc> acc;
@@ -67,6 +67,7 @@ Report build_report(const std::vector<EpisodeRow>& rows) {
     }
     Acc& a = acc[{row.label, row.layer}];
     ++a.episodes;
+    if (row.outcome == "correct" || row.outcome == "incorrect") ++a.submitted;
     if (row.outcome == "correct") {
       ++a.correct;
       if (row.submit_speedup && *row.submit_speedup > 0 && std::isfinite(*row.submit_speedup)) {
@@ -85,6 +86,7 @@ Report build_report(const std::vector<EpisodeRow>& rows) {
     s.layer = key.second;
     s.episodes = a.episodes;
     s.correct = a.correct;
+    s.submitted = a.submitted;
     s.correct_rate = a.episodes ? static_cast<double>(a.correct) / a.episodes : 0.0;
     s.speedup_gmean = gmean(a.speedups);
     s.speedup_n = static_cast<int>(a.speedups.size());
@@ -107,6 +109,7 @@ Report build_report(const std::vector<EpisodeRow>& rows) {
     d.label = s.label;
     d.layer = s.layer;
     d.correct_rate_delta = s.correct_rate - base->correct_rate;
+    d.correct_measured = s.submitted > 0 && base->submitted > 0;
     if (s.speedup_gmean && base->speedup_gmean) d.speedup_ratio = *s.speedup_gmean / *base->speedup_gmean;
     if (s.expert_gmean && base->expert_gmean) d.expert_ratio = *s.expert_gmean / *base->expert_gmean;
     r.deltas.push_back(d);
@@ -118,11 +121,13 @@ json Report::to_json() const {
   json layers_j = json::array(), deltas_j = json::array(), points_j = json::array();
   for (const auto& s : layers)
     layers_j.push_back({{"label", s.label}, {"layer", s.layer}, {"episodes", s.episodes}, {"correct", s.correct},
-                        {"correct_rate", s.correct_rate}, {"speedup_gmean", opt(s.speedup_gmean)},
+                        {"submitted", s.submitted}, {"correct_rate", s.correct_rate},
+                        {"speedup_gmean", opt(s.speedup_gmean)},
                         {"speedup_n", s.speedup_n}, {"expert_gmean", opt(s.expert_gmean)}, {"expert_n", s.expert_n},
                         {"properties_share", opt(s.properties_share)}, {"properties_n", s.properties_n}});
   for (const auto& d : deltas)
     deltas_j.push_back({{"label", d.label}, {"layer", d.layer}, {"correct_rate_delta", d.correct_rate_delta},
+                        {"correct_measured", d.correct_measured},
                         {"speedup_ratio", opt(d.speedup_ratio)}, {"expert_ratio", opt(d.expert_ratio)}});
   for (const auto& p : points)
     points_j.push_back({{"label", p.label}, {"task", p.task}, {"layer", p.layer}, {"speedup", p.speedup}});
@@ -135,30 +140,39 @@ std::string render_report_text(const Report& r) {
     o << "no ended episodes match\n";
     return o.str();
   }
+  std::size_t label_w = 20;  // wide enough for the longest label, and a gap
+  for (const auto& s : r.layers) label_w = std::max(label_w, s.label.size() + 2);
+  bool any_unevaluated = false;
   o << "D2K diagnosis: per agent (label) and guidance layer, over submitted kernels\n\n";
-  o << pad("label", 20) << pad("layer", 6) << pad("episodes", 9, true) << pad("correct", 9, true)
+  o << pad("label", label_w) << pad("layer", 6) << pad("episodes", 9, true) << pad("correct", 9, true)
     << pad("speedup", 10, true) << pad("expert", 10, true) << pad("properties", 12, true) << "\n";
   for (const auto& s : r.layers) {
     std::string props = s.properties_n ? fmt("%.0f%%", 100 * *s.properties_share) + " (" +
                                              std::to_string(s.properties_n) + ")"
                                        : "unknown";
-    o << pad(s.label.empty() ? "(none)" : s.label, 20) << pad("L" + std::to_string(s.layer), 6)
-      << pad(std::to_string(s.episodes), 9, true) << pad(fmt("%.0f%%", 100 * s.correct_rate), 9, true)
+    any_unevaluated = any_unevaluated || s.submitted == 0;
+    o << pad(s.label.empty() ? "(none)" : s.label, label_w) << pad("L" + std::to_string(s.layer), 6)
+      << pad(std::to_string(s.episodes), 9, true)
+      << pad(s.submitted ? fmt("%.0f%%", 100 * s.correct_rate) : std::string("n/a"), 9, true)
       << pad(fmt_opt("%.2fx", s.speedup_gmean), 10, true) << pad(fmt_opt("%.2f", s.expert_gmean), 10, true)
       << pad(props, 12, true) << "\n";
   }
-  o << "\ncorrect: share of episodes whose submitted kernel was correct (unsubmitted count as not correct)\n"
+  o << "\ncorrect: share of episodes whose submitted kernel was correct (unsubmitted count as not correct)";
+  if (any_unevaluated)
+    o << ";\n  n/a = no kernel of these episodes was submitted and evaluated (a server without a GPU only compiles)";
+  o << "\n"
        "speedup: geometric mean of t_baseline/t over correct submits\n"
        "expert: geometric mean of t_expert/t (the layer's expert; L3's at L0) over correct submits; 1 = parity\n"
        "properties: mean share of the layer's design properties the submitted kernel implements, over the\n"
        "  episodes where they were measured (count in brackets); \"unknown\" = never measured (e.g. no GPU)\n";
   if (!r.deltas.empty()) {
     o << "\nWith guidance vs without (Lk against L0, same label)\n";
-    o << pad("label", 20) << pad("layer", 6) << pad("d correct", 11, true) << pad("x speedup", 11, true)
+    o << pad("label", label_w) << pad("layer", 6) << pad("d correct", 11, true) << pad("x speedup", 11, true)
       << pad("x expert", 11, true) << "\n";
     for (const auto& d : r.deltas)
-      o << pad(d.label.empty() ? "(none)" : d.label, 20) << pad("L" + std::to_string(d.layer), 6)
-        << pad(fmt("%+.0f pp", 100 * d.correct_rate_delta), 11, true) << pad(fmt_opt("%.2f", d.speedup_ratio), 11, true)
+      o << pad(d.label.empty() ? "(none)" : d.label, label_w) << pad("L" + std::to_string(d.layer), 6)
+        << pad(d.correct_measured ? fmt("%+.0f pp", 100 * d.correct_rate_delta) : std::string("n/a"), 11, true)
+        << pad(fmt_opt("%.2f", d.speedup_ratio), 11, true)
         << pad(fmt_opt("%.2f", d.expert_ratio), 11, true) << "\n";
   }
   if (r.running_skipped) o << "\n" << r.running_skipped << " running episode(s) left out\n";
@@ -172,8 +186,27 @@ const char* kBarExpert = "#f28e2b";   // fraction-of-expert bars
 const char* kLayerColors[4] = {"#59a14f", "#edc948", "#b07aa1", "#e15759"};
 
 // Grouped bars: one group per (label, layer); value in [0, vmax].
+// A chart with nothing to draw says why, in the middle of its plot.
+std::string empty_note(int x, int y, const std::string& text) {
+  return "<text class=\"empty\" x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(y) +
+         "\" font-size=\"12\" fill=\"#777\" text-anchor=\"middle\" font-family=\"sans-serif\">" + html_escape(text) +
+         "</text>\n";
+}
+
+// An x-axis label, turned 35 degrees so that neighbours never overlap.
+std::string slanted_label(double x, double y, const std::string& text, int font_size) {
+  std::ostringstream o;
+  o << "<text x=\"" << x << "\" y=\"" << y << "\" font-size=\"" << font_size << "\" text-anchor=\"end\" "
+    << "transform=\"rotate(-35 " << x << " " << y << ")\" font-family=\"sans-serif\">" << html_escape(text)
+    << "</text>\n";
+  return o.str();
+}
+
+const char* kNothingEvaluated =
+    "nothing measured: no submitted kernel was evaluated (a server without a GPU only compiles)";
+
 std::string bar_chart(const Report& r, const std::string& title, bool expert) {
-  const int w = 720, h = 260, left = 50, bottom = 60, top = 30;
+  const int w = 720, h = 300, left = 50, bottom = 100, top = 30;
   double vmax = 1.0;
   for (const auto& s : r.layers)
     if (expert && s.expert_gmean) vmax = std::max(vmax, *s.expert_gmean);
@@ -193,8 +226,12 @@ std::string bar_chart(const Report& r, const std::string& title, bool expert) {
   }
   std::size_t n = std::max<std::size_t>(r.layers.size(), 1);
   double slot = static_cast<double>(w - left - 20) / static_cast<double>(n);
+  bool any = false;
+  for (const auto& s : r.layers) any = any || (expert ? s.expert_gmean.has_value() : s.submitted > 0);
+  if (!any) o << empty_note(left + (w - left) / 2, top + plot_h / 2, kNothingEvaluated);
   for (std::size_t i = 0; i < r.layers.size(); ++i) {
     const auto& s = r.layers[i];
+    const bool measured = expert ? s.expert_gmean.has_value() : s.submitted > 0;
     double v = expert ? s.expert_gmean.value_or(0) : s.correct_rate;
     int bh = static_cast<int>(std::lround(plot_h * std::clamp(v / vmax, 0.0, 1.0)));
     int x = left + static_cast<int>(slot * static_cast<double>(i) + slot * 0.15);
@@ -202,20 +239,21 @@ std::string bar_chart(const Report& r, const std::string& title, bool expert) {
     o << "<rect x=\"" << x << "\" y=\"" << top + plot_h - bh << "\" width=\"" << bw << "\" height=\"" << bh
       << "\" fill=\"" << (expert ? kBarExpert : kBarCorrect) << "\"><title>"
       << html_escape(s.label) << " L" << s.layer << ": "
-      << (expert ? fmt_opt("%.3f", s.expert_gmean, "not measured") : fmt("%.1f%%", 100 * s.correct_rate))
+      << (measured ? (expert ? fmt("%.3f", *s.expert_gmean) : fmt("%.1f%%", 100 * s.correct_rate))
+                   : std::string("not measured"))
       << "</title></rect>\n";
-    o << "<text x=\"" << x + bw / 2 << "\" y=\"" << top + plot_h + 14
-      << "\" font-size=\"10\" text-anchor=\"middle\" font-family=\"sans-serif\">L" << s.layer << "</text>\n";
-    o << "<text x=\"" << x + bw / 2 << "\" y=\"" << top + plot_h + 28
-      << "\" font-size=\"9\" text-anchor=\"middle\" font-family=\"sans-serif\">"
-      << html_escape(s.label.substr(0, 14)) << "</text>\n";
+    if (!measured && any)
+      o << "<text x=\"" << x + bw / 2 << "\" y=\"" << top + plot_h - 4
+        << "\" font-size=\"9\" fill=\"#777\" text-anchor=\"middle\" font-family=\"sans-serif\">n/a</text>\n";
+    o << slanted_label(x + bw / 2.0, top + plot_h + 14, (s.label.empty() ? "(none)" : s.label.substr(0, 24)) + " L" +
+                                                         std::to_string(s.layer), 10);
   }
   o << "</svg>\n";
   return o.str();
 }
 
 std::string scatter(const Report& r) {
-  const int w = 720, h = 300, left = 60, bottom = 70, top = 30;
+  const int w = 720, h = 330, left = 60, bottom = 100, top = 30;
   std::vector<std::string> tasks;
   for (const auto& p : r.points)
     if (std::find(tasks.begin(), tasks.end(), p.task) == tasks.end()) tasks.push_back(p.task);
@@ -243,9 +281,8 @@ std::string scatter(const Report& r) {
   }
   double slot = static_cast<double>(w - left - 20) / static_cast<double>(std::max<std::size_t>(tasks.size(), 1));
   for (std::size_t i = 0; i < tasks.size(); ++i)
-    o << "<text x=\"" << left + slot * (static_cast<double>(i) + 0.5) << "\" y=\"" << top + plot_h + 16
-      << "\" font-size=\"10\" text-anchor=\"middle\" font-family=\"sans-serif\">" << html_escape(tasks[i])
-      << "</text>\n";
+    o << slanted_label(left + slot * (static_cast<double>(i) + 0.5), top + plot_h + 14, tasks[i], 10);
+  if (r.points.empty()) o << empty_note(left + (w - left) / 2, top + plot_h / 2, kNothingEvaluated);
   for (const auto& p : r.points) {
     auto i = static_cast<std::size_t>(std::find(tasks.begin(), tasks.end(), p.task) - tasks.begin());
     double x = left + slot * (static_cast<double>(i) + 0.2 + 0.2 * p.layer);
@@ -278,7 +315,8 @@ std::string render_report_html(const Report& r, const std::string& title) {
        "<th>design properties</th></tr>\n";
   for (const auto& s : r.layers)
     o << "<tr><td>" << html_escape(s.label.empty() ? "(none)" : s.label) << "</td><td>L" << s.layer << "</td><td>"
-      << s.episodes << "</td><td>" << fmt("%.1f%%", 100 * s.correct_rate) << "</td><td>"
+      << s.episodes << "</td><td>"
+      << (s.submitted ? fmt("%.1f%%", 100 * s.correct_rate) : std::string("n/a (none evaluated)")) << "</td><td>"
       << fmt_opt("%.3fx", s.speedup_gmean) << "</td><td>" << fmt_opt("%.3f", s.expert_gmean) << "</td><td>"
       << (s.properties_n ? fmt("%.0f%%", 100 * *s.properties_share) + " of " + std::to_string(s.properties_n)
                          : std::string("unknown (not measured)"))
@@ -287,7 +325,8 @@ std::string render_report_html(const Report& r, const std::string& title) {
        "<th>label</th><th>layer</th><th>&Delta; correct</th><th>speedup ratio</th><th>expert ratio</th></tr>\n";
   for (const auto& d : r.deltas)
     o << "<tr><td>" << html_escape(d.label.empty() ? "(none)" : d.label) << "</td><td>L" << d.layer << "</td><td>"
-      << fmt("%+.1f pp", 100 * d.correct_rate_delta) << "</td><td>" << fmt_opt("%.3f", d.speedup_ratio)
+      << (d.correct_measured ? fmt("%+.1f pp", 100 * d.correct_rate_delta) : std::string("n/a")) << "</td><td>"
+      << fmt_opt("%.3f", d.speedup_ratio)
       << "</td><td>" << fmt_opt("%.3f", d.expert_ratio) << "</td></tr>\n";
   o << "</table>\n<p class=\"note\">Correct: share of ended episodes whose submitted kernel was correct "
        "(unsubmitted count as not correct). Speedup and fraction of expert are geometric means over correct "

@@ -19,7 +19,8 @@ struct LayerStats {
   int layer = 0;
   int episodes = 0;                       // ended episodes (running ones are left out)
   int correct = 0;                        // submitted and correct
-  double correct_rate = 0;                // correct / episodes
+  int submitted = 0;                      // submitted and evaluated (correct or not); 0 without a GPU
+  double correct_rate = 0;                // correct / episodes (shown as n/a when submitted is 0)
   std::optional<double> speedup_gmean;    // geometric mean of t_baseline/t over correct submits
   int speedup_n = 0;
   std::optional<double> expert_gmean;     // geometric mean of t_expert(layer)/t over correct submits
@@ -32,6 +33,7 @@ struct LayerDelta {                       // layer k against L0, same label
   std::string label;
   int layer = 1;
   double correct_rate_delta = 0;          // rate(Lk) - rate(L0)
+  bool correct_measured = true;           // both layers had evaluated submits (else the delta is n/a)
   std::optional<double> speedup_ratio;    // gmean speedup(Lk) / gmean speedup(L0)
   std::optional<double> expert_ratio;     // gmean fraction-of-expert(Lk) / (L0)
 };

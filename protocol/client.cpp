@@ -1,6 +1,7 @@
 #include "protocol/client.hpp"
 
 #include <random>
+#include <utility>
 
 #include "protocol/messages.hpp"
 
@@ -54,12 +55,63 @@ Value Client::exchange(std::uint64_t id, const std::string& bytes) {
                     true, "");
 }
 
+namespace {
+
+// Requests up to this size go out without asking for the server's limits (far below any).
+constexpr std::size_t kPrecheckBytes = 64u << 10;
+
+// The longest string in a request: {bytes, field path}.
+std::pair<std::size_t, std::string> longest_string(const Value& v, const std::string& path) {
+  if (v.is_string()) return {v.get_ref<const std::string&>().size(), path};
+  if (v.is_binary()) return {v.get_binary().size(), path};
+  std::pair<std::size_t, std::string> best{0, ""};
+  if (v.is_object()) {
+    for (const auto& [key, item] : v.items()) {
+      auto found = longest_string(item, path.empty() ? key : path + "." + key);
+      if (found.first > best.first) best = std::move(found);
+    }
+  } else if (v.is_array()) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      auto found = longest_string(v[i], path + "[" + std::to_string(i) + "]");
+      if (found.first > best.first) best = std::move(found);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+void Client::check_limits(std::string_view op, const Value& request, std::size_t bytes) {
+  if (bytes <= kPrecheckBytes || op == "hello") return;
+  if (!server_limits_) {
+    Value hello = call("hello");
+    server_limits_ = hello.contains("limits") && hello["limits"].is_object() ? hello["limits"] : Value::object();
+  }
+  const protocol::Limits defaults;
+  const auto max_message = server_limits_->value("max_message_bytes", defaults.max_message_bytes);
+  if (bytes > max_message)
+    throw ClientError(ErrorCode::too_large,
+                      "the " + std::string(op) + " request is " + std::to_string(bytes) +
+                          " bytes; the server takes at most " + std::to_string(max_message) +
+                          " (hello.limits.max_message_bytes); nothing was sent",
+                      false, "");
+  const auto max_string = server_limits_->value("max_string_bytes", defaults.max_string_bytes);
+  auto [size, field] = longest_string(request, "");
+  if (size > max_string)
+    throw ClientError(ErrorCode::too_large,
+                      field + " is " + std::to_string(size) + " bytes; one string may be at most " +
+                          std::to_string(max_string) + " (hello.limits.max_string_bytes); nothing was sent",
+                      false, field);
+}
+
 Value Client::call_with_id(std::uint64_t id, std::string_view op, Value fields) {
   Value request = fields.is_object() ? std::move(fields) : Value::object();
   request["v"] = protocol::kVersion;
   request["id"] = id;
   request["op"] = std::string(op);
-  Value reply = exchange(id, protocol::encode(request));
+  std::string bytes = protocol::encode(request);
+  check_limits(op, request, bytes.size());
+  Value reply = exchange(id, bytes);
   if (reply.value("ok", false)) return reply;
   const Value& e = reply.contains("error") ? reply["error"] : Value::object();
   auto code = protocol::error_code_from_string(e.value("code", "internal")).value_or(ErrorCode::internal);

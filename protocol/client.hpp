@@ -54,12 +54,16 @@ class Client {
 
  private:
   protocol::Value exchange(std::uint64_t id, const std::string& bytes);
+  // Throws ClientError{too_large} before sending a request over the server's hello.limits (a
+  // frame far over the limit is dropped by the server without a reply; waiting would hang).
+  void check_limits(std::string_view op, const protocol::Value& request, std::size_t bytes);
 
   Options options_;
   zmq::context_t context_{1};
   zmq::socket_t socket_;
   std::uint64_t next_id_;  // starts at a random value: ids of clients sharing a session must not collide
   protocol::Limits limits_;
+  std::optional<protocol::Value> server_limits_;  // hello.limits, asked for on first need
 };
 
 }  // namespace d2k

@@ -1,5 +1,6 @@
 #include "protocol/codec.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <limits>
@@ -236,8 +237,39 @@ bool is_retryable(ErrorCode code) {
          code == ErrorCode::shutting_down;
 }
 
+namespace {
+
+// Messages quote what a peer sent (a path, a field name); what() is a C string, so a NUL byte in
+// such a quote would cut the message there. Control bytes other than newline and tab are written
+// as escapes instead (\0, \r, \xNN).
+bool escaped_in_messages(char c) { return static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t'; }
+
+std::string printable_message(std::string message) {
+  if (std::none_of(message.begin(), message.end(), escaped_in_messages)) return message;
+  std::string out;
+  out.reserve(message.size() + 16);
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u == 0) {
+      out += "\\0";
+    } else if (u == '\r') {
+      out += "\\r";
+    } else if (escaped_in_messages(c)) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Error::Error(ErrorCode c, std::string message, std::string bad_field)
-    : std::runtime_error(std::move(message)), code(c), field(std::move(bad_field)) {}
+    : std::runtime_error(printable_message(std::move(message))), code(c), field(std::move(bad_field)) {}
 
 Value decode(std::string_view bytes, const Limits& limits) {
   if (bytes.size() > limits.max_message_bytes)

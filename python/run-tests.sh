@@ -2,12 +2,13 @@
 # Runs the Python package's tests against a real `d2k serve` (started by the pytest fixture).
 #   D2K_BIN        server binary (default <repo>/build/bin/d2k)
 #   D2K_TASKS_DIR  tasks folder (default <repo>/tasks)
-# Installs the package's dependencies when missing. Server tests FAIL (not skip) when the
-# binary is missing, because D2K_REQUIRE_SERVER=1.
+# Runs in the project's Python environment <repo>/.venv (created by scripts/python-env.sh with the
+# package's dependencies when missing; the system Python is never installed into). Server tests
+# FAIL (not skip) when the binary is missing, because D2K_REQUIRE_SERVER=1.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-python3 -c 'import zmq, msgpack, gymnasium, pytest' 2>/dev/null ||
-  python3 -m pip install --quiet pyzmq msgpack gymnasium pytest
+bash "$here/../scripts/python-env.sh"
+python="$here/../.venv/bin/python"
 export D2K_REQUIRE_SERVER="${D2K_REQUIRE_SERVER:-1}"
 cd "$here"
-exec python3 -m pytest -q -p no:cacheprovider tests "$@"
+exec "$python" -m pytest -q -p no:cacheprovider tests "$@"

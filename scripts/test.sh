@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds with warnings as errors and runs every test (C++ via CTest, the
-# Python client via pytest). GPU tests skip with a message where no GPU exists.
+# Installs what is missing, builds with warnings as errors (the same build/ as scripts/demo.sh: one
+# never rebuilds the other's work) and runs every test (C++ via CTest, the Python client via pytest
+# in the project environment .venv/). GPU tests show as skipped where no GPU exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-D2K_WERROR=ON bash scripts/bootstrap.sh
+bash scripts/bootstrap.sh
+echo "test: the C++ tests (ctest)"
 ctest --test-dir build --output-on-failure -j2 --timeout 900
 if [ -f python/run-tests.sh ]; then
+  echo "test: the Python tests (pytest, against a real d2k serve)"
   bash python/run-tests.sh
 fi

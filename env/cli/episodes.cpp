@@ -1,5 +1,6 @@
 // `d2k episodes`: query the episode catalogue; `--index LOG...` adds logs to it (e.g. the logs of
 // a server that was killed before its sessions ended).
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <iostream>
@@ -55,6 +56,25 @@ std::string when(double t) {
   return buf;
 }
 
+// The catalogue counts a session's steps when it ends; while it runs, its log (written as it
+// goes) knows how far it is: the step count of the newest observation.
+std::uint32_t steps_so_far(const env::EpisodeRow& row) {
+  if (row.outcome != "running" || row.log_status != "ok" || row.log_path.empty()) return row.steps;
+  try {
+    env::EpisodeLog log = env::read_episode_log(row.log_path);
+    std::uint32_t steps = row.steps;
+    for (const env::LogExchange& x : log.exchanges) {
+      const json* step = nullptr;
+      if (auto o = x.reply.find("observation"); o != x.reply.end() && o->is_object())
+        if (auto s = o->find("step"); s != o->end() && s->is_number_unsigned()) step = &*s;
+      if (step) steps = std::max(steps, step->get<std::uint32_t>());
+    }
+    return steps;
+  } catch (const std::exception&) {
+    return row.steps;  // unreadable right now (being written, removed): what the catalogue says
+  }
+}
+
 std::string opt_num(const std::optional<double>& v, const char* f) {
   if (!v) return "-";
   char buf[32];
@@ -93,6 +113,7 @@ void add_episodes(CLI::App& app, Runner& run) {
         }
       }
       auto rows = catalogue.query(make_filter(*o));
+      for (auto& r : rows) r.steps = steps_so_far(r);
       if (*as_json) {
         json out = json::array();
         for (const auto& r : rows) out.push_back(r.to_json());

@@ -3,10 +3,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "env/cli/commands.hpp"
@@ -87,6 +90,16 @@ std::string read_until_dot(std::istream& in, bool prompt) {
   return text;
 }
 
+// The whole of text as an integer in [lo, hi].
+template <typename T>
+bool parse_number(const std::string& text, T& out, T lo, T hi) {
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < lo || value > hi) return false;
+  out = value;
+  return true;
+}
+
 struct Repl {
   Client client;
   std::string session;
@@ -120,16 +133,23 @@ struct Repl {
     if (cmd == "help") {
       std::cout << kHelp;
     } else if (cmd == "tasks") {
-      for (const auto& t : client.list_tasks()["tasks"])
+      const Value reply = client.list_tasks();  // named: a range-for over a member of a temporary dangles
+      for (const auto& t : reply["tasks"])
         std::cout << "  " << t["id"].get<std::string>() << "  " << t["title"].get<std::string>() << "\n";
     } else if (cmd == "reset") {
-      std::string task;
+      std::string task, layer_text, seed_text, extra;
+      args >> task >> layer_text >> seed_text >> extra;
+      if (task.empty() || !extra.empty()) throw std::runtime_error("usage: reset TASK [LAYER] [SEED]");
       int layer = 0;
-      args >> task >> layer;
+      if (!layer_text.empty() && !parse_number(layer_text, layer, 0, 3))
+        throw std::runtime_error("the layer is 0, 1, 2 or 3, not '" + layer_text +
+                                 "' (usage: reset TASK [LAYER] [SEED])");
       std::optional<std::uint64_t> seed;
-      std::uint64_t s;
-      if (args >> s) seed = s;
-      if (task.empty()) throw std::runtime_error("usage: reset TASK [LAYER] [SEED]");
+      if (std::uint64_t s = 0; !seed_text.empty()) {
+        if (!parse_number(seed_text, s, std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max()))
+          throw std::runtime_error("the seed is a non-negative integer, not '" + seed_text + "'");
+        seed = s;
+      }
       Value reply = client.reset(task, layer, seed, {{"label", "d2k play"}});
       session = reply["session"].get<std::string>();
       observation = reply["observation"];
@@ -225,7 +245,12 @@ void add_play(CLI::App& app, Runner& run) {
   auto* cmd = app.add_subcommand("play", "Play an episode by hand against a running server (a REPL)");
   auto endpoint = std::make_shared<std::string>("tcp://127.0.0.1:5555");
   auto script = std::make_shared<std::string>();
+  auto connect_timeout = std::make_shared<double>(30.0);
   cmd->add_option("--endpoint", *endpoint, "Server to connect to")->capture_default_str();
+  cmd->add_option("--connect-timeout", *connect_timeout,
+                  "Give up when the server does not answer hello within this many seconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--script", *script, "Read commands from this file instead of the terminal");
   cmd->footer(kHelp);
   auto body = [=]() -> int {
@@ -237,8 +262,24 @@ void add_play(CLI::App& app, Runner& run) {
       in = &file;
     }
     bool tty = script->empty() && ::isatty(0);
+    // Is anyone there? A short-lived probe with its own deadline: the REPL's client waits long
+    // (compiles and GPU runs), which would make a dead endpoint look like a hang.
+    Value hello;
+    {
+      Client::Options probe;
+      probe.timeout = std::chrono::milliseconds(static_cast<long>(*connect_timeout * 1000));
+      probe.retries = 0;
+      try {
+        hello = Client(*endpoint, probe).hello();
+      } catch (const ClientError& e) {
+        if (e.code != protocol::ErrorCode::timeout) throw;
+        std::ostringstream msg;
+        msg << "no d2k server answered at " << *endpoint << " within " << *connect_timeout
+            << " s (start one with `d2k serve --endpoint " << *endpoint << "`, or pass --endpoint)";
+        throw std::runtime_error(msg.str());
+      }
+    }
     Repl repl(*endpoint, tty);
-    Value hello = repl.client.hello();
     std::cout << "connected to " << *endpoint << ": d2k-gym " << hello["version"].get<std::string>() << ", "
               << (hello["gpus"].empty() ? std::string("no GPU (compile only: evaluate/submit are unavailable)")
                                         : std::to_string(hello["gpus"].size()) + " GPU(s)")

@@ -167,7 +167,8 @@ void show(const env::EpisodeLog& log, std::ostream& out) {
         << s_of(*log.end, "steps") << " steps, total reward " << num(at(*log.end, "total_reward")) << ", outcome "
         << s_of(*log.end, "outcome") << "\n";
   else
-    out << "\nno end record: the server stopped before the session ended (killed?)\n";
+    out << "\nno end record yet: the session is still open on a running server (replay again after it ends),\n"
+           "or its server stopped before the session ended (killed?)\n";
   if (log.torn_tail)
     out << "torn tail at byte " << log.torn_tail->offset << " (" << log.torn_tail->bytes
         << " bytes unreadable: " << log.torn_tail->reason << "); everything before it is shown\n";

@@ -16,7 +16,8 @@ import zmq.asyncio
 from . import actions as A
 from .client import RetryPolicy, StepResult, reset_fields, step_result
 from .errors import ClientTimeout, D2KError, UnknownSession
-from .wire import (IdCounter, check_reply, decode_reply, default_endpoint, encode_request,
+from .wire import (DEFAULT_LIMITS, PRECHECK_BYTES, IdCounter, check_reply,
+                   check_request_limits, decode_reply, default_endpoint, encode_request,
                    frame_of, is_auto_retry)
 
 
@@ -36,6 +37,14 @@ class AsyncClient:
         self._waiters: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._closed = False
+        self._limits: dict[str, Any] | None = None  # hello.limits, asked for on first need
+
+    async def limits(self) -> dict[str, Any]:
+        """The server's request limits (hello.limits; the protocol's defaults if it has none)."""
+        if self._limits is None:
+            reply = await self.request("hello", client="d2k-python-async")
+            self._limits = dict(DEFAULT_LIMITS, **(reply.get("limits") or {}))
+        return self._limits
 
     async def _read_loop(self) -> None:
         while True:
@@ -58,6 +67,8 @@ class AsyncClient:
     async def _exchange_once(self, op: str, fields: Mapping[str, Any], deadline: float) -> dict[str, Any]:
         rid = self._ids()
         frame = encode_request(rid, op, fields)
+        if len(frame) > PRECHECK_BYTES and op != "hello":  # refused here, never sent
+            check_request_limits(op, fields, len(frame), await self.limits())
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiters[rid] = fut
         interval = self.policy.resend_after

@@ -18,7 +18,8 @@ import zmq
 
 from . import actions as A
 from .errors import ClientTimeout, D2KError, ProtocolError, UnknownSession
-from .wire import (DEFAULT_TIMEOUTS, IdCounter, check_reply, decode_reply, default_endpoint,
+from .wire import (DEFAULT_LIMITS, DEFAULT_TIMEOUTS, PRECHECK_BYTES, IdCounter,
+                   check_reply, check_request_limits, decode_reply, default_endpoint,
                    encode_request, frame_of, is_auto_retry)
 
 
@@ -131,8 +132,26 @@ class Client:
         self._socket.connect(self.endpoint)
         self._ids = IdCounter()
         self._closed = False
+        self._limits: dict[str, Any] | None = None  # hello.limits, asked for on first need
 
     # -- plumbing -------------------------------------------------------------------------
+    def limits(self) -> dict[str, Any]:
+        """The server's request limits (hello.limits; the protocol's defaults if it has none)."""
+        if self._limits is None:
+            reply = self.request("hello", client="d2k-python")
+            self._limits = dict(DEFAULT_LIMITS, **(reply.get("limits") or {}))
+        return self._limits
+
+    def _over_limits(self, p: "_Pending") -> D2KError | None:
+        """The TooLarge error of a request the server would refuse, checked before sending."""
+        if len(p.frame) <= PRECHECK_BYTES or p.op == "hello":
+            return None
+        try:
+            check_request_limits(p.op, p.fields, len(p.frame), self.limits())
+        except D2KError as err:
+            return err
+        return None
+
     def _deadline_for(self, op: str, timeout: float | None) -> float:
         if timeout is None:
             timeout = self.timeout if self.timeout is not None else self.policy.timeouts.get(op, 60.0)
@@ -157,6 +176,10 @@ class Client:
                    for op, fields in requests]
         by_id = {p.request_id: p for p in pending}
         waiting = set(by_id)
+        for p in pending:  # too large for the server: refused here at once, never sent
+            p.error = self._over_limits(p)
+            if p.error is not None:
+                waiting.discard(p.request_id)
         while waiting:
             now = time.monotonic()
             # In the caller's order (a set has none): a pipelined step must reach the server after

@@ -24,6 +24,8 @@ from gymnasium.error import ResetNeeded
 from .actions import normalize_action
 from .client import Client, StepResult
 from .errors import D2KError, InvalidAction, NoGpu, TooLarge
+from .local import LocalServer, open_client
+from .render import render_text
 from .spaces import action_space, encode_observation, observation_space
 
 OBSERVED_ERRORS = (InvalidAction, TooLarge, NoGpu)
@@ -72,15 +74,20 @@ class KernelEnv(gym.Env[dict, dict]):
     Args:
         task: task id ("softmax").
         layer: guidance layer 0..3.
-        endpoint: server address; default env D2K_ENDPOINT or tcp://127.0.0.1:5555.
+        endpoint: address of a running server (``tcp://127.0.0.1:5555``, ``ipc:///tmp/d2k.sock``);
+            default ``$D2K_ENDPOINT``; with neither, the env starts a private ``d2k serve`` on an
+            ipc socket (:class:`d2k.LocalServer`) and stops it in close().
         max_steps, max_compiles, max_evaluations, wall_seconds, label: reset options.
         request_errors: "observe" (default) or "raise", see the module doc.
         invalid_action_reward, no_gpu_reward: rewards of refused requests in "observe" mode.
         client: an existing d2k.Client to share (not closed by close()).
         timeout: client-side deadline per request, seconds (default: per-op defaults).
+        render_mode: "ansi" (render() returns the text) or "human" (render() prints it): the
+            episode's state, the last action's diagnostics and evaluation, the reward and its
+            breakdown, the workspace diff since reset.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(self, task: str, layer: int = 0, *, endpoint: str | None = None,
                  max_steps: int | None = None, max_compiles: int | None = None,
@@ -103,12 +110,19 @@ class KernelEnv(gym.Env[dict, dict]):
         self.no_gpu_reward = float(no_gpu_reward)
         self.render_mode = render_mode
         self._own_client = client is None
-        self.client = client if client is not None else Client(endpoint, timeout=timeout)
+        self.server: LocalServer | None = None  # the private server when no endpoint was given
+        if client is None:
+            client, self.server = open_client(endpoint, timeout)
+        self.client = client
         self.observation_space = observation_space()
         self.action_space = action_space()
         self.session: str | None = None
         self.raw_observation: dict[str, Any] = {}
         self._ended = False
+        self._initial_files: dict[str, str] = {}  # the workspace at reset, for render()'s diff
+        self._last_reward: float | None = None
+        self._last_info: dict[str, Any] = {}
+        self._refused: dict[str, Any] | None = None  # the observation of a refused request
 
     # -- gymnasium API ----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None,
@@ -122,6 +136,8 @@ class KernelEnv(gym.Env[dict, dict]):
         self.session = session.id
         self.raw_observation = session.observation
         self._ended = bool(self.raw_observation.get("done"))
+        self._initial_files = dict(self.raw_observation.get("files") or {})
+        self._last_reward, self._last_info, self._refused = None, dict(session.info or {}), None
         return (encode_observation(self.raw_observation),
                 make_info(self.raw_observation, session.info, self.task, self.layer))
 
@@ -146,27 +162,28 @@ class KernelEnv(gym.Env[dict, dict]):
                                                self.invalid_action_reward, self.no_gpu_reward)
         self._ended = self._ended or truncated
         info = make_info(raw, None, self.task, self.layer, request_error=err.code)
+        self._last_reward, self._last_info, self._refused = reward, {}, raw  # for render()
         return encode_observation(raw), reward, False, truncated, info
 
     def _accept(self, result: StepResult) -> tuple[dict[str, str], float, bool, bool, dict[str, Any]]:
         self.raw_observation = result.observation
         self._ended = result.done
+        self._last_reward, self._last_info = result.reward, dict(result.info or {})
+        self._refused = None
         info = make_info(result.observation, result.info, self.task, self.layer)
         return (encode_observation(result.observation), result.reward, result.terminated,
                 result.truncated, info)
 
     def render(self) -> str | None:
-        if self.render_mode != "ansi":
+        if self.render_mode is None:
             return None
-        raw = self.raw_observation
-        last = raw.get("last") or {}
-        budget = raw.get("budget") or {}
-        lines = [f"d2k {self.task} L{self.layer} session={self.session} step={raw.get('step')} "
-                 f"done={raw.get('done')} end_reason={raw.get('end_reason')}",
-                 f"budget: {budget}",
-                 f"last: {last.get('action')} ok={last.get('ok')} error={last.get('error')}",
-                 f"files: {sorted((raw.get('files') or {}).keys())}"]
-        return "\n".join(lines) + "\n"
+        text = render_text(task=self.task, layer=self.layer, session=self.session,
+                           observation=self._refused or self.raw_observation, initial_files=self._initial_files,
+                           reward=self._last_reward, info=self._last_info)
+        if self.render_mode == "human":
+            print(text, end="", flush=True)
+            return None
+        return text
 
     def close(self) -> None:
         try:
@@ -174,6 +191,9 @@ class KernelEnv(gym.Env[dict, dict]):
         finally:
             if self._own_client:
                 self.client.close()
+            if self.server is not None:
+                self.server.stop()
+                self.server = None
         super().close()
 
     # -- helpers ----------------------------------------------------------------------------

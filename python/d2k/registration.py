@@ -3,12 +3,13 @@
 Gymnasium looks ids up in a plain dict, so they must be registered before ``gymnasium.make``.
 ``import d2k`` registers:
   * ``d2k/Kernel-v0``: any task, ``gymnasium.make("d2k/Kernel-v0", task="softmax", layer=2)``;
-  * ``d2k/<task>-L{0..3}-v0`` for every task folder (a subfolder with task.json) under
-    ``$D2K_TASKS_DIR``, or under the source tree's ``tasks/`` when the package runs from a
-    checkout.
+  * ``d2k/<task>-L{0..3}-v0`` for every task folder (a subfolder with task.json) of the default
+    tasks: ``$D2K_TASKS_DIR``, else the tasks bundled in the installed package (``d2k/tasks``,
+    put there by ``pip install ./python``), else the checkout's ``tasks/`` when the package runs
+    from a source tree.
 ``d2k.register_envs()`` asks a running server (``$D2K_ENDPOINT``) for its tasks and registers
-an id for every task × layer it lists. Envs connect to ``$D2K_ENDPOINT`` (default
-tcp://127.0.0.1:5555) when made, unless given ``endpoint=``.
+an id for every task × layer it lists. Envs made without ``endpoint=`` connect to
+``$D2K_ENDPOINT`` when set, else start a private server (d2k.local).
 """
 from __future__ import annotations
 
@@ -70,11 +71,16 @@ def tasks_in_dir(root: Path) -> list[str]:
 
 
 def default_tasks_dir() -> Path | None:
+    """$D2K_TASKS_DIR; else the tasks bundled in the installed package; else the checkout's."""
     env = os.environ.get("D2K_TASKS_DIR")
     if env:
         return Path(env)
-    source_tree = Path(__file__).resolve().parents[2] / "tasks"  # <repo>/python/d2k/ → <repo>/tasks
-    return source_tree if source_tree.is_dir() else None
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "tasks",               # installed: site-packages/d2k/tasks
+                      package.parents[1] / "tasks"):   # checkout: <repo>/python/d2k → <repo>/tasks
+        if candidate.is_dir() and tasks_in_dir(candidate):
+            return candidate
+    return None
 
 
 def register_defaults() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import string
+from collections.abc import Sequence
 from typing import Any, Mapping
 
 from gymnasium import spaces
@@ -31,6 +32,11 @@ PATH_CHARS = string.ascii_letters + string.digits + "._-/"
 
 OBS_KEYS: tuple[str, ...] = ("task", "guidance", "files", "last", "status")
 MAX_OBS_CHARS = 1 << 24      # a whole workspace (2 MiB) JSON-escaped fits easily
+# Per entry: what each can hold (a task statement and its guidance are a few KiB; the workspace
+# and the last outcome, with its compile log, can be large). gymnasium.vector.AsyncVectorEnv
+# reserves max_length bytes per entry and env in shared memory (see ObservationText).
+OBS_MAX_CHARS: dict[str, int] = {"task": 1 << 20, "guidance": 1 << 20, "files": MAX_OBS_CHARS,
+                                 "last": MAX_OBS_CHARS, "status": 1 << 16}
 MAX_FILE_CHARS = 256 << 10   # protocol limit of one workspace file
 MAX_STRING_CHARS = 1 << 20   # protocol limit of one string (a diff)
 MAX_PATH_CHARS = 128
@@ -39,9 +45,82 @@ MAX_PATH_CHARS = 128
 VOLATILE_KEYS = frozenset({"seconds", "seconds_used", "cached"})
 
 
+class ObservationText(spaces.Text):
+    """A Text entry of the observation: printable ASCII JSON.
+
+    gymnasium's shared memory for a Text space (AsyncVectorEnv's default) holds one int32 per
+    character of max_length and is read back one character at a time in Python: for these
+    entries hundreds of MiB and tens of seconds per env. An ObservationText is kept in shared
+    memory as ASCII bytes with a length per env instead (handlers registered below).
+    """
+
+
 def observation_space() -> spaces.Dict:
-    return spaces.Dict({k: spaces.Text(max_length=MAX_OBS_CHARS, min_length=1, charset=PRINTABLE)
+    return spaces.Dict({k: ObservationText(max_length=OBS_MAX_CHARS[k], min_length=1, charset=PRINTABLE)
                         for k in OBS_KEYS})
+
+
+class SharedTextBatch(Sequence):
+    """N strings in shared memory (ObservationText's layout), decoded when read. A deep copy
+    (what AsyncVectorEnv returns with its default copy=True) is a plain tuple of str."""
+
+    def __init__(self, lengths: Any, data: Any, max_length: int, n: int) -> None:
+        self._lengths, self._data, self._max, self._n = lengths, data, max_length, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(self._n)))
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError(index)
+        import numpy as np
+        start = index * self._max
+        raw = np.frombuffer(self._data, dtype=np.uint8)[start:start + self._lengths[index]]
+        return raw.tobytes().decode("ascii")
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, Sequence) else other)
+
+    def __deepcopy__(self, memo: dict) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+def _register_shared_memory() -> None:
+    import numpy as np
+    from gymnasium.vector.utils import shared_memory as shm
+
+    @shm.create_shared_memory.register(ObservationText)
+    def _create(space: ObservationText, n: int = 1, ctx: Any = None):
+        import multiprocessing as mp
+        ctx = ctx or mp
+        return (ctx.Array("q", n), ctx.Array("B", n * space.max_length, lock=False))
+
+    @shm.read_from_shared_memory.register(ObservationText)
+    def _read(space: ObservationText, memory: Any, n: int = 1) -> "SharedTextBatch":
+        # AsyncVectorEnv reads its shared memory ONCE and expects views that show later writes
+        # (numpy arrays do); strings cannot, so this is a view that decodes on access.
+        lengths, data = memory
+        return SharedTextBatch(lengths, data, space.max_length, n)
+
+    @shm.write_to_shared_memory.register(ObservationText)
+    def _write(space: ObservationText, index: int, value: str, memory: Any) -> None:
+        lengths, data = memory
+        raw = value.encode("ascii")
+        if len(raw) > space.max_length:
+            raise ValueError(f"observation entry of {len(raw)} characters is over {space.max_length}")
+        start = index * space.max_length
+        np.frombuffer(data, dtype=np.uint8)[start:start + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+        lengths[index] = len(raw)
+
+
+_register_shared_memory()
 
 
 def action_space() -> spaces.Dict:

@@ -22,6 +22,7 @@ from .actions import normalize_action
 from .client import Client, reset_fields, step_result
 from .errors import D2KError, InvalidAction
 from .gym_env import OBSERVED_ERRORS, make_info, rejected_step
+from .local import LocalServer, open_client
 from .spaces import OBS_KEYS, action_space, encode_observation, observation_space
 
 
@@ -49,7 +50,10 @@ class KernelVectorEnv(VectorEnv):
         self.invalid_action_reward = float(invalid_action_reward)
         self.no_gpu_reward = float(no_gpu_reward)
         self._own_client = client is None
-        self.client = client if client is not None else Client(endpoint, timeout=timeout)
+        self.server: LocalServer | None = None  # the private server when no endpoint was given
+        if client is None:
+            client, self.server = open_client(endpoint, timeout)
+        self.client = client
         self.single_observation_space = observation_space()
         self.single_action_space = action_space()
         self.observation_space = batch_space(self.single_observation_space, num_envs)
@@ -181,3 +185,6 @@ class KernelVectorEnv(VectorEnv):
         finally:
             if self._own_client:
                 self.client.close()
+            if self.server is not None:
+                self.server.stop()
+                self.server = None

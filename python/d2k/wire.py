@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import msgpack
 
-from .errors import D2KError, ProtocolError, error_from_reply
+from .errors import D2KError, ProtocolError, TooLarge, error_from_reply
 
 PROTOCOL_VERSION = 1
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
@@ -26,6 +26,59 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
 # Errors after which the same work is retried automatically, with a FRESH id: the server
 # reports these before running anything, so asking again cannot run an action twice.
 AUTO_RETRY_CODES = frozenset({"busy", "capacity"})
+
+
+# The request limits of protocol/PROTOCOL.md section 5 as `d2k serve` sets them by default; the
+# live values come from hello.limits and replace these once known.
+DEFAULT_LIMITS: dict[str, int] = {
+    "max_message_bytes": 8 << 20,
+    "max_string_bytes": 1 << 20,
+    "max_file_bytes": 256 << 10,
+}
+
+# Requests up to this size are sent without asking the server for its limits first (every
+# server's limits are far above it); a larger one is checked against hello.limits before it is
+# sent, because a frame far over the limit is dropped by the server without a reply.
+PRECHECK_BYTES = 64 << 10
+
+
+def _longest_string(value: Any, path: str = "") -> tuple[int, str]:
+    """(bytes, field path) of the longest string or bytes value in a request's fields."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")), path
+    if isinstance(value, (bytes, bytearray)):
+        return len(value), path
+    best = (0, "")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            best = max(best, _longest_string(v, f"{path}.{k}" if path else str(k)))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            best = max(best, _longest_string(v, f"{path}[{i}]"))
+    return best
+
+
+def check_request_limits(op: str, fields: Mapping[str, Any], frame_bytes: int,
+                         limits: Mapping[str, Any]) -> None:
+    """Raises TooLarge, without sending anything, for a request over the server's limits."""
+    max_message = int(limits.get("max_message_bytes", DEFAULT_LIMITS["max_message_bytes"]))
+    if frame_bytes > max_message:
+        raise TooLarge(f"the {op} request is {frame_bytes} bytes; the server takes at most "
+                       f"{max_message} (hello.limits.max_message_bytes); nothing was sent")
+    action = fields.get("action")
+    if op == "step" and isinstance(action, Mapping) and action.get("type") in ("write_file", "edit"):
+        max_file = int(limits.get("max_file_bytes", DEFAULT_LIMITS["max_file_bytes"]))
+        for key in ("content", "old", "new"):
+            text = action.get(key)
+            if isinstance(text, str) and len(text.encode("utf-8", "surrogatepass")) > max_file:
+                raise TooLarge(f"{key} is {len(text.encode('utf-8', 'surrogatepass'))} bytes; a workspace "
+                               f"file holds at most {max_file} (hello.limits.max_file_bytes); nothing "
+                               f"was sent", field=f"action.{key}")
+    max_string = int(limits.get("max_string_bytes", DEFAULT_LIMITS["max_string_bytes"]))
+    size, where = _longest_string(fields)
+    if size > max_string:
+        raise TooLarge(f"{where} is {size} bytes; one string may be at most {max_string} "
+                       f"(hello.limits.max_string_bytes); nothing was sent", field=where)
 
 
 def default_endpoint() -> str:

@@ -159,3 +159,26 @@ def test_agents_cli_help():
         out = subprocess.run([sys.executable, "-m", f"agents.{name}", "--help"], cwd=REPO,
                              capture_output=True, text=True, timeout=20)
         assert out.returncode == 0 and "--endpoint" in out.stdout
+
+
+def test_agents_help_keeps_the_whole_description():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "agents.llm", "--help"], cwd=REPO,
+                         capture_output=True, text=True, timeout=20)
+    text = " ".join(out.stdout.split())
+    assert "the task, guidance and each step's outcome rendered as messages, with token and step budgets." in text
+
+
+def test_llm_agent_with_an_unreachable_chat_api_says_so_in_one_line(server, task_id):
+    import subprocess
+    import sys
+    from conftest import free_port
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    out = subprocess.run([sys.executable, "-m", "agents.llm", "--endpoint", server.endpoint,
+                          "--task", task_id, "--base-url", closed, "--max-turns", "1"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert f"cannot reach the chat API {closed}/chat/completions" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

@@ -54,3 +54,33 @@ def test_make_vec_uses_the_pipelined_vector_env(server, task_id, monkeypatch):
         assert len(obs["task"]) == 2
     finally:
         env.close()
+
+
+def test_make_vec_async_is_quick_and_small(server, task_id, monkeypatch):
+    """AsyncVectorEnv (shared memory by default) of 2 envs: seconds and tens of MiB, not 40 s
+    and 1 GB (ObservationText keeps its entries as bytes in shared memory)."""
+    import time
+    from gymnasium.vector.utils import create_shared_memory
+
+    from d2k.spaces import observation_space
+
+    space = observation_space()
+    memory = create_shared_memory(space, n=2)
+    reserved = sum(len(lengths) * 8 + len(data) for lengths, data in memory.values())
+    assert reserved < 80 << 20, f"{reserved} bytes of shared memory for 2 envs"
+
+    monkeypatch.setenv("D2K_ENDPOINT", server.endpoint)
+    d2k.register_task(task_id)
+    start = time.monotonic()
+    env = gym.make_vec(f"d2k/{task_id}-L0-v0", num_envs=2, vectorization_mode="async")
+    try:
+        obs, _ = env.reset(seed=3)
+        assert time.monotonic() - start < 20
+        assert len(obs["files"]) == 2 and obs in env.observation_space
+        env.action_space.seed(4)
+        obs, rew, term, trunc, infos = env.step(env.action_space.sample())
+        assert obs in env.observation_space and rew.shape == (2,)
+        for i in range(2):
+            assert d2k.parse_observation({k: v[i] for k, v in obs.items()})["task"]["id"] == task_id
+    finally:
+        env.close()

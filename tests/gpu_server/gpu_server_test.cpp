@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "catch.hpp"
+#include "skip.hpp"
 #include "env/gpu_setup.hpp"
 #include "../env/server_fixture.hpp"
 
@@ -59,7 +60,7 @@ GpuServer& gpu_server() {
 
 bool skip() {
   if (gpu_server().server) return false;
-  std::cout << "SKIP: no usable GPU here; these tests run on a GPU machine (ctest -L gpu)\n";
+  d2k::test::skip("no usable GPU here; these tests run on a GPU machine (ctest -L gpu)");
   return true;
 }
 

@@ -1,5 +1,7 @@
 #include "gpu_support.hpp"
 
+#include "skip.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -39,8 +41,8 @@ runner::Evaluator& evaluator() {
 
 bool have_gpu(const char* test_name) {
   if (evaluator().gpu_count() > 0) return true;
-  std::printf("SKIP %s: no CUDA GPU on this machine (%s); runs in full on the H200 (scripts/gpu-check.sh)\n",
-              test_name, evaluator().probe_error().c_str());
+  skip(std::string(test_name) + ": no CUDA GPU on this machine (" + evaluator().probe_error() +
+       "); runs in full on the H200 (scripts/gpu-check.sh)");
   return false;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "catch.hpp"
+#include "skip.hpp"
 
 namespace {
 
@@ -44,7 +45,7 @@ TEST_CASE("verify-tasks proves vector_add sound on the GPU", "[gpu][verify]") {
   const int rc = WEXITSTATUS(status);
   if (rc == 2) {
     REQUIRE(out.find("verify-tasks needs a GPU; none found") != std::string::npos);
-    std::printf("SKIP verify-tasks GPU test: no CUDA GPU on this machine; runs in full on the H200 (scripts/gpu-check.sh)\n");
+    d2k::test::skip("verify-tasks GPU test: no CUDA GPU on this machine; runs in full on the H200 (scripts/gpu-check.sh)");
     return;
   }
   REQUIRE((rc == 0 || rc == 1));
