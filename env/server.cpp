@@ -48,6 +48,26 @@ json compile_to_json(const sandbox::CompileOutcome& c) {
   return out;
 }
 
+// What a finished compile means for the step: the one mapping of compiler results onto outcomes.
+sandbox::Outcome compile_outcome(const sandbox::CompileOutcome& c) {
+  if (c.ok) return sandbox::Outcome::ok;
+  if (c.sandbox_violation) return sandbox::Outcome::sandbox_violation;
+  return c.timed_out ? sandbox::Outcome::timeout : sandbox::Outcome::compile_error;
+}
+
+std::string compile_failure_message(const sandbox::CompileOutcome& c) {
+  switch (compile_outcome(c)) {
+    case sandbox::Outcome::sandbox_violation: return "the compiler was stopped by the sandbox: " + c.violation;
+    case sandbox::Outcome::timeout: return "the compile ran past its deadline";
+    default: return "the compile failed; see compile.diagnostics";
+  }
+}
+
+// `last.error` of a step that failed with `outcome`: the outcome's wire name is the code.
+json outcome_error_json(sandbox::Outcome outcome, const std::string& message) {
+  return {{"code", sandbox::to_string(outcome)}, {"message", message}};
+}
+
 json error_json(const Error& e) { return {{"code", protocol::to_string(e.code)}, {"message", e.what()}}; }
 
 std::string route_key(const Route& route) {
@@ -531,15 +551,7 @@ void Server::start_compile(const std::string& session_id, const Route& route, st
       }
       Episode& ep = *it->second.episode;
       json last = {{"action", "compile"}, {"ok", outcome.ok}, {"compile", compile_to_json(outcome)}};
-      if (!outcome.ok) {
-        std::string code = outcome.sandbox_violation ? "sandbox_violation"
-                           : outcome.timed_out        ? "timeout"
-                                                      : "compile_error";
-        std::string message = outcome.sandbox_violation ? "the compiler was stopped by the sandbox: " + outcome.violation
-                              : outcome.timed_out       ? "the compile ran past its deadline"
-                                                        : "the compile failed; see compile.diagnostics";
-        last["error"] = {{"code", code}, {"message", message}};
-      }
+      if (!outcome.ok) last["error"] = outcome_error_json(compile_outcome(outcome), compile_failure_message(outcome));
       double reward = outcome.ok ? config_.step_reward.ok_step : config_.reward.compile_error;
       ep.record_step(last, reward);
       Value reply = protocol::make_ok_reply(id, step_reply(ep, reward));
@@ -594,7 +606,7 @@ void Server::start_evaluation(const std::string& session_id, const Route& route,
       json last = {{"action", type},
                    {"ok", false},
                    {"compile", compile_to_json(outcome)},
-                   {"error", {{"code", "compile_error"}, {"message", "the kernel did not compile"}}}};
+                   {"error", outcome_error_json(sandbox::Outcome::compile_error, "the kernel did not compile")}};
       land(std::move(last), config_.reward.compile_error, nullptr);
       return;
     }
@@ -605,14 +617,14 @@ void Server::start_evaluation(const std::string& session_id, const Route& route,
       json last = {{"action", type}, {"compile", compile_json}};
       try {
         report = gpu_->evaluate(job);
-        last["ok"] = report.evaluation.value("status", "") == "ok";
+        last["ok"] = report.outcome == sandbox::Outcome::ok;
         last["evaluation"] = report.evaluation;
-        if (!last["ok"].get<bool>())
-          last["error"] = {{"code", report.evaluation.value("status", "runtime_error")},
-                           {"message", report.evaluation.value("message", "the evaluation failed")}};
+        if (report.outcome != sandbox::Outcome::ok)
+          last["error"] = outcome_error_json(report.outcome,
+                                             report.message.empty() ? "the evaluation failed" : report.message);
       } catch (const std::exception& e) {
         last["ok"] = false;
-        last["error"] = {{"code", "internal"}, {"message", std::string("evaluation failed: ") + e.what()}};
+        last["error"] = error_json(Error(ErrorCode::internal, std::string("evaluation failed: ") + e.what()));
       }
       land(std::move(last), report.reward, report.breakdown);
     });
