@@ -1,5 +1,6 @@
 #include "env/server.hpp"
 
+#include "env/log.hpp"
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -7,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <iostream>
 #include <optional>
 #include <stdexcept>
 
@@ -97,10 +97,10 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
   cc.deadline = std::chrono::milliseconds(static_cast<long long>(config_.compile_deadline_s * 1000));
   compiler_ = std::make_unique<sandbox::Compiler>(cc);
 
-  auto log_error = [](const std::string& what) { std::cerr << "d2k serve: worker error: " << what << "\n"; };
-  compile_pool_ = std::make_unique<WorkerPool>("compile", config_.compile_workers, log_error);
+  auto on_worker_error = [](const std::string& what) { log_error("worker error: " + what); };
+  compile_pool_ = std::make_unique<WorkerPool>("compile", config_.compile_workers, on_worker_error);
   for (std::size_t i = 0; i < gpu_info_.size(); ++i)
-    gpu_queues_.push_back(std::make_unique<WorkerPool>("gpu" + std::to_string(i), 1, log_error));
+    gpu_queues_.push_back(std::make_unique<WorkerPool>("gpu" + std::to_string(i), 1, on_worker_error));
 }
 
 Server::~Server() {
@@ -137,7 +137,7 @@ void Server::bind() {
       // A derived events endpoint (port + 1) may be taken by someone else: serve without live
       // events rather than not at all. An endpoint the user asked for stays an error.
       if (!config_.events_endpoint.empty() || rc.events_endpoint.empty()) throw;
-      std::cerr << "d2k serve: no live events (" << e.what() << "); use --events to pick an endpoint\n";
+      log_warn(std::string("no live events (") + e.what() + "); use --events to pick an endpoint");
       rc.events_endpoint.clear();
       recorder_ = std::make_unique<Recorder>(rc);
     }
@@ -171,7 +171,7 @@ void Server::run() {
         stopping_ = true;
         stop_deadline = clock::now() + std::chrono::milliseconds(
                                            static_cast<long long>(config_.shutdown_grace_s * 1000));
-        std::cerr << "d2k serve: stopping; " << deferred_in_flight_ << " action(s) in flight\n";
+        log_info("stopping; " + std::to_string(deferred_in_flight_) + " action(s) in flight");
       }
     }
     if (items[1].revents & ZMQ_POLLIN) mailbox_.drain();
@@ -185,7 +185,7 @@ void Server::run() {
     if (stopping_) {
       if (deferred_in_flight_ == 0) break;
       if (!cancelled && clock::now() > *stop_deadline) {
-        std::cerr << "d2k serve: grace period over; cancelling work in flight\n";
+        log_warn("grace period over; cancelling work in flight");
         sandbox::cancel_all_jails();
         if (gpu_) gpu_->cancel_all();
         cancelled = true;
@@ -219,7 +219,7 @@ void Server::send(const Route& route, const std::string& bytes) {
     zmq::send_multipart(socket_, parts, zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
     // A peer that went away or stopped reading: its reply is dropped, the server carries on.
-    std::cerr << "d2k serve: reply dropped: " << e.what() << "\n";
+    log_warn(std::string("reply dropped: ") + e.what());
   }
 }
 
@@ -270,7 +270,7 @@ void Server::handle(const Route& route, std::string_view payload) {
     reply = protocol::make_error_reply(id, e);
   } catch (const std::exception& e) {
     ++errors_;
-    std::cerr << "d2k serve: internal error: " << e.what() << "\n";
+    log_error(std::string("internal error: ") + e.what());
     reply = protocol::make_error_reply(id, Error(ErrorCode::internal, std::string("internal error: ") + e.what()));
   }
   // Recorded before it is sent: a client holding a reply can rely on its exchange being in the log
@@ -294,7 +294,7 @@ void Server::record_exchange(const Request& request, const Value& reply) try {
   // A close answered here ends the session once nothing is in flight.
   if (envelope.op == "close" && s->closing && !s->in_flight) erase_session(request.session, "closed");
 } catch (const std::exception& e) {
-  std::cerr << "d2k serve: recording failed: " << e.what() << "\n";  // never the server's end
+  log_error(std::string("recording failed: ") + e.what());  // never the server's end
 }
 
 Server::Answer Server::dispatch(const Route& route, const Request& request) {
@@ -601,7 +601,7 @@ void Server::erase_session(const std::string& id, const std::string& reason) {
     try {
       recorder_->end(*s->episode, reason);
     } catch (const std::exception& e) {
-      std::cerr << "d2k serve: recorder: " << e.what() << "\n";
+      log_error(std::string("recorder: ") + e.what());
     }
   }
   replies_.forget_session(id);

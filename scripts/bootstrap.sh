@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libseccomp-dev nlohmann-json3-dev catch2 libcli11-dev
-  libxxhash-dev libsqlite3-dev libffi-dev
+  libxxhash-dev libsqlite3-dev libffi-dev libspdlog-dev
   chromium fonts-dejavu-core)  # headless Chromium renders `d2k report --html` in the tests
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
