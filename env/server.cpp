@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -73,6 +74,50 @@ json outcome_error_json(sandbox::Outcome outcome, const std::string& message) {
 json error_json(const Error& e) { return {{"code", protocol::to_string(e.code)}, {"message", e.what()}}; }
 
 }  // namespace
+
+json toolchain_json(std::string_view banner) {
+  // Compiler::toolchain_version(): nvcc's whole `--version` banner, then the host compiler's first line.
+  std::vector<std::string_view> lines;
+  for (std::size_t at = 0; at <= banner.size();) {
+    const std::size_t nl = std::min(banner.find('\n', at), banner.size());
+    if (nl > at) lines.push_back(banner.substr(at, nl - at));
+    at = nl + 1;
+  }
+  auto version_token = [](std::string_view s) -> std::string_view {  // the last word that starts with a digit
+    std::string_view best;
+    for (std::size_t at = 0; at < s.size();) {
+      const std::size_t end = std::min(s.find(' ', at), s.size());
+      if (end > at && std::isdigit(static_cast<unsigned char>(s[at]))) best = s.substr(at, end - at);
+      at = end + 1;
+    }
+    return best;
+  };
+  // nvcc: "Cuda compilation tools, release 13.0, V13.0.88" → "13.0.88" (the release when no V…).
+  std::string nvcc;
+  for (std::string_view l : lines)
+    if (l.find("Cuda compilation tools") != std::string_view::npos) {
+      if (auto v = l.find(", V"); v != std::string_view::npos) {
+        nvcc = std::string(l.substr(v + 3, l.find_first_of(", ", v + 3) - (v + 3)));
+      } else if (auto r = l.find("release "); r != std::string_view::npos) {
+        nvcc = std::string(l.substr(r + 8, l.find_first_of(", ", r + 8) - (r + 8)));
+      } else {
+        nvcc = std::string(l);
+      }
+    }
+  // The host compiler: the line after nvcc's banner, "g++ (Debian 12.2.0-14+deb12u1) 12.2.0" →
+  // "g++ 12.2.0"; "Debian clang version 14.0.6" → "clang 14.0.6".
+  std::string host;
+  const bool nvcc_banner_last = !lines.empty() && (lines.back().rfind("Build cuda", 0) == 0 ||
+                                                  lines.back().find("Cuda compilation tools") != std::string_view::npos);
+  if (!lines.empty() && !nvcc_banner_last) {
+    std::string_view l = lines.back();
+    std::string_view name = l.substr(0, l.find(' '));
+    if (l.find("clang version") != std::string_view::npos) name = "clang";
+    const std::string_view version = version_token(l);
+    host = version.empty() || name == l ? std::string(l) : std::string(name) + " " + std::string(version);
+  }
+  return {{"nvcc", clean(nvcc)}, {"host_compiler", clean(host)}};
+}
 
 Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> gpu)
     : config_(std::move(config)),
@@ -310,18 +355,6 @@ Server::Answer Server::dispatch(const Route& route, const Request& request) {
   throw Error(ErrorCode::unknown_op, "unknown op '" + op + "'", "op");
 }
 
-json Server::toolchain_json() const {
-  // toolchain_version() is the nvcc banner line, then the host compiler's first line.
-  std::string v = compiler_->toolchain_version();
-  std::string nvcc = v, host;
-  if (auto nl = v.find('\n'); nl != std::string::npos) {
-    nvcc = v.substr(0, nl);
-    host = v.substr(nl + 1);
-    if (auto nl2 = host.find('\n'); nl2 != std::string::npos) host = host.substr(0, nl2);
-  }
-  return {{"nvcc", clean(nvcc)}, {"host_compiler", clean(host)}};
-}
-
 Value Server::op_hello() const {
   json gpus = json::array();
   for (const auto& g : gpu_info_)
@@ -331,7 +364,7 @@ Value Server::op_hello() const {
           {"version", kVersionString},
           {"protocol", json::array({protocol::kVersion})},
           {"gpus", gpus},
-          {"toolchain", toolchain_json()},
+          {"toolchain", toolchain_json(compiler_->toolchain_version())},
           {"limits",
            {{"max_message_bytes", l.max_message_bytes},
             {"max_depth", l.max_depth},

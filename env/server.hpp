@@ -9,6 +9,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <zmq.hpp>
@@ -27,6 +28,11 @@
 #include "tasks/loader/task.hpp"
 
 namespace d2k::env {
+
+// hello.toolchain from Compiler::toolchain_version() (nvcc's `--version` banner, then the host
+// compiler's first line): {nvcc: "13.0.88", host_compiler: "g++ 12.2.0"}; a field whose banner
+// line is missing is "".
+nlohmann::json toolchain_json(std::string_view banner);
 
 class Server {
  public:
@@ -74,7 +80,6 @@ class Server {
   void handle(const Route& route, std::string_view payload);
   Answer dispatch(const Route& route, const Request& request);
   protocol::Value op_hello() const;
-  nlohmann::json toolchain_json() const;
   protocol::Value op_list_tasks() const;
   protocol::Value op_reset(const protocol::Envelope& request);
   Answer op_step(const Route& route, const Request& request);
