@@ -71,6 +71,8 @@ json outcome_error_json(sandbox::Outcome outcome, const std::string& message) {
   return {{"code", sandbox::to_string(outcome)}, {"message", message}};
 }
 
+constexpr std::size_t kHardCapFactor = 16;  // ZeroMQ's frame cap, in units of max_message_bytes
+
 json error_json(const Error& e) { return {{"code", protocol::to_string(e.code)}, {"message", e.what()}}; }
 
 }  // namespace
@@ -158,8 +160,10 @@ void Server::bind() {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::router_mandatory, 0);
   // A hard cap well above our own limit: frames up to it get a typed too_large reply, frames above
-  // it make ZeroMQ drop the peer's connection (it never reaches us).
-  socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(config_.limits.max_message_bytes * 4));
+  // it make ZeroMQ drop the peer's connection (it never reaches us). 16 × the limit (128 MiB at the
+  // default) answers the usual mistake, a file of tens of MB, instead of leaving its client to
+  // resend until its deadline.
+  socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(config_.limits.max_message_bytes * kHardCapFactor));
   try {
     socket_.bind(config_.endpoint);
   } catch (const zmq::error_t& e) {
@@ -312,6 +316,9 @@ void Server::handle(const Route& route, std::string_view payload) {
     }
   } catch (const Error& e) {
     ++errors_;
+    // Over a decoding limit, the id was not read yet: find it in the frame, so the client can tell
+    // which request failed (and stop resending it).
+    if (!id && e.code == ErrorCode::too_large) id = protocol::peek_request_id(payload);
     reply = protocol::make_error_reply(id, e);
   } catch (const std::exception& e) {
     ++errors_;
