@@ -229,7 +229,7 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
     req.timing = true;
     req.trusted = true;
     const runner::EvalResult r = tools.evaluator->evaluate(req);
-    v.status = r.status;
+    v.status = sandbox::to_string(r.status);
     v.message = one_line(r.message);
     for (const auto& w : r.workloads) {
       const tasks::Workload* tw = task.find_workload(w.name);
