@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sandbox/outcome.hpp"
 #include "tasks/loader/task.hpp"
 
 namespace d2k::env {
@@ -31,6 +32,8 @@ struct EvaluationJob {
 };
 
 struct EvaluationReport {
+  sandbox::Outcome outcome = sandbox::Outcome::internal_error;  // the step's outcome (a step outcome)
+  std::string message;        // why it failed ("" when ok)
   nlohmann::json evaluation;  // observation.last.evaluation (status, per-workload results, flags)
   double reward = 0;          // the step's reward
   nlohmann::json breakdown;   // info.reward: how the reward came about

@@ -15,14 +15,6 @@ namespace d2k::env {
 #ifdef D2K_HAVE_EVAL
 namespace {
 
-// Statuses of the evaluator that are the reward's failure kinds; anything else is internal.
-std::string reward_status(const std::string& s) {
-  if (s == "ok" || s == "incorrect" || s == "runtime_error" || s == "timeout" || s == "sandbox_violation" ||
-      s == "flagged")
-    return s;
-  return "runtime_error";
-}
-
 // Evaluates in fresh runner processes (sandbox/runner) and turns the result into a reward
 // against the layer's expert and the baseline, timed on the same GPU (calibration cache).
 class RunnerBackend final : public GpuBackend {
@@ -49,12 +41,14 @@ class RunnerBackend final : public GpuBackend {
     runner::EvalResult r = evaluator_->evaluate(req);
     EvaluationReport report;
     report.evaluation = r.to_json();
-    if (r.status == "internal_error" || r.status == "bad_request" || r.status == "no_gpu") {
-      report.evaluation["status"] = "runtime_error";
-      report.evaluation["evaluator_status"] = r.status;
+    report.outcome = sandbox::step_outcome_of_evaluation(r.status);
+    report.message = r.message;
+    if (report.outcome != r.status) {  // the evaluator's own failure: the agent sees runtime_error
+      report.evaluation["status"] = sandbox::to_string(report.outcome);
+      report.evaluation["evaluator_status"] = sandbox::to_string(r.status);
     }
     RewardInputs in;
-    in.status = reward_status(r.status);
+    in.status = report.outcome;
     in.compiled = true;
     in.layer = job.layer;
     if (r.ok()) {

@@ -1,9 +1,9 @@
 #include "env/recorder.hpp"
 
+#include "env/log.hpp"
 #include <algorithm>
 #include <chrono>
 #include <fstream>
-#include <iostream>
 #include <sstream>
 
 #include "env/version.hpp"
@@ -181,7 +181,7 @@ Recorder::Recorder(RecorderConfig config) : config_(std::move(config)) {
     std::error_code ec;
     std::filesystem::create_directories(config_.log_dir, ec);
     if (ec)
-      std::cerr << "d2k serve: episode logs off: cannot create " << config_.log_dir << ": " << ec.message() << "\n";
+      log_warn("episode logs off: cannot create \"" + config_.log_dir.string() + "\": " + ec.message());
     else
       logs_ok_ = true;
   }
@@ -189,7 +189,7 @@ Recorder::Recorder(RecorderConfig config) : config_(std::move(config)) {
     try {
       catalogue_ = std::make_unique<Catalogue>(config_.catalogue);
     } catch (const std::exception& e) {
-      std::cerr << "d2k serve: episode catalogue off: " << e.what() << "\n";
+      log_warn(std::string("episode catalogue off: ") + e.what());
     }
   }
   if (!config_.events_endpoint.empty()) {
@@ -223,12 +223,12 @@ void Recorder::publish(const std::string& session, const json& event) {
     pub_->send(zmq::buffer(session), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     pub_->send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait);
   } catch (const std::exception& e) {
-    std::cerr << "d2k serve: episode event dropped: " << e.what() << "\n";
+    log_warn(std::string("episode event dropped: ") + e.what());
   }
 }
 
 void Recorder::fail_log(Active& a, const std::string& why) {
-  std::cerr << "d2k serve: episode log of session " << a.row.session << " failed: " << why << "\n";
+  log_error("episode log of session " + a.row.session + " failed: " + why);
   a.writer.reset();
   a.row.log_status = "failed: " + why;
   save_row(a);
@@ -248,7 +248,7 @@ void Recorder::save_row(Active& a) {
   try {
     catalogue_->upsert(a.row);
   } catch (const std::exception& e) {
-    std::cerr << "d2k serve: catalogue update of session " << a.row.session << " failed: " << e.what() << "\n";
+    log_error("catalogue update of session " + a.row.session + " failed: " + e.what());
   }
 }
 
@@ -296,7 +296,7 @@ void Recorder::begin(const Episode& episode, const json& request, const json& re
       } catch (const std::exception& e) {
         a->writer.reset();
         row.log_status = std::string("failed: ") + e.what();
-        std::cerr << "d2k serve: episode log of session " << row.session << " failed: " << e.what() << "\n";
+        log_error("episode log of session " + row.session + " failed: " + e.what());
       }
     }
     append(*a, {{"k", "exchange"}, {"n", a->next_n++}, {"t_request", t_request}, {"t_reply", t_reply},
@@ -307,7 +307,7 @@ void Recorder::begin(const Episode& episode, const json& request, const json& re
                           {"t_request", t_request}, {"t_reply", t_reply}, {"request", request}, {"reply", reply}});
     active_[row.session] = std::move(a);
   } catch (const std::exception& e) {
-    std::cerr << "d2k serve: recorder: begin of session " << episode.id() << " failed: " << e.what() << "\n";
+    log_error("recorder: begin of session " + episode.id() + " failed: " + e.what());
   }
 }
 
@@ -326,7 +326,7 @@ void Recorder::record(const Episode& episode, const json& request, const json& r
     publish(a.row.session, {{"kind", "exchange"}, {"session", a.row.session}, {"n", n}, {"t_request", t_request},
                             {"t_reply", t_reply}, {"request", request}, {"reply", reply}});
   } catch (const std::exception& e) {
-    std::cerr << "d2k serve: recorder: record for session " << episode.id() << " failed: " << e.what() << "\n";
+    log_error("recorder: record for session " + episode.id() + " failed: " + e.what());
   }
 }
 
@@ -360,7 +360,7 @@ void Recorder::end(const Episode& episode, const std::string& reason) {
     publish(a.row.session, event);
     active_.erase(it);
   } catch (const std::exception& e) {
-    std::cerr << "d2k serve: recorder: end of session " << episode.id() << " failed: " << e.what() << "\n";
+    log_error("recorder: end of session " + episode.id() + " failed: " + e.what());
   }
 }
 

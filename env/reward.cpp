@@ -7,15 +7,15 @@
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
 namespace d2k::env {
 namespace {
 
 using nlohmann::json;
+using sandbox::Outcome;
 
-constexpr std::array<std::string_view, 7> kStatuses = {
-    "ok", "compile_error", "incorrect", "runtime_error", "timeout", "sandbox_violation", "flagged"};
 constexpr std::array<std::string_view, 4> kPresets = {"d2k", "kevin", "kernelgym", "kernrl"};
 
 // Keys that act only under the d2k preset; the others carry their source's constants.
@@ -72,9 +72,9 @@ void validate(const RewardConfig& c) {
 // The constant a failed evaluation earns. Under the anchor presets the four evaluation outcomes
 // the anchors know take their source's values; sandbox_violation and flagged always come from
 // the config.
-double failure_constant(const std::string& status, const RewardConfig& c) {
-  if (status == "sandbox_violation") return c.sandbox_violation;
-  if (status == "flagged") return c.flagged;
+double failure_constant(Outcome status, const RewardConfig& c) {
+  if (status == Outcome::sandbox_violation) return c.sandbox_violation;
+  if (status == Outcome::flagged) return c.flagged;
   if (c.preset == "kevin" || c.preset == "kernelgym") {
     // Kevin: 0.3*1{correct} + speedup*1{correct} is 0 for any kernel that is not correct.
     // KernelGYM: penalty_score = 0.0 for failed tasks; an incorrect kernel gets
@@ -84,11 +84,11 @@ double failure_constant(const std::string& status, const RewardConfig& c) {
   if (c.preset == "kernrl") {
     // OpenEnv kernrl _compute_reward: compilation failure -0.5; a failed correctness check
     // (wrong output, exception or timeout while running) -0.25.
-    return status == "compile_error" ? -0.5 : -0.25;
+    return status == Outcome::compile_error ? -0.5 : -0.25;
   }
-  if (status == "compile_error") return c.compile_error;
-  if (status == "incorrect") return c.incorrect;
-  if (status == "runtime_error") return c.runtime_error;
+  if (status == Outcome::compile_error) return c.compile_error;
+  if (status == Outcome::incorrect) return c.incorrect;
+  if (status == Outcome::runtime_error) return c.runtime_error;
   return c.timeout;
 }
 
@@ -253,13 +253,14 @@ RewardConfig RewardConfig::from_json(const json& j) {
 
 RewardResult compute_reward(const RewardInputs& in, const RewardConfig& cfg) {
   validate(cfg);
-  if (!contains(kStatuses, in.status)) {
-    throw std::invalid_argument("reward: unknown evaluation status '" + in.status + "'");
+  if (!sandbox::is_step_outcome(in.status)) {
+    throw std::invalid_argument("reward: '" + std::string(sandbox::to_string(in.status)) +
+                                "' is not an evaluation outcome the reward knows");
   }
   if (in.layer < 0 || in.layer > 3) {
     throw std::invalid_argument("reward: layer " + std::to_string(in.layer) + " is outside 0..3");
   }
-  const bool correct = in.status == "ok";
+  const bool correct = in.status == Outcome::ok;
   if (correct && !in.compiled) {
     throw std::invalid_argument("reward: status 'ok' for an evaluation that did not compile");
   }
@@ -269,7 +270,7 @@ RewardResult compute_reward(const RewardInputs& in, const RewardConfig& cfg) {
   if (correct && !t) throw std::invalid_argument("reward: status 'ok' but " + why);
 
   json b = {{"preset", cfg.preset},
-            {"status", in.status},
+            {"status", sandbox::to_string(in.status)},
             {"compiled", in.compiled},
             {"correct", correct},
             {"layer", in.layer},

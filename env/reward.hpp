@@ -9,13 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sandbox/outcome.hpp"
+
 namespace d2k::env {
 
 // What one evaluation measured. Times are per workload, in the same workload order in all three
 // vectors; each is the runner's timing statistic (median) in microseconds.
 struct RewardInputs {
-  // "ok", "compile_error", "incorrect", "runtime_error", "timeout", "sandbox_violation", "flagged"
-  std::string status;
+  // A step outcome: ok, compile_error, incorrect, runtime_error, timeout, sandbox_violation, flagged.
+  sandbox::Outcome status = sandbox::Outcome::internal_error;
   bool compiled = false;
   std::vector<double> agent_us;     // the agent's kernel
   std::vector<double> expert_us;    // the expert for this layer (experts/L3 at L0)
@@ -58,9 +60,9 @@ struct RewardResult {
   nlohmann::json breakdown;
 };
 
-// Throws std::invalid_argument for an unknown status or preset, a layer outside 0..3, an "ok"
-// input that did not compile, and, on an "ok" input, missing, mismatched, non-finite or
-// non-positive times (the caller reports those as an internal error, never as a reward).
+// Throws std::invalid_argument for a status that is not a step outcome (sandbox/outcome.hpp), an
+// unknown preset, a layer outside 0..3, an "ok" input that did not compile, and, on an "ok" input,
+// missing, mismatched, non-finite or non-positive times (the caller reports those as an internal error, never as a reward).
 RewardResult compute_reward(const RewardInputs& in, const RewardConfig& cfg);
 
 // exp(mean(ln x)). Throws std::invalid_argument on an empty input or any value that is not a

@@ -1,12 +1,15 @@
 #include "env/server.hpp"
 
+#include "env/log.hpp"
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <iostream>
+#include <optional>
 #include <stdexcept>
 
 #include "env/version.hpp"
@@ -48,22 +51,83 @@ json compile_to_json(const sandbox::CompileOutcome& c) {
   return out;
 }
 
-json error_json(const Error& e) { return {{"code", protocol::to_string(e.code)}, {"message", e.what()}}; }
-
-std::string route_key(const Route& route) {
-  std::string key;
-  for (const auto& f : route) {
-    key += std::to_string(f.size());
-    key += ':';
-    key += f;
-  }
-  return key;
+// What a finished compile means for the step: the one mapping of compiler results onto outcomes.
+sandbox::Outcome compile_outcome(const sandbox::CompileOutcome& c) {
+  if (c.ok) return sandbox::Outcome::ok;
+  if (c.sandbox_violation) return sandbox::Outcome::sandbox_violation;
+  return c.timed_out ? sandbox::Outcome::timeout : sandbox::Outcome::compile_error;
 }
+
+std::string compile_failure_message(const sandbox::CompileOutcome& c) {
+  switch (compile_outcome(c)) {
+    case sandbox::Outcome::sandbox_violation: return "the compiler was stopped by the sandbox: " + c.violation;
+    case sandbox::Outcome::timeout: return "the compile ran past its deadline";
+    default: return "the compile failed; see compile.diagnostics";
+  }
+}
+
+// `last.error` of a step that failed with `outcome`: the outcome's wire name is the code.
+json outcome_error_json(sandbox::Outcome outcome, const std::string& message) {
+  return {{"code", sandbox::to_string(outcome)}, {"message", message}};
+}
+
+constexpr std::size_t kHardCapFactor = 16;  // ZeroMQ's frame cap, in units of max_message_bytes
+
+json error_json(const Error& e) { return {{"code", protocol::to_string(e.code)}, {"message", e.what()}}; }
 
 }  // namespace
 
+json toolchain_json(std::string_view banner) {
+  // Compiler::toolchain_version(): nvcc's whole `--version` banner, then the host compiler's first line.
+  std::vector<std::string_view> lines;
+  for (std::size_t at = 0; at <= banner.size();) {
+    const std::size_t nl = std::min(banner.find('\n', at), banner.size());
+    if (nl > at) lines.push_back(banner.substr(at, nl - at));
+    at = nl + 1;
+  }
+  auto version_token = [](std::string_view s) -> std::string_view {  // the last word that starts with a digit
+    std::string_view best;
+    for (std::size_t at = 0; at < s.size();) {
+      const std::size_t end = std::min(s.find(' ', at), s.size());
+      if (end > at && std::isdigit(static_cast<unsigned char>(s[at]))) best = s.substr(at, end - at);
+      at = end + 1;
+    }
+    return best;
+  };
+  // nvcc: "Cuda compilation tools, release 13.0, V13.0.88" → "13.0.88" (the release when no V…).
+  std::string nvcc;
+  for (std::string_view l : lines)
+    if (l.find("Cuda compilation tools") != std::string_view::npos) {
+      if (auto v = l.find(", V"); v != std::string_view::npos) {
+        nvcc = std::string(l.substr(v + 3, l.find_first_of(", ", v + 3) - (v + 3)));
+      } else if (auto r = l.find("release "); r != std::string_view::npos) {
+        nvcc = std::string(l.substr(r + 8, l.find_first_of(", ", r + 8) - (r + 8)));
+      } else {
+        nvcc = std::string(l);
+      }
+    }
+  // The host compiler: the line after nvcc's banner, "g++ (Debian 12.2.0-14+deb12u1) 12.2.0" →
+  // "g++ 12.2.0"; "Debian clang version 14.0.6" → "clang 14.0.6".
+  std::string host;
+  const bool nvcc_banner_last = !lines.empty() && (lines.back().rfind("Build cuda", 0) == 0 ||
+                                                  lines.back().find("Cuda compilation tools") != std::string_view::npos);
+  if (!lines.empty() && !nvcc_banner_last) {
+    std::string_view l = lines.back();
+    std::string_view name = l.substr(0, l.find(' '));
+    if (l.find("clang version") != std::string_view::npos) name = "clang";
+    const std::string_view version = version_token(l);
+    host = version.empty() || name == l ? std::string(l) : std::string(name) + " " + std::string(version);
+  }
+  return {{"nvcc", clean(nvcc)}, {"host_compiler", clean(host)}};
+}
+
 Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> gpu)
-    : config_(std::move(config)), tasks_(std::move(tasks)), gpu_(std::move(gpu)) {
+    : config_(std::move(config)),
+      tasks_(std::move(tasks)),
+      gpu_(std::move(gpu)),
+      gpu_info_(gpu_ ? gpu_->gpus() : std::vector<GpuInfo>{}),
+      sessions_(gpu_info_.size()),
+      replies_(config_.reply_cache_per_session, config_.reply_cache_global) {
   config_.finalize();
   // Each open episode holds its log file; many sessions need more than the usual 1024 descriptors.
   if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
@@ -80,14 +144,10 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
   cc.deadline = std::chrono::milliseconds(static_cast<long long>(config_.compile_deadline_s * 1000));
   compiler_ = std::make_unique<sandbox::Compiler>(cc);
 
-  auto log_error = [](const std::string& what) { std::cerr << "d2k serve: worker error: " << what << "\n"; };
-  compile_pool_ = std::make_unique<WorkerPool>("compile", config_.compile_workers, log_error);
-  if (gpu_) {
-    gpu_info_ = gpu_->gpus();
-    for (std::size_t i = 0; i < gpu_info_.size(); ++i)
-      gpu_queues_.push_back(std::make_unique<WorkerPool>("gpu" + std::to_string(i), 1, log_error));
-    gpu_load_.assign(gpu_info_.size(), 0);
-  }
+  auto on_worker_error = [](const std::string& what) { log_error("worker error: " + what); };
+  compile_pool_ = std::make_unique<WorkerPool>("compile", config_.compile_workers, on_worker_error);
+  for (std::size_t i = 0; i < gpu_info_.size(); ++i)
+    gpu_queues_.push_back(std::make_unique<WorkerPool>("gpu" + std::to_string(i), 1, on_worker_error));
 }
 
 Server::~Server() {
@@ -100,8 +160,10 @@ void Server::bind() {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::router_mandatory, 0);
   // A hard cap well above our own limit: frames up to it get a typed too_large reply, frames above
-  // it make ZeroMQ drop the peer's connection (it never reaches us).
-  socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(config_.limits.max_message_bytes * 4));
+  // it make ZeroMQ drop the peer's connection (it never reaches us). 16 × the limit (128 MiB at the
+  // default) answers the usual mistake, a file of tens of MB, instead of leaving its client to
+  // resend until its deadline.
+  socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(config_.limits.max_message_bytes * kHardCapFactor));
   try {
     socket_.bind(config_.endpoint);
   } catch (const zmq::error_t& e) {
@@ -124,7 +186,7 @@ void Server::bind() {
       // A derived events endpoint (port + 1) may be taken by someone else: serve without live
       // events rather than not at all. An endpoint the user asked for stays an error.
       if (!config_.events_endpoint.empty() || rc.events_endpoint.empty()) throw;
-      std::cerr << "d2k serve: no live events (" << e.what() << "); use --events to pick an endpoint\n";
+      log_warn(std::string("no live events (") + e.what() + "); use --events to pick an endpoint");
       rc.events_endpoint.clear();
       recorder_ = std::make_unique<Recorder>(rc);
     }
@@ -135,8 +197,6 @@ void Server::request_stop() {
   std::uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(stop_fd_, &one, sizeof one);
 }
-
-bool Server::work_in_flight() const { return deferred_in_flight_ > 0; }
 
 void Server::run() {
   using clock = std::chrono::steady_clock;
@@ -160,7 +220,7 @@ void Server::run() {
         stopping_ = true;
         stop_deadline = clock::now() + std::chrono::milliseconds(
                                            static_cast<long long>(config_.shutdown_grace_s * 1000));
-        std::cerr << "d2k serve: stopping; " << deferred_in_flight_ << " action(s) in flight\n";
+        log_info("stopping; " + std::to_string(deferred_in_flight_) + " action(s) in flight");
       }
     }
     if (items[1].revents & ZMQ_POLLIN) mailbox_.drain();
@@ -172,9 +232,9 @@ void Server::run() {
       on_frames(frames);
     }
     if (stopping_) {
-      if (!work_in_flight()) break;
+      if (deferred_in_flight_ == 0) break;
       if (!cancelled && clock::now() > *stop_deadline) {
-        std::cerr << "d2k serve: grace period over; cancelling work in flight\n";
+        log_warn("grace period over; cancelling work in flight");
         sandbox::cancel_all_jails();
         if (gpu_) gpu_->cancel_all();
         cancelled = true;
@@ -184,12 +244,10 @@ void Server::run() {
       last_reap = clock::now();
     }
   }
-  std::vector<std::string> remaining;
-  for (auto& [id, session] : sessions_) {
-    session.episode->end("server_shutdown");
-    remaining.push_back(id);
+  for (const auto& id : sessions_.ids()) {
+    sessions_.find(id)->episode->end("server_shutdown");
+    erase_session(id, "server_shutdown");
   }
-  for (const auto& id : remaining) erase_session(id, "server_shutdown");
   compile_pool_->stop();
   for (auto& q : gpu_queues_) q->stop();
 }
@@ -210,111 +268,98 @@ void Server::send(const Route& route, const std::string& bytes) {
     zmq::send_multipart(socket_, parts, zmq::send_flags::dontwait);
   } catch (const zmq::error_t& e) {
     // A peer that went away or stopped reading: its reply is dropped, the server carries on.
-    std::cerr << "d2k serve: reply dropped: " << e.what() << "\n";
+    log_warn(std::string("reply dropped: ") + e.what());
   }
 }
 
 void Server::handle(const Route& route, std::string_view payload) {
   ++requests_;
-  const double t_request = unix_now();
+  Request request;
+  request.t = unix_now();
   std::optional<std::uint64_t> id;
-  std::optional<protocol::Envelope> parsed;
+  bool parsed = false;
   Value reply;
-  bool deferred = false;
   try {
-    Value request = protocol::decode(payload, config_.limits);
-    if (request.is_object()) {
-      auto it = request.find("id");
-      if (it != request.end() && it->is_number_unsigned()) id = it->get<std::uint64_t>();
+    Value decoded = protocol::decode(payload, config_.limits);
+    if (decoded.is_object()) {
+      auto it = decoded.find("id");
+      if (it != decoded.end() && it->is_number_unsigned()) id = it->get<std::uint64_t>();
     }
-    parsed = protocol::parse_envelope(request);
-    const protocol::Envelope& envelope = *parsed;
+    request.envelope = protocol::parse_envelope(decoded);
+    parsed = true;
+    const protocol::Envelope& envelope = request.envelope;
     if (stopping_) throw Error(ErrorCode::shutting_down, "the server is shutting down");
+    if (envelope.op == "step" || envelope.op == "observe" || envelope.op == "close")
+      request.session = protocol::parse_session(envelope);
     // Retries of ops without a session are answered from the global cache.
-    if (envelope.op == "reset" || envelope.op == "close") {
-      std::string key = "c" + route_key(route) + "#" + std::to_string(envelope.id);
-      if (envelope.op == "close") {
-        auto s = envelope.body.find("session");
-        key = "x" + (s != envelope.body.end() && s->is_string() ? s->get<std::string>() : std::string()) +
-              "#" + std::to_string(envelope.id);
-      }
-      if (auto hit = global_index_.find(key); hit != global_index_.end()) {
-        send(route, *hit->second->second);
+    std::string global_key;
+    if (envelope.op == "reset") global_key = ReplyCache::reset_key(route, envelope.id);
+    if (envelope.op == "close") global_key = ReplyCache::close_key(request.session, envelope.id);
+    if (!global_key.empty())
+      if (ReplyBytes hit = replies_.find_global(global_key)) {
+        send(route, *hit);
         return;
       }
-      reply = dispatch(route, envelope, deferred);
-      auto bytes = std::make_shared<const std::string>(protocol::encode(reply));
-      remember_global(key, bytes);
-      record_exchange(envelope, reply, t_request);  // logged before it is sent (as below)
-      send(route, *bytes);
+    Answer answer = dispatch(route, request);
+    if (answer.cached) {  // a retry of a step that completed
+      send(route, *answer.cached);
       return;
     }
-    reply = dispatch(route, envelope, deferred);
-    if (deferred) {  // the reply goes out when the work lands (or a retry was answered from the cache)
-      if (envelope.op == "step")
-        if (auto it = sessions_.find(envelope.body.value("session", "")); it != sessions_.end() &&
-                                                                          it->second.in_flight == envelope.id &&
-                                                                          it->second.in_flight_request.is_null()) {
-          it->second.in_flight_request = envelope.body;
-          it->second.in_flight_t = t_request;
-        }
+    if (answer.deferred) return;  // the reply goes out when the work lands
+    reply = std::move(answer.reply);
+    if (!global_key.empty()) {
+      auto bytes = std::make_shared<const std::string>(protocol::encode(reply));
+      replies_.remember_global(global_key, bytes);
+      record_exchange(request, reply);  // logged before it is sent (as below)
+      send(route, *bytes);
       return;
     }
   } catch (const Error& e) {
     ++errors_;
+    // Over a decoding limit, the id was not read yet: find it in the frame, so the client can tell
+    // which request failed (and stop resending it).
+    if (!id && e.code == ErrorCode::too_large) id = protocol::peek_request_id(payload);
     reply = protocol::make_error_reply(id, e);
   } catch (const std::exception& e) {
     ++errors_;
-    std::cerr << "d2k serve: internal error: " << e.what() << "\n";
+    log_error(std::string("internal error: ") + e.what());
     reply = protocol::make_error_reply(id, Error(ErrorCode::internal, std::string("internal error: ") + e.what()));
   }
   // Recorded before it is sent: a client holding a reply can rely on its exchange being in the log
   // (a kill -9 right after the send used to lose the last exchange).
-  if (parsed) record_exchange(*parsed, reply, t_request);
+  if (parsed) record_exchange(request, reply);
   send(route, protocol::encode(reply));
 }
 
-void Server::record_exchange(const protocol::Envelope& request, const Value& reply, double t_request) try {
-  if (request.op == "reset") {
+void Server::record_exchange(const Request& request, const Value& reply) try {
+  const protocol::Envelope& envelope = request.envelope;
+  if (envelope.op == "reset") {
     if (!recorder_ || !reply.value("ok", false)) return;
-    auto it = sessions_.find(reply.value("session", ""));
-    if (it != sessions_.end()) recorder_->begin(*it->second.episode, request.body, reply, t_request, unix_now());
+    if (Session* s = sessions_.find(reply.value("session", "")))
+      recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now());
     return;
   }
-  if (request.op != "step" && request.op != "observe" && request.op != "close") return;
-  auto s = request.body.find("session");
-  if (s == request.body.end() || !s->is_string()) return;
-  auto it = sessions_.find(s->get<std::string>());
-  if (it == sessions_.end()) return;
-  if (recorder_) recorder_->record(*it->second.episode, request.body, reply, t_request, unix_now());
+  if (request.session.empty()) return;  // not a session's op, or its session field was invalid
+  Session* s = sessions_.find(request.session);
+  if (!s) return;
+  if (recorder_) recorder_->record(*s->episode, envelope.body, reply, request.t, unix_now());
   // A close answered here ends the session once nothing is in flight.
-  if (request.op == "close" && it->second.closing && !it->second.in_flight) erase_session(it->first, "closed");
+  if (envelope.op == "close" && s->closing && !s->in_flight) erase_session(request.session, "closed");
 } catch (const std::exception& e) {
-  std::cerr << "d2k serve: recording failed: " << e.what() << "\n";  // never the server's end
+  log_error(std::string("recording failed: ") + e.what());  // never the server's end
 }
 
-Value Server::dispatch(const Route& route, const protocol::Envelope& request, bool& deferred) {
-  const std::string& op = request.op;
-  if (op == "hello") return protocol::make_ok_reply(request.id, op_hello());
-  if (op == "list_tasks") return protocol::make_ok_reply(request.id, op_list_tasks());
-  if (op == "reset") return protocol::make_ok_reply(request.id, op_reset(request));
-  if (op == "step") return op_step(route, request, deferred);
-  if (op == "observe") return protocol::make_ok_reply(request.id, op_observe(request));
-  if (op == "close") return protocol::make_ok_reply(request.id, op_close(request));
-  if (op == "stats") return protocol::make_ok_reply(request.id, op_stats());
+Server::Answer Server::dispatch(const Route& route, const Request& request) {
+  const std::string& op = request.envelope.op;
+  const std::uint64_t id = request.envelope.id;
+  if (op == "hello") return {protocol::make_ok_reply(id, op_hello())};
+  if (op == "list_tasks") return {protocol::make_ok_reply(id, op_list_tasks())};
+  if (op == "reset") return {protocol::make_ok_reply(id, op_reset(request.envelope))};
+  if (op == "step") return op_step(route, request);
+  if (op == "observe") return {protocol::make_ok_reply(id, op_observe(request))};
+  if (op == "close") return {protocol::make_ok_reply(id, op_close(request))};
+  if (op == "stats") return {protocol::make_ok_reply(id, op_stats())};
   throw Error(ErrorCode::unknown_op, "unknown op '" + op + "'", "op");
-}
-
-json Server::toolchain_json() const {
-  // toolchain_version() is the nvcc banner line, then the host compiler's first line.
-  std::string v = compiler_->toolchain_version();
-  std::string nvcc = v, host;
-  if (auto nl = v.find('\n'); nl != std::string::npos) {
-    nvcc = v.substr(0, nl);
-    host = v.substr(nl + 1);
-    if (auto nl2 = host.find('\n'); nl2 != std::string::npos) host = host.substr(0, nl2);
-  }
-  return {{"nvcc", clean(nvcc)}, {"host_compiler", clean(host)}};
 }
 
 Value Server::op_hello() const {
@@ -326,7 +371,7 @@ Value Server::op_hello() const {
           {"version", kVersionString},
           {"protocol", json::array({protocol::kVersion})},
           {"gpus", gpus},
-          {"toolchain", toolchain_json()},
+          {"toolchain", toolchain_json(compiler_->toolchain_version())},
           {"limits",
            {{"max_message_bytes", l.max_message_bytes},
             {"max_depth", l.max_depth},
@@ -353,16 +398,6 @@ Value Server::op_list_tasks() const {
   return {{"tasks", list}};
 }
 
-std::string Server::new_session_id() {
-  static const char* hex = "0123456789abcdef";
-  std::string id;
-  for (int i = 0; i < 2; ++i) {
-    std::uint64_t v = rng_();
-    for (int j = 0; j < 16; ++j) id += hex[(v >> (j * 4)) & 15];
-  }
-  return id;
-}
-
 Value Server::op_reset(const protocol::Envelope& request) {
   protocol::ResetRequest r = protocol::parse_reset(request, config_.limits);
   const tasks::Task* task = tasks_.find(r.task);
@@ -384,30 +419,9 @@ Value Server::op_reset(const protocol::Envelope& request) {
   wl.max_path_bytes = config_.limits.max_path_bytes;
   wl.max_total_bytes = config_.max_workspace_bytes;
   std::uint64_t seed = r.seed ? *r.seed : rng_();
-  std::string id = new_session_id();
-  Session session;
-  session.episode = std::make_unique<Episode>(id, *task, r.layer, seed, b, r.label, wl);
-  if (!gpu_load_.empty()) {
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < gpu_load_.size(); ++i)
-      if (gpu_load_[i] < gpu_load_[best]) best = i;
-    ++gpu_load_[best];
-    session_gpu_[id] = static_cast<int>(best);
-  }
-  json out = {{"session", id},
-              {"observation", session.episode->observation()},
-              {"info", session.episode->info()}};
-  sessions_.emplace(id, std::move(session));
-  ++sessions_opened_;
-  return out;
-}
-
-Server::Session& Server::find_session(const std::string& id) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second.closing)
-    throw Error(ErrorCode::unknown_session, "no session '" + id.substr(0, 64) + "' (closed, reaped or never opened)",
-                "session");
-  return it->second;
+  std::string id = sessions_.new_id();
+  Session& session = sessions_.open(std::make_unique<Episode>(id, *task, r.layer, seed, b, r.label, wl));
+  return {{"session", id}, {"observation", session.episode->observation()}, {"info", session.episode->info()}};
 }
 
 Value Server::step_reply(const Episode& episode, double reward, Value extra_info) const {
@@ -421,19 +435,15 @@ Value Server::step_reply(const Episode& episode, double reward, Value extra_info
           {"info", info}};
 }
 
-Value Server::op_step(const Route& route, const protocol::Envelope& request, bool& deferred) {
-  protocol::StepRequest r = protocol::parse_step(request, config_.limits);
-  Session& s = find_session(r.session);
-  if (auto hit = cached(s, request.id)) {
-    send(route, *hit);
-    deferred = true;  // already answered
-    return {};
-  }
+Server::Answer Server::op_step(const Route& route, const Request& request) {
+  const std::uint64_t id = request.envelope.id;
+  const protocol::Action action = protocol::parse_step(request.envelope, config_.limits).action;
+  Session& s = sessions_.find_open(request.session);
+  if (ReplyBytes hit = replies_.find(request.session, id)) return {{}, hit};
   if (s.in_flight) {
-    if (*s.in_flight == request.id) {
+    if (*s.in_flight == id) {  // a retry of the request in flight: answered when it lands
       s.waiters.push_back(route);
-      deferred = true;
-      return {};
+      return {{}, nullptr, true};
     }
     throw Error(ErrorCode::busy, "the session already has an action in flight (request id " +
                                      std::to_string(*s.in_flight) + "); wait for its reply");
@@ -444,60 +454,52 @@ Value Server::op_step(const Route& route, const protocol::Envelope& request, boo
     throw Error(ErrorCode::episode_ended,
                 "the episode ended (" + *ep.end_reason() + "); observe or close it, or reset a new one");
   auto finish = [&](double reward) {
-    Value reply = protocol::make_ok_reply(request.id, step_reply(ep, reward));
-    remember(s, request.id, std::make_shared<const std::string>(protocol::encode(reply)));
-    return reply;
+    Value reply = protocol::make_ok_reply(id, step_reply(ep, reward));
+    replies_.remember(request.session, id, std::make_shared<const std::string>(protocol::encode(reply)));
+    return Answer{std::move(reply)};
   };
   if (ep.wall_time_exceeded()) {
     ep.end("wall_time");
     return finish(0.0);
   }
-  const std::string type(protocol::action_name(r.action));
-  json last = {{"action", type}, {"ok", true}};
+  json last = {{"action", std::string(protocol::action_name(action))}, {"ok", true}};
   double reward = config_.step_reward.ok_step;
   auto fail = [&](const Error& e, double r_fail) {
     last["ok"] = false;
     last["error"] = error_json(e);
     reward = r_fail;
   };
+  auto out_of_budget = [&](const std::string& message) {
+    fail(Error(ErrorCode::budget_exhausted, message), config_.step_reward.invalid_action);
+    ep.record_step(last, reward);
+    return finish(reward);
+  };
 
-  if (std::holds_alternative<protocol::Compile>(r.action)) {
-    if (!ep.compiles_left()) {
-      fail(Error(ErrorCode::budget_exhausted, "no compiles left (" + std::to_string(ep.budget().max_compiles) +
-                                                   " used)"),
-           config_.step_reward.invalid_action);
-      ep.record_step(last, reward);
-      return finish(reward);
-    }
+  if (std::holds_alternative<protocol::Compile>(action)) {
+    if (!ep.compiles_left())
+      return out_of_budget("no compiles left (" + std::to_string(ep.budget().max_compiles) + " used)");
     ep.count_compile();
-    start_compile(r.session, route, request.id);
-    deferred = true;
-    return {};
+    start_work(s, request, route, Work::compile);
+    return {{}, nullptr, true};
   }
-  if (std::holds_alternative<protocol::Evaluate>(r.action) || std::holds_alternative<protocol::Submit>(r.action)) {
-    bool submit = std::holds_alternative<protocol::Submit>(r.action);
+  if (std::holds_alternative<protocol::Evaluate>(action) || std::holds_alternative<protocol::Submit>(action)) {
+    const bool submit = std::holds_alternative<protocol::Submit>(action);
     if (!gpu_ || gpu_info_.empty())
       throw Error(ErrorCode::no_gpu,
                   std::string(submit ? "submit" : "evaluate") +
                       " needs a GPU and this server has none; compile works without one");
-    if (!submit && !ep.evaluations_left()) {
-      fail(Error(ErrorCode::budget_exhausted,
-                 "no evaluations left (" + std::to_string(ep.budget().max_evaluations) + " used)"),
-           config_.step_reward.invalid_action);
-      ep.record_step(last, reward);
-      return finish(reward);
-    }
+    if (!submit && !ep.evaluations_left())
+      return out_of_budget("no evaluations left (" + std::to_string(ep.budget().max_evaluations) + " used)");
     if (!submit) ep.count_evaluation();
-    start_evaluation(r.session, route, request.id, submit);
-    deferred = true;
-    return {};
+    start_work(s, request, route, submit ? Work::submit : Work::evaluate);
+    return {{}, nullptr, true};
   }
   try {
-    if (auto* w = std::get_if<protocol::WriteFile>(&r.action)) {
+    if (auto* w = std::get_if<protocol::WriteFile>(&action)) {
       ep.workspace().write(w->path, w->content);
-    } else if (auto* e = std::get_if<protocol::Edit>(&r.action)) {
+    } else if (auto* e = std::get_if<protocol::Edit>(&action)) {
       ep.workspace().edit(e->path, e->old_text, e->new_text);
-    } else if (auto* p = std::get_if<protocol::Patch>(&r.action)) {
+    } else if (auto* p = std::get_if<protocol::Patch>(&action)) {
       ep.workspace().patch(p->diff);
     }
   } catch (const Error& e) {
@@ -507,64 +509,26 @@ Value Server::op_step(const Route& route, const protocol::Envelope& request, boo
   return finish(reward);
 }
 
-void Server::start_compile(const std::string& session_id, const Route& route, std::uint64_t id) {
-  Session& s = sessions_.at(session_id);
+void Server::start_work(Session& s, const Request& request, const Route& route, Work work) {
+  const std::uint64_t id = request.envelope.id;
   s.in_flight = id;
+  s.in_flight_request = request.envelope.body;  // for the episode log, when the reply lands
+  s.in_flight_t = request.t;
   ++deferred_in_flight_;
-  sandbox::CompileRequest req;
-  req.files = s.episode->workspace().files();
-  req.main_file = s.episode->task().main_file;
-  req.flags = s.episode->task().compile_flags;
-  compile_pool_->submit([this, req = std::move(req), session_id, route, id]() {
-    sandbox::CompileOutcome outcome;
-    try {
-      outcome = compiler_->compile(req);
-    } catch (const std::exception& e) {
-      outcome.ok = false;
-      outcome.log = std::string("internal error running the compiler: ") + e.what();
-    }
-    mailbox_.post([this, outcome = std::move(outcome), session_id, route, id]() {
-      auto it = sessions_.find(session_id);
-      if (it == sessions_.end()) {
-        --deferred_in_flight_;
-        return;
-      }
-      Episode& ep = *it->second.episode;
-      json last = {{"action", "compile"}, {"ok", outcome.ok}, {"compile", compile_to_json(outcome)}};
-      if (!outcome.ok) {
-        std::string code = outcome.sandbox_violation ? "sandbox_violation"
-                           : outcome.timed_out        ? "timeout"
-                                                      : "compile_error";
-        std::string message = outcome.sandbox_violation ? "the compiler was stopped by the sandbox: " + outcome.violation
-                              : outcome.timed_out       ? "the compile ran past its deadline"
-                                                        : "the compile failed; see compile.diagnostics";
-        last["error"] = {{"code", code}, {"message", message}};
-      }
-      double reward = outcome.ok ? config_.step_reward.ok_step : config_.reward.compile_error;
-      ep.record_step(last, reward);
-      Value reply = protocol::make_ok_reply(id, step_reply(ep, reward));
-      finish_deferred(session_id, id, std::move(reply), route);
-    });
-  });
-}
-
-void Server::start_evaluation(const std::string& session_id, const Route& route, std::uint64_t id, bool submit) {
-  Session& s = sessions_.at(session_id);
-  s.in_flight = id;
-  ++deferred_in_flight_;
-  int gpu = session_gpu_.count(session_id) ? session_gpu_[session_id] : 0;
   sandbox::CompileRequest req;
   req.files = s.episode->workspace().files();
   req.main_file = s.episode->task().main_file;
   req.flags = s.episode->task().compile_flags;
   EvaluationJob job;
-  job.task = &s.episode->task();
-  job.include_hidden = submit;
-  job.layer = s.episode->layer();
-  job.gpu = gpu;
-  job.seed = s.episode->seed() ^ (id * 0x9e3779b97f4a7c15ull);
-  // Compile on the CPU pool, then queue the timed run on the session's GPU.
-  compile_pool_->submit([this, req = std::move(req), job, session_id, route, id, submit, gpu]() mutable {
+  if (work != Work::compile) {
+    job.task = &s.episode->task();
+    job.include_hidden = work == Work::submit;
+    job.layer = s.episode->layer();
+    job.gpu = s.gpu;
+    job.seed = s.episode->seed() ^ (id * 0x9e3779b97f4a7c15ull);
+  }
+  // Compile on the CPU pool; for evaluate and submit, then queue the timed run on the session's GPU.
+  compile_pool_->submit([this, req = std::move(req), job, work, session_id = request.session, route, id]() mutable {
     sandbox::CompileOutcome outcome;
     try {
       outcome = compiler_->compile(req);
@@ -572,82 +536,97 @@ void Server::start_evaluation(const std::string& session_id, const Route& route,
       outcome.ok = false;
       outcome.log = std::string("internal error running the compiler: ") + e.what();
     }
-    auto land = [this, session_id, route, id, submit](json last, double reward, json breakdown) {
-      mailbox_.post([this, last = std::move(last), reward, breakdown = std::move(breakdown), session_id, route, id,
-                     submit]() {
-        auto it = sessions_.find(session_id);
-        if (it == sessions_.end()) {
-          --deferred_in_flight_;
-          return;
-        }
-        Episode& ep = *it->second.episode;
-        ep.record_step(last, reward);
-        if (submit) ep.end("submitted");
-        json extra = json::object();
-        if (!breakdown.is_null()) extra["reward"] = breakdown;
-        Value reply = protocol::make_ok_reply(id, step_reply(ep, reward, extra));
-        finish_deferred(session_id, id, std::move(reply), route);
-      });
-    };
+    if (work == Work::compile) {
+      Landed done;
+      done.last = {{"action", "compile"}, {"ok", outcome.ok}, {"compile", compile_to_json(outcome)}};
+      if (!outcome.ok)
+        done.last["error"] = outcome_error_json(compile_outcome(outcome), compile_failure_message(outcome));
+      done.reward = outcome.ok ? config_.step_reward.ok_step : config_.reward.compile_error;
+      land(session_id, id, route, std::move(done));
+      return;
+    }
+    const bool submit = work == Work::submit;
     const std::string type = submit ? "submit" : "evaluate";
     if (!outcome.ok) {
-      json last = {{"action", type},
+      Landed done;
+      done.last = {{"action", type},
                    {"ok", false},
                    {"compile", compile_to_json(outcome)},
-                   {"error", {{"code", "compile_error"}, {"message", "the kernel did not compile"}}}};
-      land(std::move(last), config_.reward.compile_error, nullptr);
+                   {"error", outcome_error_json(sandbox::Outcome::compile_error, "the kernel did not compile")}};
+      done.reward = config_.reward.compile_error;
+      done.submit = submit;
+      land(session_id, id, route, std::move(done));
       return;
     }
     job.kernel_so = outcome.artifact;
     json compile_json = compile_to_json(outcome);
-    gpu_queues_.at(static_cast<std::size_t>(gpu))->submit([this, job, land, type, compile_json]() {
-      EvaluationReport report;
-      json last = {{"action", type}, {"compile", compile_json}};
-      try {
-        report = gpu_->evaluate(job);
-        last["ok"] = report.evaluation.value("status", "") == "ok";
-        last["evaluation"] = report.evaluation;
-        if (!last["ok"].get<bool>())
-          last["error"] = {{"code", report.evaluation.value("status", "runtime_error")},
-                           {"message", report.evaluation.value("message", "the evaluation failed")}};
-      } catch (const std::exception& e) {
-        last["ok"] = false;
-        last["error"] = {{"code", "internal"}, {"message", std::string("evaluation failed: ") + e.what()}};
-      }
-      land(std::move(last), report.reward, report.breakdown);
-    });
+    gpu_queues_.at(static_cast<std::size_t>(job.gpu))
+        ->submit([this, job, type, submit, compile_json, session_id, route, id]() {
+          EvaluationReport report;
+          Landed done;
+          done.submit = submit;
+          done.last = {{"action", type}, {"compile", compile_json}};
+          try {
+            report = gpu_->evaluate(job);
+            done.last["ok"] = report.outcome == sandbox::Outcome::ok;
+            done.last["evaluation"] = report.evaluation;
+            if (report.outcome != sandbox::Outcome::ok)
+              done.last["error"] = outcome_error_json(
+                  report.outcome, report.message.empty() ? "the evaluation failed" : report.message);
+          } catch (const std::exception& e) {
+            done.last["ok"] = false;
+            done.last["error"] = error_json(Error(ErrorCode::internal, std::string("evaluation failed: ") + e.what()));
+          }
+          done.reward = report.reward;
+          done.breakdown = report.breakdown;
+          land(session_id, id, route, std::move(done));
+        });
+  });
+}
+
+void Server::land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed) {
+  mailbox_.post([this, landed = std::move(landed), session_id, route, id]() {
+    Session* s = sessions_.find(session_id);
+    if (!s) {
+      --deferred_in_flight_;
+      return;
+    }
+    Episode& ep = *s->episode;
+    ep.record_step(landed.last, landed.reward);
+    if (landed.submit) ep.end("submitted");
+    json extra = json::object();
+    if (!landed.breakdown.is_null()) extra["reward"] = landed.breakdown;
+    finish_deferred(session_id, id, protocol::make_ok_reply(id, step_reply(ep, landed.reward, extra)), route);
   });
 }
 
 void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Value reply, const Route& route) {
   --deferred_in_flight_;
   auto bytes = std::make_shared<const std::string>(protocol::encode(reply));
-  auto it = sessions_.find(session_id);
-  if (it == sessions_.end()) return;
-  Session& s = it->second;
-  s.in_flight.reset();
-  remember(s, id, bytes);
-  if (recorder_ && !s.in_flight_request.is_null())  // in the log before any client has the reply
-    recorder_->record(*s.episode, s.in_flight_request, reply, s.in_flight_t, unix_now());
-  s.in_flight_request = nullptr;
+  Session* s = sessions_.find(session_id);
+  if (!s) return;
+  s->in_flight.reset();
+  replies_.remember(session_id, id, bytes);
+  if (recorder_ && !s->in_flight_request.is_null())  // in the log before any client has the reply
+    recorder_->record(*s->episode, s->in_flight_request, reply, s->in_flight_t, unix_now());
+  s->in_flight_request = nullptr;
   send(route, *bytes);
-  for (const auto& w : s.waiters) send(w, *bytes);
-  s.waiters.clear();
-  if (s.closing) erase_session(session_id, "closed");
+  for (const auto& w : s->waiters) send(w, *bytes);
+  s->waiters.clear();
+  if (s->closing) erase_session(session_id, "closed");
 }
 
-Value Server::op_observe(const protocol::Envelope& request) {
-  Session& s = find_session(protocol::parse_session(request));
+Value Server::op_observe(const Request& request) {
+  Session& s = sessions_.find_open(request.session);
   s.episode->touch();
   return {{"observation", s.episode->observation()}, {"info", s.episode->info()}};
 }
 
-Value Server::op_close(const protocol::Envelope& request) {
-  std::string id = protocol::parse_session(request);
-  Session& s = find_session(id);
+Value Server::op_close(const Request& request) {
+  Session& s = sessions_.find_open(request.session);
   Episode& ep = *s.episode;
   ep.end("closed");
-  json out = {{"session", id}, {"end_reason", *ep.end_reason()}, {"steps", ep.steps()},
+  json out = {{"session", request.session}, {"end_reason", *ep.end_reason()}, {"steps", ep.steps()},
               {"total_reward", ep.total_reward()}};
   // The session goes once this reply is logged (record_exchange), or, with an action in flight,
   // when that action's reply lands.
@@ -656,52 +635,41 @@ Value Server::op_close(const protocol::Envelope& request) {
 }
 
 void Server::erase_session(const std::string& id, const std::string& reason) {
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return;
+  Session* s = sessions_.find(id);
+  if (!s) return;
   if (recorder_) {
     try {
-      recorder_->end(*it->second.episode, reason);
+      recorder_->end(*s->episode, reason);
     } catch (const std::exception& e) {
-      std::cerr << "d2k serve: recorder: " << e.what() << "\n";
+      log_error(std::string("recorder: ") + e.what());
     }
   }
-  ++sessions_ended_;
-  ++end_reasons_[reason];
-  if (auto g = session_gpu_.find(id); g != session_gpu_.end()) {
-    --gpu_load_[static_cast<std::size_t>(g->second)];
-    session_gpu_.erase(g);
-  }
-  sessions_.erase(it);
+  replies_.forget_session(id);
+  sessions_.erase(id, reason);
 }
 
 void Server::reap_idle() {
-  auto now = Episode::Clock::now();
-  auto limit = std::chrono::duration<double>(config_.idle_timeout_s);
-  std::vector<std::string> idle;
-  for (auto& [id, s] : sessions_)
-    if (!s.in_flight && now - s.episode->last_activity() > limit) idle.push_back(id);
-  for (const auto& id : idle) {
-    sessions_.at(id).episode->end("idle_timeout");
+  for (const auto& id : sessions_.idle(Episode::Clock::now(), std::chrono::duration<double>(config_.idle_timeout_s))) {
+    sessions_.find(id)->episode->end("idle_timeout");
     erase_session(id, "idle_timeout");
   }
 }
 
 Value Server::op_stats() const {
-  std::size_t active = 0, ended = 0;
-  for (const auto& [id, s] : sessions_) (s.episode->ended() ? ended : active)++;
+  const std::size_t active = sessions_.count_active(), ended = sessions_.size() - active;
   double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   json gpus = json::array();
   for (std::size_t i = 0; i < gpu_queues_.size(); ++i)
     gpus.push_back({{"index", i},
                     {"queued", gpu_queues_[i]->queued()},
                     {"running", gpu_queues_[i]->running()},
-                    {"sessions", gpu_load_[i]},
+                    {"sessions", sessions_.gpu_sessions(i)},
                     {"busy_fraction", uptime > 0 ? gpu_queues_[i]->busy_seconds() / uptime : 0.0}});
   json reasons = json::object();
-  for (const auto& [k, v] : end_reasons_) reasons[k] = v;
+  for (const auto& [k, v] : sessions_.end_reasons()) reasons[k] = v;
   return {{"uptime_s", uptime},
           {"sessions",
-           {{"active", active}, {"ended", ended}, {"total_opened", sessions_opened_}, {"closed", sessions_ended_},
+           {{"active", active}, {"ended", ended}, {"total_opened", sessions_.opened()}, {"closed", sessions_.ended()},
             {"end_reasons", reasons}}},
           {"requests", requests_},
           {"errors", errors_},
@@ -714,26 +682,6 @@ Value Server::op_stats() const {
             {"cache_hits", compiler_->cache_hits()},
             {"cache_misses", compiler_->cache_misses()}}},
           {"gpus", gpus}};
-}
-
-void Server::remember(Session& session, std::uint64_t id, std::shared_ptr<const std::string> reply) {
-  session.replies.emplace_back(id, std::move(reply));
-  while (session.replies.size() > config_.reply_cache_per_session) session.replies.pop_front();
-}
-
-std::shared_ptr<const std::string> Server::cached(const Session& session, std::uint64_t id) const {
-  for (const auto& [rid, bytes] : session.replies)
-    if (rid == id) return bytes;
-  return nullptr;
-}
-
-void Server::remember_global(const std::string& key, std::shared_ptr<const std::string> reply) {
-  global_lru_.emplace_front(key, std::move(reply));
-  global_index_[key] = global_lru_.begin();
-  while (global_lru_.size() > config_.reply_cache_global) {
-    global_index_.erase(global_lru_.back().first);
-    global_lru_.pop_back();
-  }
 }
 
 }  // namespace d2k::env

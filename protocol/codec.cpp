@@ -332,6 +332,132 @@ Value decode(std::string_view bytes, const Limits& limits) {
   return ObjectConverter(limits).convert(root, path);
 }
 
+namespace {
+
+// Walks MessagePack without building values; every read is bounds-checked.
+class Peeker {
+ public:
+  Peeker(std::string_view bytes, std::size_t max_items) : b_(bytes), items_left_(max_items) {}
+
+  std::optional<std::uint64_t> request_id() {
+    std::uint64_t entries = 0;
+    if (!map_header(entries)) return std::nullopt;
+    for (std::uint64_t i = 0; i < entries; ++i) {
+      std::string_view key;
+      const bool string_key = str(key);
+      if (string_key && key == "id") return unsigned_int();
+      if (!skip(string_key ? 1 : 2)) return std::nullopt;  // the value (and a key that is no string)
+    }
+    return std::nullopt;
+  }
+
+ private:
+  bool take(std::size_t n, std::string_view& out) {
+    if (b_.size() - at_ < n) return false;
+    out = b_.substr(at_, n);
+    at_ += n;
+    return true;
+  }
+  bool be(std::size_t n, std::uint64_t& v) {  // big-endian unsigned of n bytes
+    std::string_view raw;
+    if (!take(n, raw)) return false;
+    v = 0;
+    for (unsigned char c : raw) v = (v << 8) | c;
+    return true;
+  }
+  bool byte(unsigned char& c) {
+    if (at_ >= b_.size()) return false;
+    c = static_cast<unsigned char>(b_[at_++]);
+    return true;
+  }
+  bool map_header(std::uint64_t& n) {
+    unsigned char c = 0;
+    if (!byte(c)) return false;
+    if ((c & 0xf0) == 0x80) {
+      n = c & 0x0f;
+      return true;
+    }
+    if (c == 0xde) return be(2, n);
+    if (c == 0xdf) return be(4, n);
+    return false;
+  }
+  // A str key (leaves the position after it); false, with the position unchanged, for another type.
+  bool str(std::string_view& s) {
+    const std::size_t start = at_;
+    unsigned char c = 0;
+    std::uint64_t n = 0;
+    if (!byte(c)) return false;
+    bool ok = false;
+    if ((c & 0xe0) == 0xa0) {
+      n = c & 0x1f;
+      ok = true;
+    } else if (c == 0xd9) ok = be(1, n);
+    else if (c == 0xda) ok = be(2, n);
+    else if (c == 0xdb) ok = be(4, n);
+    if (ok && take(static_cast<std::size_t>(n), s)) return true;
+    at_ = start;
+    return false;
+  }
+  std::optional<std::uint64_t> unsigned_int() {
+    unsigned char c = 0;
+    std::uint64_t v = 0;
+    if (!byte(c)) return std::nullopt;
+    if (c <= 0x7f) return c;
+    if (c >= 0xcc && c <= 0xcf) return be(std::size_t{1} << (c - 0xcc), v) ? std::optional(v) : std::nullopt;
+    if (c >= 0xd0 && c <= 0xd3) {  // a signed form of a non-negative number
+      const std::size_t n = std::size_t{1} << (c - 0xd0);
+      if (!be(n, v)) return std::nullopt;
+      if (n < 8 && (v >> (8 * n - 1)) != 0) return std::nullopt;
+      if (n == 8 && (v >> 63) != 0) return std::nullopt;
+      return v;
+    }
+    return std::nullopt;
+  }
+  // Skips `count` values (and everything inside them).
+  bool skip(std::uint64_t count) {
+    std::string_view ignored;
+    while (count > 0) {
+      if (items_left_ == 0) return false;
+      --items_left_;
+      --count;
+      unsigned char c = 0;
+      std::uint64_t n = 0;
+      if (!byte(c)) return false;
+      if (c <= 0x7f || c >= 0xe0 || (c >= 0xc0 && c <= 0xc3)) continue;  // fixint, nil, bool
+      if ((c & 0xf0) == 0x80) count += 2 * static_cast<std::uint64_t>(c & 0x0f);
+      else if ((c & 0xf0) == 0x90) count += c & 0x0f;
+      else if ((c & 0xe0) == 0xa0) { if (!take(c & 0x1f, ignored)) return false; }
+      else if (c == 0xc4 || c == 0xd9) { if (!be(1, n) || !take(n, ignored)) return false; }
+      else if (c == 0xc5 || c == 0xda) { if (!be(2, n) || !take(n, ignored)) return false; }
+      else if (c == 0xc6 || c == 0xdb) { if (!be(4, n) || !take(n, ignored)) return false; }
+      else if (c == 0xc7) { if (!be(1, n) || !take(n + 1, ignored)) return false; }
+      else if (c == 0xc8) { if (!be(2, n) || !take(n + 1, ignored)) return false; }
+      else if (c == 0xc9) { if (!be(4, n) || !take(n + 1, ignored)) return false; }
+      else if (c == 0xca) { if (!take(4, ignored)) return false; }
+      else if (c == 0xcb) { if (!take(8, ignored)) return false; }
+      else if (c >= 0xcc && c <= 0xcf) { if (!take(std::size_t{1} << (c - 0xcc), ignored)) return false; }
+      else if (c >= 0xd0 && c <= 0xd3) { if (!take(std::size_t{1} << (c - 0xd0), ignored)) return false; }
+      else if (c >= 0xd4 && c <= 0xd8) { if (!take((std::size_t{1} << (c - 0xd4)) + 1, ignored)) return false; }
+      else if (c == 0xdc) { if (!be(2, n)) return false; count += n; }
+      else if (c == 0xdd) { if (!be(4, n)) return false; count += n; }
+      else if (c == 0xde) { if (!be(2, n)) return false; count += 2 * n; }
+      else if (c == 0xdf) { if (!be(4, n)) return false; count += 2 * n; }
+      else return false;  // 0xc1: never used
+    }
+    return true;
+  }
+
+  std::string_view b_;
+  std::size_t at_ = 0;
+  std::size_t items_left_;
+};
+
+}  // namespace
+
+std::optional<std::uint64_t> peek_request_id(std::string_view bytes, std::size_t max_items) {
+  return Peeker(bytes, max_items).request_id();
+}
+
 std::string encode(const Value& value) {
   msgpack::sbuffer buffer;
   msgpack::packer<msgpack::sbuffer> packer(buffer);

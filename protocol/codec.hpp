@@ -73,6 +73,12 @@ struct Limits {
 // non-negative integers become unsigned, negative ones signed.
 Value decode(std::string_view bytes, const Limits& limits);
 
+// The request id of a frame that is not decoded (over max_message_bytes): the unsigned `id` of
+// the top-level map, found by walking its entries without decoding them (strings and binaries are
+// skipped by their length). nullopt when the frame is not a map, has no unsigned `id`, is
+// malformed or truncated before it, or holds more than `max_items` items before it.
+std::optional<std::uint64_t> peek_request_id(std::string_view bytes, std::size_t max_items = 1u << 18);
+
 // Value → bytes. Maps, arrays, strings, booleans, null, integers (unsigned when >= 0), doubles.
 std::string encode(const Value& value);
 

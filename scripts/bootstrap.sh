@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 
 packages=(cmake ninja-build g++ pkg-config ccache
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libseccomp-dev nlohmann-json3-dev catch2 libcli11-dev
-  libxxhash-dev libsqlite3-dev libffi-dev
+  libxxhash-dev libsqlite3-dev libffi-dev libspdlog-dev
   python3 python3-venv  # the project's Python environment (.venv/; Debian's pip refuses system installs)
   chromium fonts-dejavu-core)  # headless Chromium renders `d2k report --html` in the tests
 echo "bootstrap: checking the Debian packages"

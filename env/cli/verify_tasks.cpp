@@ -112,7 +112,7 @@ KernelVerdict verify_kernel(const tasks::Task& task, const std::string& label, c
   const auto te = std::chrono::steady_clock::now();
   const runner::EvalResult r = tools.evaluator->evaluate(req);
   k.evaluate_s = since(te);
-  k.status = r.status;
+  k.status = sandbox::to_string(r.status);
   k.message = one_line(r.message);
   runner::PropertyInputs in;
   for (const auto& w : r.workloads) {
@@ -125,16 +125,16 @@ KernelVerdict verify_kernel(const tasks::Task& task, const std::string& label, c
     runner::MeasuredWorkload m;
     m.name = w.name;
     if (w.timing && r.ok()) m.median_s = w.timing->median_s;
-    m.flagged = r.status == "flagged";
+    m.flagged = r.status == sandbox::Outcome::flagged;
     m.launches = w.launches;
     in.workloads.push_back(std::move(m));
   }
-  std::printf("    %s%s%s (%.1f s: reference %.1f, start %.1f, candidate %.1f, compare %.1f)\n", r.status.c_str(),
+  std::printf("    %s%s%s (%.1f s: reference %.1f, start %.1f, candidate %.1f, compare %.1f)\n", k.status.c_str(),
               k.message.empty() ? "" : ": ", k.message.c_str(), k.evaluate_s, r.phases.reference_s,
               r.phases.wait_ready_s, r.phases.candidate_s, r.phases.compare_s);
   for (const auto& [w, t] : k.times) std::printf("      %-24s %10.1f µs%s\n", w.c_str(), t * 1e6, k.correct[w] ? "" : "  WRONG");
 
-  in.launches_missing = r.launches_error.empty() ? (r.ok() ? "" : "evaluation " + r.status) : r.launches_error;
+  in.launches_missing = r.launches_error.empty() ? (r.ok() ? "" : "evaluation " + std::string(sandbox::to_string(r.status))) : r.launches_error;
   if (!tools.cuobjdump) {
     in.sass_missing = in.resources_missing = "cuobjdump not found beside nvcc or on PATH";
   } else {
@@ -232,7 +232,7 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
     req.timing = true;
     req.trusted = true;
     const runner::EvalResult r = tools.evaluator->evaluate(req);
-    v.status = r.status;
+    v.status = sandbox::to_string(r.status);
     v.message = one_line(r.message);
     for (const auto& w : r.workloads) {
       const tasks::Workload* tw = task.find_workload(w.name);

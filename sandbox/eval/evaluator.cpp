@@ -15,6 +15,8 @@
 #include <thread>
 
 namespace d2k::runner {
+
+using sandbox::Outcome;
 namespace {
 
 constexpr std::size_t kCompareThreads = 4;  // output comparison threads per evaluation
@@ -293,17 +295,17 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   EvalResult res;
   res.gpu = req.gpu;
   if (req.task == nullptr) {
-    res.status = "bad_request";
+    res.status = Outcome::bad_request;
     res.message = "no task";
     return res;
   }
   if (gpu_count() == 0) {
-    res.status = "no_gpu";
+    res.status = Outcome::no_gpu;
     res.message = "no GPU on this host" + (probe_error_.empty() ? "" : " (" + probe_error_ + ")");
     return res;
   }
   if (req.gpu < 0 || req.gpu >= gpu_count()) {
-    res.status = "bad_request";
+    res.status = Outcome::bad_request;
     res.message = "no GPU with index " + std::to_string(req.gpu);
     return res;
   }
@@ -330,11 +332,11 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     ref_job.so_path = ref_so.string();
     ref_job.timing.enabled = false;
   } catch (const WireError& e) {
-    res.status = "internal_error";
+    res.status = Outcome::internal_error;
     res.message = "task cannot be evaluated: " + std::string(e.what());
     return res;
   } catch (const std::exception& e) {
-    res.status = "internal_error";
+    res.status = Outcome::internal_error;
     res.message = e.what();
     return res;
   }
@@ -356,14 +358,14 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     ref = run_job(*g.trusted, ref_job, config_);
     res.phases.reference_s = since(t);
   } catch (const std::exception& e) {
-    res.status = "internal_error";
+    res.status = Outcome::internal_error;
     res.message = std::string("reference runner: ") + e.what();
     return res;
   }
-  if (!ref.failure.empty() || !ref.result || ref.result->status != "ok") {
-    res.status = "internal_error";
+  if (!ref.failure.empty() || !ref.result || ref.result->status != Outcome::ok) {
+    res.status = Outcome::internal_error;
     res.message = "the task's reference failed: " +
-                  (ref.failure.empty() ? ref.result->status + ": " + ref.result->message : ref.failure + ": " + ref.detail);
+                  (ref.failure.empty() ? std::string(sandbox::to_string(ref.result->status)) + ": " + ref.result->message : ref.failure + ": " + ref.detail);
     res.runner_output = tail(ref.proc ? ref.proc->output() : "", 4000);
     return res;
   }
@@ -376,7 +378,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     res.phases.candidate_s = since(t) - cand.wait_ready_s;
     res.phases.wait_ready_s = cand.wait_ready_s;
   } catch (const std::exception& e) {
-    res.status = "internal_error";
+    res.status = Outcome::internal_error;
     res.message = std::string("candidate runner: ") + e.what();
     return res;
   }
@@ -384,8 +386,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   if (cand.proc->output_dropped() > 0)
     res.runner_output += "\n[" + std::to_string(cand.proc->output_dropped()) + " more bytes of output dropped]";
   res.flags = cand.protocol_flags;
-  auto finish = [&](std::string status, std::string message) {
-    res.status = std::move(status);
+  auto finish = [&](Outcome status, std::string message) {
+    res.status = status;
     res.message = std::move(message);
     res.phases.total_s = since(t_start);
     return res;
@@ -393,31 +395,35 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
 
   // 3. How the candidate ended.
   if (cand.exit.signal == SIGSYS)
-    return finish("sandbox_violation", "the kernel's code made a forbidden system call (killed by the seccomp filter)");
-  if (cand.failure == "not_ready") return finish("internal_error", "candidate runner did not start: " + cand.detail);
-  if (cand.failure == "timeout") return finish("timeout", cand.detail);
+    return finish(Outcome::sandbox_violation, "the kernel's code made a forbidden system call (killed by the seccomp filter)");
+  if (cand.failure == "not_ready") return finish(Outcome::internal_error, "candidate runner did not start: " + cand.detail);
+  if (cand.failure == "timeout") return finish(Outcome::timeout, cand.detail);
   if (cand.failure == "malformed") {
     res.flags.push_back("forged_result_channel");
-    return finish("flagged", cand.detail);
+    return finish(Outcome::flagged, cand.detail);
   }
   if (cand.failure == "no_result") {
     std::string why = cand.detail;
     if (cand.exit.signal == SIGXFSZ) why += " (file size limit)";
-    return finish("runtime_error", why);
+    return finish(Outcome::runtime_error, why);
   }
   const RunnerResult& rr = *cand.result;
   for (const auto& f : rr.flags) res.flags.push_back(f);
   res.launches_error = rr.launches_error;
-  if (rr.status == "flagged") {
+  if (rr.status == Outcome::flagged) {
     res.flags.push_back(rr.message.substr(0, rr.message.find(':')));
-    return finish("flagged", rr.message);
+    return finish(Outcome::flagged, rr.message);
   }
-  if (rr.status == "runtime_error" || rr.status == "entry_error" || rr.status == "load_error")
-    return finish("runtime_error", rr.status + ": " + rr.message);
-  if (rr.status != "ok") return finish("internal_error", "runner " + rr.status + ": " + rr.message);
+  const std::string runner_status(sandbox::to_string(rr.status));
+  if (rr.status != Outcome::ok) {
+    const Outcome verdict = sandbox::evaluator_outcome_of_runner(rr.status);
+    // runtime_error, entry_error, load_error are the kernel's; any other runner failure is ours.
+    if (verdict == Outcome::runtime_error) return finish(verdict, runner_status + ": " + rr.message);
+    return finish(Outcome::internal_error, "runner " + runner_status + ": " + rr.message);
+  }
   if (rr.workloads.size() != workloads.size() || cand.calls != workloads.size() * seeds.size()) {
     res.flags.push_back("forged_result_channel");
-    return finish("flagged", "the runner's result does not list the workloads it was given");
+    return finish(Outcome::flagged, "the runner's result does not list the workloads it was given");
   }
 
   // 4. Correctness, in this process: every output of every seed, and the timed call's.
@@ -484,14 +490,14 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       res.workloads.push_back(std::move(we));
     }
   } catch (const std::exception& e) {
-    return finish("internal_error", std::string("comparing outputs: ") + e.what());
+    return finish(Outcome::internal_error, std::string("comparing outputs: ") + e.what());
   }
   res.phases.compare_s = since(t_cmp);
   if (!all_correct) {
     std::string which;
     for (const auto& we : res.workloads)
       if (!we.correct) which += (which.empty() ? "" : ", ") + we.name;
-    return finish("incorrect", "outputs differ from the reference on: " + which);
+    return finish(Outcome::incorrect, "outputs differ from the reference on: " + which);
   }
 
   // 5. Timing, bounded by the parent's clock.
@@ -503,26 +509,26 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       auto& we = res.workloads[w];
       if (!we.timing) {
         res.flags.push_back("missing_timing");
-        return finish("flagged", "no timing for workload " + we.name);
+        return finish(Outcome::flagged, "no timing for workload " + we.name);
       }
       const auto b = cand.timing_begin.find(w);
       const auto e = cand.timing_end.find(w);
       if (b == cand.timing_begin.end() || e == cand.timing_end.end() || e->second < b->second ||
           we.timing->samples > config_.timing.max_samples) {
         res.flags.push_back("forged_result_channel");
-        return finish("flagged", "timing of workload " + we.name + " does not match what the runner reported while running");
+        return finish(Outcome::flagged, "timing of workload " + we.name + " does not match what the runner reported while running");
       }
       if (claimed_time_implausible(*we.timing, e->second - b->second, overhead, config_.flag_factor,
                                    config_.flag_slack_s, config_.flag_fixed_slack_s, &we.outside_s)) {
         res.flags.push_back("time_below_outside_bound");
-        return finish("flagged", "claimed time of workload " + we.name + " is far below what the parent's clock measured");
+        return finish(Outcome::flagged, "claimed time of workload " + we.name + " is far below what the parent's clock measured");
       }
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
     }
     if (timed > 0) res.time_s = std::exp(log_sum / timed);
   }
-  return finish("ok", "");
+  return finish(Outcome::ok, "");
 }
 
 CopyBandwidth Evaluator::measure_copy_bandwidth(int gpu) {
@@ -577,7 +583,7 @@ CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu) {
     r.seeds = 1;
     r.trusted = true;
     const EvalResult e = evaluate(r);
-    if (!e.ok()) throw std::runtime_error("calibration of " + cu.filename().string() + ": " + e.status + ": " + e.message);
+    if (!e.ok()) throw std::runtime_error("calibration of " + cu.filename().string() + ": " + std::string(sandbox::to_string(e.status)) + ": " + e.message);
     std::map<std::string, double> times;
     for (const auto& w : e.workloads)
       if (w.timing) times[w.name] = w.timing->median_s;
@@ -614,7 +620,7 @@ json WorkloadEval::to_json() const {
 json EvalResult::to_json() const {
   json wls = json::array();
   for (const auto& w : workloads) wls.push_back(w.to_json());
-  return {{"status", status},
+  return {{"status", sandbox::to_string(status)},
           {"message", message},
           {"flags", flags},
           {"workloads", wls},

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/compiler.hpp"
+#include "sandbox/outcome.hpp"
 #include "sandbox/eval/calibration.hpp"
 #include "sandbox/eval/compare.hpp"
 #include "sandbox/eval/runner_process.hpp"
@@ -89,7 +90,7 @@ struct PhaseTimes {
 struct EvalResult {
   // ok | incorrect | runtime_error | timeout | sandbox_violation | flagged | no_gpu | bad_request
   // | internal_error   (compile_error is the compiler's, before an evaluation)
-  std::string status = "internal_error";
+  sandbox::Outcome status = sandbox::Outcome::internal_error;
   std::string message;
   std::vector<std::string> flags;
   std::vector<WorkloadEval> workloads;
@@ -99,7 +100,7 @@ struct EvalResult {
   PhaseTimes phases;
   std::string runner_output;                  // the candidate runner's stdout/stderr (capped)
   std::string launches_error;                 // why launch records are missing (when requested)
-  bool ok() const { return status == "ok"; }
+  bool ok() const { return status == sandbox::Outcome::ok; }
   nlohmann::json to_json() const;
 };
 

@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/jail.hpp"
+#include "sandbox/outcome.hpp"
 #include "sandbox/process.hpp"
 #include "sandbox/runner/launch_records.hpp"
 #include "sandbox/runner/nvml.hpp"
@@ -52,6 +53,7 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using sandbox::Outcome;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -59,7 +61,7 @@ double seconds_since(Clock::time_point t0) {
 
 // A failure that ends the run with a typed status.
 struct Stop {
-  std::string status;
+  Outcome status;
   std::string message;
 };
 
@@ -67,7 +69,7 @@ struct Stop {
   do {                                                                                        \
     const cudaError_t rc_ = (call);                                                           \
     if (rc_ != cudaSuccess)                                                                   \
-      throw Stop{status, std::string(cudaGetErrorName(rc_)) + ": " + cudaGetErrorString(rc_) + \
+      throw Stop{Outcome::status, std::string(cudaGetErrorName(rc_)) + ": " + cudaGetErrorString(rc_) + \
                              " (" #call ")"};                                                 \
   } while (0)
 
@@ -94,10 +96,10 @@ class Emitter {
 
 void write_file(const char* path, const std::string& text) {
   const sandbox::Fd fd(::open(path, O_WRONLY | O_CLOEXEC));
-  if (!fd) throw Stop{"setup_error", std::string("open ") + path + ": " + std::strerror(errno)};
+  if (!fd) throw Stop{Outcome::setup_error, std::string("open ") + path + ": " + std::strerror(errno)};
   const ssize_t n = ::write(fd.get(), text.data(), text.size());
   if (n != static_cast<ssize_t>(text.size()))
-    throw Stop{"setup_error", std::string("write ") + path + ": " + std::strerror(errno)};
+    throw Stop{Outcome::setup_error, std::string("write ") + path + ": " + std::strerror(errno)};
 }
 
 // Own user namespace (uid 0 inside mapped to ours), mount namespace (private) and an empty
@@ -106,12 +108,12 @@ void enter_namespaces() {
   const uid_t uid = getuid();
   const gid_t gid = getgid();
   if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0)
-    throw Stop{"setup_error", std::string("unshare: ") + std::strerror(errno)};
+    throw Stop{Outcome::setup_error, std::string("unshare: ") + std::strerror(errno)};
   write_file("/proc/self/setgroups", "deny");
   write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1");
   write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
-    throw Stop{"setup_error", std::string("mount private: ") + std::strerror(errno)};
+    throw Stop{Outcome::setup_error, std::string("mount private: ") + std::strerror(errno)};
 }
 
 // Covers each path the way the jail hides paths (sandbox::mask_path).
@@ -120,7 +122,7 @@ void hide_paths(const std::vector<std::string>& paths) {
     struct stat st{};
     if (::stat(p.c_str(), &st) != 0) continue;  // nothing to hide
     if (const int err = sandbox::mask_path(p.c_str(), S_ISDIR(st.st_mode)))
-      throw Stop{"setup_error", "cannot hide " + p + ": " + std::strerror(err)};
+      throw Stop{Outcome::setup_error, "cannot hide " + p + ": " + std::strerror(err)};
   }
 }
 
@@ -138,7 +140,7 @@ std::uint64_t vm_size_bytes() {
 void set_limit(int resource, rlim_t value) {
   const rlimit rl{value, value};
   if (setrlimit(resource, &rl) != 0)
-    throw Stop{"setup_error", std::string("setrlimit: ") + std::strerror(errno)};
+    throw Stop{Outcome::setup_error, std::string("setrlimit: ") + std::strerror(errno)};
 }
 
 // Threads of this process that the CUDA driver did not start (driver threads are named "cuda…";
@@ -181,7 +183,7 @@ void pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t offse
   while (bytes > 0) {
     const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw Stop{"setup_error", std::string("writing outputs: ") + std::strerror(errno)};
+    if (n <= 0) throw Stop{Outcome::setup_error, std::string("writing outputs: ") + std::strerror(errno)};
     p += n;
     bytes -= static_cast<std::size_t>(n);
     offset += static_cast<std::uint64_t>(n);
@@ -229,7 +231,7 @@ class Runner {
       if (isolate) enter_namespaces();
       start_cuda();
     } catch (const Stop& s) {
-      emit_.send({{"event", "result"}, {"status", s.status}, {"message", s.message}});
+      emit_.send({{"event", "result"}, {"status", sandbox::to_string(s.status)}, {"message", s.message}});
       return 2;
     }
     result_.init_s = seconds_since(t0);
@@ -241,24 +243,24 @@ class Runner {
       result_.status = s.status;
       result_.message = s.message;
     } catch (const WireError& e) {
-      result_.status = "bad_job";
+      result_.status = Outcome::bad_job;
       result_.message = e.what();
     } catch (const std::exception& e) {
-      result_.status = "runtime_error";
+      result_.status = Outcome::runtime_error;
       result_.message = e.what();
     }
     emit_.send(to_json(result_));
-    return result_.status == "ok" ? 0 : 1;
+    return result_.status == Outcome::ok ? 0 : 1;
   }
 
  private:
   void start_cuda() {
-    RUNNER_CUDA(cudaSetDevice(0), "setup_error");
-    RUNNER_CUDA(cudaFree(nullptr), "setup_error");
+    RUNNER_CUDA(cudaSetDevice(0), setup_error);
+    RUNNER_CUDA(cudaFree(nullptr), setup_error);
     cudaDeviceProp prop{};
-    RUNNER_CUDA(cudaGetDeviceProperties(&prop, 0), "setup_error");
+    RUNNER_CUDA(cudaGetDeviceProperties(&prop, 0), setup_error);
     char bus[32] = {};
-    RUNNER_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, 0), "setup_error");
+    RUNNER_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, 0), setup_error);
     device_.name = prop.name;
     device_.pci_bus_id = bus;
     device_.sm_count = prop.multiProcessorCount;
@@ -274,24 +276,24 @@ class Runner {
     device_.driver = nvml_.driver_version();
     // Twice the L2, at least 64 MiB: every line of an earlier call is evicted.
     gpu_.flush_bytes = std::max<std::uint64_t>(2 * device_.l2_bytes, 64ull << 20);
-    RUNNER_CUDA(cudaMalloc(&gpu_.flush, gpu_.flush_bytes), "setup_error");
-    RUNNER_CUDA(cudaMemset(gpu_.flush, 0, gpu_.flush_bytes), "setup_error");
-    RUNNER_CUDA(cudaStreamCreateWithFlags(&gpu_.stream, cudaStreamNonBlocking), "setup_error");
-    RUNNER_CUDA(cudaEventCreate(&gpu_.ev0), "setup_error");
-    RUNNER_CUDA(cudaEventCreate(&gpu_.ev1), "setup_error");
+    RUNNER_CUDA(cudaMalloc(&gpu_.flush, gpu_.flush_bytes), setup_error);
+    RUNNER_CUDA(cudaMemset(gpu_.flush, 0, gpu_.flush_bytes), setup_error);
+    RUNNER_CUDA(cudaStreamCreateWithFlags(&gpu_.stream, cudaStreamNonBlocking), setup_error);
+    RUNNER_CUDA(cudaEventCreate(&gpu_.ev0), setup_error);
+    RUNNER_CUDA(cudaEventCreate(&gpu_.ev1), setup_error);
     // One launch of our own so module loading is off the measured path.
-    RUNNER_CUDA(l2_flush(gpu_.flush, gpu_.flush_bytes, 0, gpu_.stream), "setup_error");
-    RUNNER_CUDA(cudaDeviceSynchronize(), "setup_error");
+    RUNNER_CUDA(l2_flush(gpu_.flush, gpu_.flush_bytes, 0, gpu_.stream), setup_error);
+    RUNNER_CUDA(cudaDeviceSynchronize(), setup_error);
   }
 
   void read_job() {
     std::string line;
-    if (!std::getline(std::cin, line)) throw Stop{"bad_job", "no job on stdin"};
+    if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no job on stdin"};
     json j;
     try {
       j = json::parse(line);
     } catch (const json::exception& e) {
-      throw Stop{"bad_job", std::string("job is not JSON: ") + e.what()};
+      throw Stop{Outcome::bad_job, std::string("job is not JSON: ") + e.what()};
     }
     job_ = job_from_json(j);
     layout_ = output_layout(job_);
@@ -303,8 +305,8 @@ class Runner {
     cudaStreamAttrValue none{};
     none.accessPolicyWindow.num_bytes = 0;
     cudaStreamSetAttribute(gpu_.stream, cudaStreamAttributeAccessPolicyWindow, &none);
-    RUNNER_CUDA(l2_flush(gpu_.flush, gpu_.flush_bytes, gpu_.salt++, gpu_.stream), "runtime_error");
-    RUNNER_CUDA(cudaDeviceSynchronize(), "runtime_error");
+    RUNNER_CUDA(l2_flush(gpu_.flush, gpu_.flush_bytes, gpu_.salt++, gpu_.stream), runtime_error);
+    RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
   }
 
   // One measured sample: events on the given stream, and a host bracket that ends only once the
@@ -312,16 +314,16 @@ class Runner {
   template <class Call>
   Sample sample(Call&& call) {
     flush();
-    RUNNER_CUDA(cudaEventRecord(gpu_.ev0, gpu_.stream), "runtime_error");
+    RUNNER_CUDA(cudaEventRecord(gpu_.ev0, gpu_.stream), runtime_error);
     const auto t0 = Clock::now();
     call();
     const cudaError_t rec = cudaEventRecord(gpu_.ev1, gpu_.stream);
     const cudaError_t sync = cudaDeviceSynchronize();
     const auto t1 = Clock::now();
-    RUNNER_CUDA(rec, "runtime_error");
-    RUNNER_CUDA(sync, "runtime_error");
+    RUNNER_CUDA(rec, runtime_error);
+    RUNNER_CUDA(sync, runtime_error);
     float ms = 0;
-    RUNNER_CUDA(cudaEventElapsedTime(&ms, gpu_.ev0, gpu_.ev1), "runtime_error");
+    RUNNER_CUDA(cudaEventElapsedTime(&ms, gpu_.ev0, gpu_.ev1), runtime_error);
     return {ms * 1e-3, std::chrono::duration<double>(t1 - t0).count()};
   }
 
@@ -345,16 +347,16 @@ class Runner {
     try {
       install_agent_filter();
     } catch (const std::exception& e) {
-      throw Stop{"setup_error", e.what()};
+      throw Stop{Outcome::setup_error, e.what()};
     }
   }
 
   void execute() {
     const int so_fd = ::open(job_.so_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (so_fd < 0) throw Stop{"load_error", "cannot open " + job_.so_path + ": " + std::strerror(errno)};
+    if (so_fd < 0) throw Stop{Outcome::load_error, "cannot open " + job_.so_path + ": " + std::strerror(errno)};
     if (out_fd_ >= 0 && ftruncate(out_fd_, static_cast<off_t>(layout_.total_bytes)) != 0)
-      throw Stop{"setup_error", std::string("sizing the output file: ") + std::strerror(errno)};
-    if (out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{"setup_error", "no output file"};
+      throw Stop{Outcome::setup_error, std::string("sizing the output file: ") + std::strerror(errno)};
+    if (out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
     // stdin has done its job; nothing more arrives there.
     if (const sandbox::Fd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC)); null_fd) dup2(null_fd.get(), 0);
     if (job_.measure_overhead) measure_overhead();
@@ -366,10 +368,10 @@ class Runner {
     void* lib = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* err = dlerror();
-      throw Stop{"load_error", std::string("dlopen: ") + (err != nullptr ? err : "unknown")};
+      throw Stop{Outcome::load_error, std::string("dlopen: ") + (err != nullptr ? err : "unknown")};
     }
     void* entry = dlsym(lib, job_.entry.c_str());
-    if (entry == nullptr) throw Stop{"load_error", "the shared object has no symbol '" + job_.entry + "'"};
+    if (entry == nullptr) throw Stop{Outcome::load_error, "the shared object has no symbol '" + job_.entry + "'"};
     entry_ = reinterpret_cast<void (*)()>(entry);
     baseline_threads_ = baseline_threads;
 
@@ -403,7 +405,7 @@ class Runner {
     {
       std::string names;
       for (const auto& t : extra) names += (names.empty() ? "" : ", ") + t;
-      throw Stop{"flagged", "background_thread: the kernel's code left " + std::to_string(extra.size()) +
+      throw Stop{Outcome::flagged, "background_thread: the kernel's code left " + std::to_string(extra.size()) +
                                 " thread(s) running after its call: " + names};
     }
   }
@@ -432,11 +434,11 @@ class Runner {
           case Dtype::i64: v.i64 = static_cast<std::int64_t>(arg.scalar); types.push_back(&ffi_type_sint64); break;
           case Dtype::u32: v.u32 = static_cast<std::uint32_t>(arg.scalar); types.push_back(&ffi_type_uint32); break;
           case Dtype::u8: v.u8 = static_cast<std::uint8_t>(arg.scalar); types.push_back(&ffi_type_uint8); break;
-          default: throw Stop{"bad_job", "scalar arguments of type " + std::string(dtype_name(arg.dtype)) + " are not supported"};
+          default: throw Stop{Outcome::bad_job, "scalar arguments of type " + std::string(dtype_name(arg.dtype)) + " are not supported"};
         }
       } else {
         const std::uint64_t bytes = arg.count * dtype_size(arg.dtype);
-        RUNNER_CUDA(cudaMalloc(&bufs[a], bytes), "setup_error");
+        RUNNER_CUDA(cudaMalloc(&bufs[a], bytes), setup_error);
         types.push_back(&ffi_type_pointer);
       }
     }
@@ -449,13 +451,13 @@ class Runner {
     ffi_cif cif;
     if (ffi_prep_cif(&cif, FFI_DEFAULT_ABI, static_cast<unsigned>(types.size()),
                      job_.returns_int ? &ffi_type_sint : &ffi_type_void, types.data()) != FFI_OK)
-      throw Stop{"setup_error", "ffi_prep_cif failed"};
+      throw Stop{Outcome::setup_error, "ffi_prep_cif failed"};
     ffi_arg ret = 0;
     auto call = [&] { ffi_call(&cif, entry_, &ret, values.data()); };
     auto check_ret = [&] {
       const int rc = static_cast<int>(static_cast<std::int64_t>(ret));
       if (job_.returns_int && rc != 0)
-        throw Stop{"entry_error", "the entry point returned " + std::to_string(rc)};
+        throw Stop{Outcome::entry_error, "the entry point returned " + std::to_string(rc)};
     };
 
     auto prepare = [&](std::size_t seed_index) {
@@ -465,17 +467,17 @@ class Runner {
           // Host-built structure, shared by both parts of one call (keyed by seed and shape).
           const CsrStructure& csr = csr_for(arg.gen, job_.seeds[seed_index]);
           const auto& part = arg.gen.dist == Dist::csr_row_ptr ? csr.row_ptr : csr.col_idx;
-          if (part.size() != arg.count) throw Stop{"bad_job", "csr part size does not match the argument"};
+          if (part.size() != arg.count) throw Stop{Outcome::bad_job, "csr part size does not match the argument"};
           RUNNER_CUDA(cudaMemcpy(bufs[a], part.data(), part.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
-                      "runtime_error");
+                      runtime_error);
         } else if (arg.role == ArgRole::input)
           RUNNER_CUDA(generate(bufs[a], arg.dtype, arg.count, arg.gen, job_.seeds[seed_index],
-                               static_cast<std::uint32_t>(a), gpu_.stream), "runtime_error");
+                               static_cast<std::uint32_t>(a), gpu_.stream), runtime_error);
         else if (arg.role == ArgRole::output)  // poison: NaN for floats, all ones for integers
           RUNNER_CUDA(cudaMemsetAsync(bufs[a], 0xFF, arg.count * dtype_size(arg.dtype), gpu_.stream),
-                      "runtime_error");
+                      runtime_error);
       }
-      RUNNER_CUDA(cudaDeviceSynchronize(), "runtime_error");
+      RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
     };
     std::vector<char> host;
     auto hand_over = [&](int seed_index) {
@@ -484,7 +486,7 @@ class Runner {
         const Slot* slot = layout_.find(w, seed_index, a);
         if (slot == nullptr) continue;
         host.resize(slot->bytes);
-        RUNNER_CUDA(cudaMemcpy(host.data(), bufs[a], slot->bytes, cudaMemcpyDeviceToHost), "runtime_error");
+        RUNNER_CUDA(cudaMemcpy(host.data(), bufs[a], slot->bytes, cudaMemcpyDeviceToHost), runtime_error);
         pwrite_all(out_fd_, host.data(), host.size(), slot->offset);
       }
     };
@@ -505,8 +507,8 @@ class Runner {
         else
           result_.launches_error = err;
       }
-      RUNNER_CUDA(synced, "runtime_error");
-      RUNNER_CUDA(cudaGetLastError(), "runtime_error");
+      RUNNER_CUDA(synced, runtime_error);
+      RUNNER_CUDA(cudaGetLastError(), runtime_error);
       check_ret();
       check_threads();
       hand_over(static_cast<int>(s));
@@ -612,7 +614,7 @@ class Runner {
           }
         });
       } catch (const WireError& e) {
-        throw Stop{"bad_job", e.what()};
+        throw Stop{Outcome::bad_job, e.what()};
       }
       csr_gen_ = g;
       csr_seed_ = seed;

@@ -337,7 +337,7 @@ json to_json(const RunnerResult& r) {
     }
     wls.push_back(wj);
   }
-  json out = {{"event", "result"}, {"status", r.status}, {"message", r.message}, {"flags", r.flags},
+  json out = {{"event", "result"}, {"status", sandbox::to_string(r.status)}, {"message", r.message}, {"flags", r.flags},
               {"workloads", wls}, {"overhead_s", r.overhead_s},
               {"sample_overhead_s", r.sample_overhead_s}, {"init_s", r.init_s}};
   if (!r.launches_error.empty()) out["launches_error"] = r.launches_error;
@@ -347,7 +347,10 @@ json to_json(const RunnerResult& r) {
 RunnerResult result_from_json(const json& j) {
   constexpr const char* c = "bad_result";
   RunnerResult r;
-  r.status = get<std::string>(j, "status", c);
+  const auto status_name = get<std::string>(j, "status", c);
+  const auto status = sandbox::outcome_from_string(status_name);
+  if (!status) bad(c, "unknown status '" + status_name.substr(0, 64) + "'");
+  r.status = *status;
   r.message = get_or<std::string>(j, "message", "", c);
   r.flags = get_or<std::vector<std::string>>(j, "flags", {}, c);
   r.overhead_s = get_or<double>(j, "overhead_s", 0, c);

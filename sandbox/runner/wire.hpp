@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sandbox/outcome.hpp"
+
 namespace d2k::runner {
 
 // Element types a runner can allocate, generate and hand back (same names as tasks::Dtype).
@@ -153,7 +155,7 @@ struct WorkloadResult {
 
 struct RunnerResult {
   // ok | runtime_error | entry_error | load_error | setup_error | flagged | bad_job
-  std::string status = "ok";
+  sandbox::Outcome status = sandbox::Outcome::ok;
   std::string message;
   std::vector<std::string> flags;          // e.g. "background_thread", "throttled"
   std::vector<WorkloadResult> workloads;

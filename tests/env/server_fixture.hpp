@@ -42,8 +42,8 @@ inline env::Config test_config() {
 }
 
 struct TestServer {
-  explicit TestServer(env::Config config = test_config()) {
-    server = std::make_unique<env::Server>(config, tasks::load_tasks(config.tasks_dir));
+  explicit TestServer(env::Config config = test_config(), std::shared_ptr<env::GpuBackend> gpu = nullptr) {
+    server = std::make_unique<env::Server>(config, tasks::load_tasks(config.tasks_dir), std::move(gpu));
     server->bind();
     endpoint = server->endpoint();
     thread = std::thread([this] { server->run(); });

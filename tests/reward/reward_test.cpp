@@ -3,6 +3,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "catch.hpp"
@@ -12,6 +13,7 @@ using d2k::env::compute_reward;
 using d2k::env::geometric_mean;
 using d2k::env::RewardConfig;
 using d2k::env::RewardInputs;
+using d2k::sandbox::Outcome;
 using nlohmann::json;
 
 namespace {
@@ -24,7 +26,7 @@ constexpr double kEps = 1e-12;
 RewardInputs ok_inputs(std::vector<double> agent, std::vector<double> expert,
                        std::vector<double> baseline, int layer = 1) {
   RewardInputs in;
-  in.status = "ok";
+  in.status = Outcome::ok;
   in.compiled = true;
   in.agent_us = std::move(agent);
   in.expert_us = std::move(expert);
@@ -33,9 +35,10 @@ RewardInputs ok_inputs(std::vector<double> agent, std::vector<double> expert,
   return in;
 }
 
-RewardInputs failed(const std::string& status, bool compiled = true) {
+// By wire name, so each case reads as the status the reply carries.
+RewardInputs failed(std::string_view status, bool compiled = true) {
   RewardInputs in;
-  in.status = status;
+  in.status = d2k::sandbox::outcome_from_string(status).value();
   in.compiled = compiled;
   in.layer = 2;
   return in;
@@ -206,7 +209,7 @@ TEST_CASE("d2k failures get their configured constants", "[reward]") {
 
   // A flagged kernel earns the flag's constant however fast it claims to be.
   auto fast_but_flagged = ok_inputs({0.001}, {10}, {80});
-  fast_but_flagged.status = "flagged";
+  fast_but_flagged.status = Outcome::flagged;
   const auto f = compute_reward(fast_but_flagged, c);
   CHECK_NEAR(f.reward, -1.0);
   CHECK_NEAR(f.breakdown["score"].get<double>(), 10000.0);  // reported, not rewarded
@@ -305,9 +308,14 @@ TEST_CASE("invalid inputs throw std::invalid_argument", "[reward]") {
   CHECK_THROWS_AS(compute_reward(not_compiled, c), std::invalid_argument);
 
   auto unknown = ok_inputs({10}, {10}, {40});
-  unknown.status = "crashed";
-  CHECK(invalid_argument_message([&] { compute_reward(unknown, c); }).find("crashed") !=
+  unknown.status = Outcome::internal_error;  // the evaluator's own failure is no reward status
+  CHECK(invalid_argument_message([&] { compute_reward(unknown, c); }).find("internal_error") !=
         std::string::npos);
+  for (Outcome runner_only : {Outcome::no_gpu, Outcome::bad_request, Outcome::entry_error, Outcome::load_error,
+                              Outcome::setup_error, Outcome::bad_job}) {
+    unknown.status = runner_only;
+    CHECK_THROWS_AS(compute_reward(unknown, c), std::invalid_argument);
+  }
 
   CHECK_THROWS_AS(compute_reward(ok_inputs({10}, {10}, {40}, 4), c), std::invalid_argument);
   CHECK_THROWS_AS(compute_reward(ok_inputs({10}, {10}, {40}, -1), c), std::invalid_argument);

@@ -23,7 +23,7 @@ EvalResult eval_so(const std::filesystem::path& so, bool trusted) {
   r.seeds = 2;
   r.trusted = trusted;
   EvalResult e = d2k::test::evaluator().evaluate(r);
-  std::printf("%s: %s time=%.3f us flags=%zu phases=%s\n", so.filename().c_str(), e.status.c_str(), e.time_s * 1e6,
+  std::printf("%s: %s time=%.3f us flags=%zu phases=%s\n", so.filename().c_str(), std::string(d2k::sandbox::to_string(e.status)).c_str(), e.time_s * 1e6,
               e.flags.size(), e.to_json().at("phases").dump().c_str());
   for (const auto& w : e.workloads)
     if (w.timing)
@@ -50,15 +50,15 @@ TEST_CASE("the task's own kernels are correct, timed and never flagged", "[gpu][
   const auto& task = d2k::test::vector_add();
   const auto out = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so";
   const EvalResult ref = eval_so(d2k::test::nvcc_build(task.reference_path(), out), false);
-  CHECK(ref.status == "ok");
+  CHECK(ref.status == d2k::sandbox::Outcome::ok);
   CHECK(ref.flags.empty());
   const EvalResult base = eval_so(d2k::test::nvcc_build(task.baseline_path(), out), false);
-  CHECK(base.status == "ok");
+  CHECK(base.status == d2k::sandbox::Outcome::ok);
   CHECK(base.flags.empty());
   double t3 = 0;
   for (int layer = 1; layer <= 3; ++layer) {
     const EvalResult e = eval_so(d2k::test::nvcc_build(task.expert_path(layer), out), false);
-    CHECK(e.status == "ok");
+    CHECK(e.status == d2k::sandbox::Outcome::ok);
     CHECK(e.flags.empty());
     if (layer == 3) t3 = e.time_s;
   }
@@ -103,5 +103,5 @@ TEST_CASE("a kernel built by the sandboxed compiler runs in an agent runner", "[
   INFO(out.log);
   REQUIRE(out.ok);
   const EvalResult e = eval_so(out.artifact, false);
-  CHECK(e.status == "ok");
+  CHECK(e.status == d2k::sandbox::Outcome::ok);
 }

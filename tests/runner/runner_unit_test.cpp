@@ -192,7 +192,7 @@ TEST_CASE("without a GPU the runner fails typed and the evaluator says no_gpu", 
   r.task = &vector_add();
   r.so_path = "/nonexistent.so";
   const EvalResult res = ev.evaluate(r);
-  CHECK(res.status == "no_gpu");
+  CHECK(res.status == d2k::sandbox::Outcome::no_gpu);
   CHECK(res.to_json().at("status") == "no_gpu");
 }
 

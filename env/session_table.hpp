@@ -1,0 +1,69 @@
+// The server's open sessions: each episode with its GPU slot and the state of the action in
+// flight; fresh session ids; which sessions are idle; the counters `stats` reports. Owned and used
+// only by the server loop thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "env/episode.hpp"
+#include "env/route.hpp"
+
+namespace d2k::env {
+
+struct Session {
+  std::unique_ptr<Episode> episode;
+  int gpu = 0;                             // the GPU its evaluations queue on (0 without GPUs)
+  std::optional<std::uint64_t> in_flight;  // request id of the action running now
+  std::vector<Route> waiters;              // routes of retries of the in-flight request
+  bool closing = false;                    // closed while work was in flight: erase when it lands
+  nlohmann::json in_flight_request;        // for the episode log, written when the reply lands
+  double in_flight_t = 0;                  // when it arrived (unix seconds)
+};
+
+class SessionTable {
+ public:
+  // `gpus`: how many GPUs sessions are spread over (0: none, every session gets slot 0).
+  explicit SessionTable(std::size_t gpus, std::uint64_t id_seed = std::random_device{}());
+
+  // A fresh id: 32 lowercase hex digits, never one that is open.
+  std::string new_id();
+  // Opens a session for `episode` (whose id is its key) on the GPU with the fewest sessions.
+  Session& open(std::unique_ptr<Episode> episode);
+  // The session, also while it is closing; nullptr when there is none.
+  Session* find(const std::string& id);
+  // The session a request may act on: throws protocol::Error{unknown_session} when there is none
+  // or it is closing.
+  Session& find_open(const std::string& id);
+  // Removes the session and frees its GPU slot; `reason` is counted for `stats`. False when absent.
+  bool erase(const std::string& id, const std::string& reason);
+  // Sessions with nothing in flight whose last activity is more than `limit` before `now`.
+  std::vector<std::string> idle(Episode::Clock::time_point now, std::chrono::duration<double> limit) const;
+  std::vector<std::string> ids() const;
+
+  std::size_t size() const { return sessions_.size(); }
+  std::size_t gpu_sessions(std::size_t gpu) const { return gpu_load_.at(gpu); }
+  std::uint64_t opened() const { return opened_; }
+  std::uint64_t ended() const { return ended_; }
+  const std::map<std::string, std::uint64_t>& end_reasons() const { return end_reasons_; }
+  // Sessions whose episode is still running / has ended (closing ones included).
+  std::size_t count_active() const;
+
+ private:
+  std::unordered_map<std::string, Session> sessions_;
+  std::vector<std::size_t> gpu_load_;  // sessions per GPU
+  std::mt19937_64 rng_;
+  std::uint64_t opened_ = 0, ended_ = 0;
+  std::map<std::string, std::uint64_t> end_reasons_;
+};
+
+}  // namespace d2k::env
