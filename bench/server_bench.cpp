@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   cfg.tasks_dir = D2K_TASKS_DIR;
   cfg.state_dir = state;
   cfg.max_sessions = 2000;
+  cfg.finalize();
   d2k::env::Server server(cfg, d2k::tasks::load_tasks(cfg.tasks_dir));
   server.bind();
   std::thread loop([&] { server.run(); });

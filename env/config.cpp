@@ -2,9 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <limits>
+#include <set>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 namespace d2k::env {
 
@@ -24,107 +28,109 @@ void Config::finalize() {
   if (compile_workers == 0) compile_workers = std::max(1u, std::thread::hardware_concurrency());
 }
 
+bool Config::finalized() const {
+  return !state_dir.empty() && !log_dir.empty() && !catalogue.empty() && compile_workers > 0;
+}
+
+void Config::validate() const {
+  if (std::find(kLogLevels.begin(), kLogLevels.end(), log_level) == kLogLevels.end())
+    throw std::invalid_argument("config: 'log_level' is '" + log_level +
+                                "'; expected one of trace, debug, info, warn, error, off");
+}
+
+std::vector<std::filesystem::path> Config::hidden_paths() const {
+  if (!finalized()) throw std::logic_error("Config::hidden_paths needs a finalized Config");
+  // The catalogue runs in WAL mode: its -wal and -shm files sit beside it.
+  return {tasks_dir, state_dir, log_dir, catalogue, catalogue.string() + "-wal", catalogue.string() + "-shm"};
+}
+
 namespace {
 
-json budget_json(const Budget& b) {
-  return {{"max_steps", b.max_steps},
-          {"max_compiles", b.max_compiles},
-          {"max_evaluations", b.max_evaluations},
-          {"wall_seconds", b.wall_seconds}};
+// "default_budget.max_steps" → {"default_budget", "max_steps"}.
+std::pair<std::string, std::string> split_key(std::string_view key) {
+  auto dot = key.find('.');
+  if (dot == std::string_view::npos) return {std::string(key), {}};
+  return {std::string(key.substr(0, dot)), std::string(key.substr(dot + 1))};
 }
 
 template <typename T>
-void read(const json& j, const char* key, T& out, const std::string& where) {
-  auto it = j.find(key);
-  if (it == j.end()) return;
-  try {
-    out = it->get<T>();
-  } catch (const json::exception&) {
-    throw std::invalid_argument("config: '" + where + key + "' has the wrong type");
-  }
+json value_json(const T& v) {
+  if constexpr (std::is_same_v<T, std::filesystem::path>) return v.string();
+  else if constexpr (std::is_same_v<T, RewardConfig>) return v.to_json();
+  else return v;
 }
 
-void check_keys(const json& j, std::initializer_list<const char*> keys, const std::string& where) {
-  if (!j.is_object()) throw std::invalid_argument("config: '" + where + "' must be an object");
-  for (auto& [k, v] : j.items()) {
-    bool known = false;
-    for (const char* key : keys) known = known || k == key;
-    if (!known) throw std::invalid_argument("config: unknown key '" + where + k + "'");
-  }
+[[noreturn]] void wrong(std::string_view key, const std::string& expected) {
+  throw std::invalid_argument("config: '" + std::string(key) + "' must be " + expected);
 }
 
-Budget budget_from(const json& j, Budget b, const std::string& where) {
-  check_keys(j, {"max_steps", "max_compiles", "max_evaluations", "wall_seconds"}, where);
-  read(j, "max_steps", b.max_steps, where + ".");
-  read(j, "max_compiles", b.max_compiles, where + ".");
-  read(j, "max_evaluations", b.max_evaluations, where + ".");
-  read(j, "wall_seconds", b.wall_seconds, where + ".");
-  return b;
+template <typename T>
+void read_value(const json& j, std::string_view key, T& out) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!j.is_boolean()) wrong(key, "true or false");
+    out = j.get<bool>();
+  } else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::filesystem::path>) {
+    if (!j.is_string()) wrong(key, "a string");
+    out = j.get<std::string>();
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (!j.is_number()) wrong(key, "a number");
+    out = j.get<double>();
+  } else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
+    // JSON parsers type 3 as unsigned, -3 as signed and 3.0 as float: only the first fits.
+    if (!j.is_number_unsigned() || j.get<std::uint64_t>() > std::numeric_limits<T>::max())
+      wrong(key, "a whole number from 0 to " + std::to_string(std::numeric_limits<T>::max()));
+    out = j.get<T>();
+  } else if constexpr (std::is_same_v<T, RewardConfig>) {
+    try {
+      out = RewardConfig::from_json(j);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("config: 'reward': " + std::string(e.what()));
+    }
+  } else {
+    static_assert(sizeof(T) == 0, "a config key of a type read_value does not know");
+  }
 }
 
 }  // namespace
 
 json Config::to_json() const {
-  return {{"endpoint", endpoint},
-          {"tasks_dir", tasks_dir.string()},
-          {"state_dir", state_dir.string()},
-          {"max_sessions", max_sessions},
-          {"idle_timeout_s", idle_timeout_s},
-          {"compile_workers", compile_workers},
-          {"shutdown_grace_s", shutdown_grace_s},
-          {"default_budget", budget_json(default_budget)},
-          {"max_budget", budget_json(max_budget)},
-          {"reward", reward.to_json()},
-          {"step_reward", {{"invalid_action", step_reward.invalid_action}, {"ok_step", step_reward.ok_step}}},
-          {"max_workspace_bytes", max_workspace_bytes},
-          {"reply_cache_per_session", reply_cache_per_session},
-          {"reply_cache_global", reply_cache_global},
-          {"compile_deadline_s", compile_deadline_s},
-          {"record", record},
-          {"log_dir", log_dir.string()},
-          {"catalogue", catalogue.string()},
-          {"events_endpoint", events_endpoint}};
+  json j = json::object();
+  for_each_key([&](const ConfigKey& k, auto member_of) {
+    auto [outer, inner] = split_key(k.key);
+    json value = value_json(member_of(*this));
+    if (inner.empty()) j[outer] = std::move(value);
+    else j[outer][inner] = std::move(value);
+  });
+  return j;
 }
 
 Config Config::from_json(const json& j) {
-  Config c;
-  check_keys(j,
-             {"endpoint", "tasks_dir", "state_dir", "max_sessions", "idle_timeout_s", "compile_workers",
-              "shutdown_grace_s", "default_budget", "max_budget", "reward", "step_reward", "max_workspace_bytes",
-              "reply_cache_per_session", "reply_cache_global", "compile_deadline_s", "record", "log_dir",
-              "catalogue", "events_endpoint"},
-             "");
-  read(j, "endpoint", c.endpoint, "");
-  std::string p;
-  read(j, "tasks_dir", p, "");
-  c.tasks_dir = p;
-  p.clear();
-  read(j, "state_dir", p, "");
-  c.state_dir = p;
-  read(j, "max_sessions", c.max_sessions, "");
-  read(j, "idle_timeout_s", c.idle_timeout_s, "");
-  read(j, "compile_workers", c.compile_workers, "");
-  read(j, "shutdown_grace_s", c.shutdown_grace_s, "");
-  if (j.contains("default_budget")) c.default_budget = budget_from(j["default_budget"], c.default_budget, "default_budget");
-  if (j.contains("max_budget")) c.max_budget = budget_from(j["max_budget"], c.max_budget, "max_budget");
-  if (j.contains("reward")) c.reward = RewardConfig::from_json(j["reward"]);
-  if (j.contains("step_reward")) {
-    check_keys(j["step_reward"], {"invalid_action", "ok_step"}, "step_reward");
-    read(j["step_reward"], "invalid_action", c.step_reward.invalid_action, "step_reward.");
-    read(j["step_reward"], "ok_step", c.step_reward.ok_step, "step_reward.");
+  if (!j.is_object()) throw std::invalid_argument("config: the config must be a JSON object");
+  // Every key the file may hold: the keys, and the objects that group some of them.
+  std::set<std::string, std::less<>> keys, objects;
+  for_each_key([&](const ConfigKey& k, auto) {
+    keys.emplace(k.key);
+    if (auto [outer, inner] = split_key(k.key); !inner.empty()) objects.insert(outer);
+  });
+  for (const auto& [outer, value] : j.items()) {
+    if (objects.count(outer)) {
+      if (!value.is_object()) wrong(outer, "an object");
+      for (const auto& [inner, ignored] : value.items())
+        if (!keys.count(outer + "." + inner)) throw std::invalid_argument("config: unknown key '" + outer + "." + inner + "'");
+    } else if (!keys.count(outer)) {
+      throw std::invalid_argument("config: unknown key '" + outer + "'");
+    }
   }
-  read(j, "max_workspace_bytes", c.max_workspace_bytes, "");
-  read(j, "reply_cache_per_session", c.reply_cache_per_session, "");
-  read(j, "reply_cache_global", c.reply_cache_global, "");
-  read(j, "compile_deadline_s", c.compile_deadline_s, "");
-  read(j, "record", c.record, "");
-  p.clear();
-  read(j, "log_dir", p, "");
-  c.log_dir = p;
-  p.clear();
-  read(j, "catalogue", p, "");
-  c.catalogue = p;
-  read(j, "events_endpoint", c.events_endpoint, "");
+  Config c;
+  for_each_key([&](const ConfigKey& k, auto member_of) {
+    auto [outer, inner] = split_key(k.key);
+    auto it = j.find(outer);
+    if (it == j.end()) return;
+    if (inner.empty()) return read_value(*it, k.key, member_of(c));
+    auto in = it->find(inner);
+    if (in != it->end()) read_value(*in, k.key, member_of(c));
+  });
+  c.validate();
   return c;
 }
 

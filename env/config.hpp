@@ -1,10 +1,14 @@
-// The server's configuration: one struct, every option once with its default and why.
-// The CLI (`d2k serve --help`), the config file (JSON, same keys) and `hello` all read this.
+// The server's configuration: one struct, and one list of its keys (Config::for_each_key) that
+// everything else derives from: the config file (JSON), `hello`'s config (to_json) and
+// `d2k serve`'s flags with their help and defaults (env/cli/config_flags).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +31,17 @@ struct StepRewards {
   double ok_step = 0.0;          // an edit or a compile that succeeded
 };
 
+// The values `log_level` accepts, most verbose first.
+inline constexpr std::array<std::string_view, 6> kLogLevels = {"trace", "debug", "info", "warn", "error", "off"};
+
+// One key of the config: where it lives in the JSON ("max_sessions", or "default_budget.max_steps"
+// inside an object), the `d2k serve` flag that sets it (empty: config file only) and what it means.
+struct ConfigKey {
+  std::string_view key;
+  std::string_view flag;
+  std::string_view help;
+};
+
 struct Config {
   std::string endpoint = "tcp://127.0.0.1:5555";   // loopback by default; ipc:// works too
   std::filesystem::path tasks_dir;                   // built-in tasks when empty (source tree)
@@ -39,7 +54,7 @@ struct Config {
   Budget max_budget{1000, 500, 500, 86400};          // reset options are clamped to these
   RewardConfig reward;                               // evaluation rewards: preset, transform, failure constants
   StepRewards step_reward;
-  protocol::Limits limits;                           // message, nesting, string and file limits
+  protocol::Limits limits;                           // message, nesting, string and file limits (`hello.limits`, not a key)
   std::size_t max_workspace_bytes = 2u << 20;        // all files of one workspace
   std::size_t reply_cache_per_session = 16;          // retried ids answered from here
   std::size_t reply_cache_global = 4096;             // for ops without a session
@@ -48,11 +63,65 @@ struct Config {
   std::filesystem::path log_dir;                     // episode logs; default state_dir/episodes
   std::filesystem::path catalogue;                   // SQLite index of episodes; default state_dir/catalogue.sqlite
   std::string events_endpoint;                       // PUB socket for `d2k watch`; default: port+1 / <ipc>.events; "none" = off
+  std::string log_level = "info";                    // server log: one of kLogLevels
 
-  // Fills unset paths and derived values (state_dir, compile_workers).
+  // Every key of the config file and of to_json, once. Calls visit(ConfigKey, member_of) where
+  // member_of(config) returns the key's member of a Config (const or not).
+  template <typename Visit>
+  static void for_each_key(Visit&& visit);
+
+  // Fills unset paths and derived values (state_dir, log_dir, catalogue, compile_workers). Whoever
+  // builds a Config from user input calls it once; the Server and the GPU backend take the result
+  // as it is (they throw std::logic_error on a Config that was never finalized).
   void finalize();
-  nlohmann::json to_json() const;             // the whole config, as `hello` reports it
-  static Config from_json(const nlohmann::json& j);  // keys as to_json; unknown keys → error
+  bool finalized() const;
+  // Throws std::invalid_argument naming the key of a value out of its range (log_level).
+  void validate() const;
+  nlohmann::json to_json() const;                    // every key, as `hello` reports it
+  // Keys as to_json; missing keys keep their defaults. Unknown keys, wrong types and bad values
+  // throw std::invalid_argument naming the key ("default_budget.max_steps").
+  static Config from_json(const nlohmann::json& j);
+
+  // What agent code and the compile jail must never see: the tasks (experts, hidden workloads) and
+  // the server's state (caches, scratch of other sessions, episode logs and catalogue). Call on a
+  // finalized Config.
+  std::vector<std::filesystem::path> hidden_paths() const;
 };
+
+// The key list. D2K_CONFIG_KEY spells each member once: its JSON key is the member's own name
+// ("default_budget.max_steps" is max_steps inside the default_budget object).
+#define D2K_CONFIG_KEY(member, flag, help) \
+  visit(ConfigKey{#member, flag, help}, [](auto& c) -> auto& { return c.member; })
+template <typename Visit>
+void Config::for_each_key(Visit&& visit) {
+  D2K_CONFIG_KEY(endpoint, "--endpoint", "Where to listen: tcp://HOST:PORT or ipc://PATH");
+  D2K_CONFIG_KEY(tasks_dir, "--tasks", "Tasks folder (default: the built-in tasks)");
+  D2K_CONFIG_KEY(state_dir, "--state-dir", "Compile cache and scratch space (default: $XDG_CACHE_HOME/d2k, else ~/.cache/d2k, else /tmp/d2k-<uid>)");
+  D2K_CONFIG_KEY(max_sessions, "--max-sessions", "Open sessions at once; more get `capacity`");
+  D2K_CONFIG_KEY(idle_timeout_s, "--idle-timeout", "Seconds before an idle session is closed");
+  D2K_CONFIG_KEY(compile_workers, "--compile-workers", "Parallel sandboxed compiles (0 = one per core)");
+  D2K_CONFIG_KEY(shutdown_grace_s, "--shutdown-grace", "On SIGINT/SIGTERM, seconds to let work in flight finish before cancelling it");
+  D2K_CONFIG_KEY(default_budget.max_steps, "--max-steps", "Default steps per episode");
+  D2K_CONFIG_KEY(default_budget.max_compiles, "--max-compiles", "Default compiles per episode");
+  D2K_CONFIG_KEY(default_budget.max_evaluations, "--max-evaluations", "Default evaluations per episode");
+  D2K_CONFIG_KEY(default_budget.wall_seconds, "--wall-seconds", "Default episode wall-clock budget in seconds");
+  D2K_CONFIG_KEY(max_budget.max_steps, "", "Most steps per episode a reset may ask for");
+  D2K_CONFIG_KEY(max_budget.max_compiles, "", "Most compiles per episode a reset may ask for");
+  D2K_CONFIG_KEY(max_budget.max_evaluations, "", "Most evaluations per episode a reset may ask for");
+  D2K_CONFIG_KEY(max_budget.wall_seconds, "", "Longest episode wall-clock budget a reset may ask for");
+  D2K_CONFIG_KEY(reward, "", "Evaluation rewards: preset, transform and failure constants (docs/reward.md)");
+  D2K_CONFIG_KEY(step_reward.invalid_action, "", "Reward of a step whose action could not apply");
+  D2K_CONFIG_KEY(step_reward.ok_step, "", "Reward of an edit or a compile that succeeded");
+  D2K_CONFIG_KEY(max_workspace_bytes, "", "Bytes of all files of one workspace");
+  D2K_CONFIG_KEY(reply_cache_per_session, "", "Replies kept per session to answer retried request ids");
+  D2K_CONFIG_KEY(reply_cache_global, "", "Replies kept for retried requests without a session");
+  D2K_CONFIG_KEY(compile_deadline_s, "", "Wall-clock seconds of one nvcc run");
+  D2K_CONFIG_KEY(record, "--record", "Write episode logs and the catalogue; --no-record writes none (a session can also opt out: reset options.record=false)");
+  D2K_CONFIG_KEY(log_dir, "--log-dir", "Episode logs (default: <state-dir>/episodes)");
+  D2K_CONFIG_KEY(catalogue, "--catalogue", "SQLite episode catalogue (default: <state-dir>/catalogue.sqlite)");
+  D2K_CONFIG_KEY(events_endpoint, "--events", "PUB endpoint for `d2k watch` (default: the server port + 1, or <ipc path>.events; 'none' = off)");
+  D2K_CONFIG_KEY(log_level, "--log-level", "Server log level: trace, debug, info, warn, error or off");
+}
+#undef D2K_CONFIG_KEY
 
 }  // namespace d2k::env

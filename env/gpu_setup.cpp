@@ -133,10 +133,10 @@ std::shared_ptr<GpuBackend> make_gpu_backend(const Config& config, const tasks::
   }
 #ifdef D2K_HAVE_EVAL
   runner::EvalConfig ec;
-  Config c = config;
-  c.finalize();
+  const Config& c = config;
+  if (!c.finalized()) throw std::logic_error("make_gpu_backend: the Config was not finalized (Config::finalize)");
   ec.state_dir = c.state_dir / "eval";
-  ec.hidden_paths = {c.tasks_dir, c.state_dir};
+  ec.hidden_paths = c.hidden_paths();
   ec.compiler.cache_dir = c.state_dir / "trusted-cache";
   ec.compiler.scratch_dir = c.state_dir / "trusted-scratch";
   std::error_code ignored;

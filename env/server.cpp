@@ -128,7 +128,7 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
       gpu_info_(gpu_ ? gpu_->gpus() : std::vector<GpuInfo>{}),
       sessions_(gpu_info_.size()),
       replies_(config_.reply_cache_per_session, config_.reply_cache_global) {
-  config_.finalize();
+  if (!config_.finalized()) throw std::logic_error("Server: the Config was not finalized (Config::finalize)");
   // Each open episode holds its log file; many sessions need more than the usual 1024 descriptors.
   if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, 1u << 16);
@@ -140,7 +140,7 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
   sandbox::CompilerConfig cc;
   cc.cache_dir = config_.state_dir / "compile-cache";
   cc.scratch_dir = config_.state_dir / "scratch";
-  cc.hidden_paths = {config_.tasks_dir, config_.state_dir};
+  cc.hidden_paths = config_.hidden_paths();
   cc.deadline = std::chrono::milliseconds(static_cast<long long>(config_.compile_deadline_s * 1000));
   compiler_ = std::make_unique<sandbox::Compiler>(cc);
 

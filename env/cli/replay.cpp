@@ -221,6 +221,7 @@ int verify(const ReplayOptions& opt, const env::EpisodeLog& log) {
     config.endpoint = "ipc://" + (state / "server.sock").string();
     config.tasks_dir = std::filesystem::absolute(opt.tasks.empty() ? default_tasks_dir() : std::filesystem::path(opt.tasks));
     config.compile_workers = 1;
+    config.finalize();
     tasks::TaskSet set = tasks::load_tasks(config.tasks_dir);
     const json& task = at(log.header, "task");
     const tasks::Task* t = set.find(s_of(task, "id"));

@@ -16,6 +16,7 @@
 #include "sandbox/eval/properties.hpp"
 #include "sandbox/process.hpp"
 #include "env/cli/verify_report.hpp"
+#include "env/config.hpp"
 #include "tasks/loader/task.hpp"
 
 namespace d2k::cli {
@@ -339,9 +340,13 @@ int verify(const Options& o, const std::string& command) {
   fs::create_directories(state);
   const fs::path abs_root = fs::absolute(root);
 
+  env::Config server_like;  // hide what a server on these tasks and this state would hide
+  server_like.tasks_dir = abs_root;
+  server_like.state_dir = state;
+  server_like.finalize();
   runner::EvalConfig ec;
   ec.state_dir = state / "eval";
-  ec.hidden_paths = {abs_root, state};
+  ec.hidden_paths = server_like.hidden_paths();
   ec.compiler.cache_dir = state / "trusted-cache";
   ec.compiler.scratch_dir = state / "trusted-scratch";
   ec.seeds = o.seeds;
@@ -363,7 +368,7 @@ int verify(const Options& o, const std::string& command) {
   sandbox::CompilerConfig cc;
   cc.cache_dir = state / "compile-cache";
   cc.scratch_dir = state / "scratch";
-  cc.hidden_paths = {abs_root, state};
+  cc.hidden_paths = server_like.hidden_paths();
   fs::create_directories(cc.cache_dir);
   fs::create_directories(cc.scratch_dir);
   sandbox::Compiler compiler(cc);

@@ -26,166 +26,20 @@ T get_or(const json& j, const char* key, T fallback, const char* code) {
   return get<T>(j, key, code);
 }
 
-std::string_view role_name(ArgRole r) {
-  switch (r) {
-    case ArgRole::input: return "input";
-    case ArgRole::output: return "output";
-    case ArgRole::scalar: return "scalar";
-  }
-  return "input";
-}
-
-std::string_view dist_name(Dist d) {
-  switch (d) {
-    case Dist::uniform: return "uniform";
-    case Dist::normal: return "normal";
-    case Dist::randint: return "randint";
-    case Dist::constant: return "constant";
-    case Dist::iota: return "iota";
-    case Dist::csr_row_ptr: return "csr_row_ptr";
-    case Dist::csr_col_idx: return "csr_col_idx";
-    case Dist::zipf_bytes: return "zipf_bytes";
-  }
-  return "uniform";
-}
-
-std::optional<Dist> parse_dist(std::string_view s) {
-  for (Dist d : {Dist::uniform, Dist::normal, Dist::randint, Dist::constant, Dist::iota, Dist::csr_row_ptr,
-                 Dist::csr_col_idx, Dist::zipf_bytes})
-    if (dist_name(d) == s) return d;
-  return std::nullopt;
-}
-
-double number(const json& j, const char* key, double fallback) {
-  if (!j.contains(key)) return fallback;
-  if (!j.at(key).is_number()) bad("bad_job", std::string("generator field '") + key + "' is not a number");
-  const double v = j.at(key).get<double>();
-  if (!std::isfinite(v)) bad("bad_job", std::string("generator field '") + key + "' is not finite");
-  return v;
-}
-
 }  // namespace
-
-std::string_view dtype_name(Dtype d) {
-  switch (d) {
-    case Dtype::f32: return "f32";
-    case Dtype::f64: return "f64";
-    case Dtype::bf16: return "bf16";
-    case Dtype::f16: return "f16";
-    case Dtype::i32: return "i32";
-    case Dtype::i64: return "i64";
-    case Dtype::u8: return "u8";
-    case Dtype::u32: return "u32";
-  }
-  return "f32";
-}
-
-std::size_t dtype_size(Dtype d) {
-  switch (d) {
-    case Dtype::f64: case Dtype::i64: return 8;
-    case Dtype::f32: case Dtype::i32: case Dtype::u32: return 4;
-    case Dtype::bf16: case Dtype::f16: return 2;
-    case Dtype::u8: return 1;
-  }
-  return 4;
-}
-
-std::optional<Dtype> parse_dtype(std::string_view name) {
-  for (Dtype d : {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16, Dtype::i32, Dtype::i64, Dtype::u8,
-                  Dtype::u32})
-    if (dtype_name(d) == name) return d;
-  return std::nullopt;
-}
-
-bool is_float(Dtype d) {
-  return d == Dtype::f32 || d == Dtype::f64 || d == Dtype::bf16 || d == Dtype::f16;
-}
 
 Generator parse_generator(const json& init) { return parse_generator(init, {}, json::object()); }
 
-bool is_custom_generator(std::string_view name) { return name == "csr" || name == "zipf_bytes"; }
-
-namespace {
-
-std::int64_t need_size(const std::map<std::string, std::int64_t>& sizes, const char* name,
-                       const std::string& generator) {
-  const auto it = sizes.find(name);
-  if (it == sizes.end())
-    bad("bad_job", "generator '" + generator + "' needs the workload size '" + name + "'");
-  return it->second;
-}
-
-Generator parse_custom(const json& init, const std::map<std::string, std::int64_t>& sizes, const json& params) {
-  if (!init.contains("generator") || !init.at("generator").is_string())
-    bad("bad_job", "a custom generator needs a string 'generator'");
-  const auto name = init.at("generator").get<std::string>();
-  if (!is_custom_generator(name)) bad("generator_unsupported", "unknown custom generator '" + name + "'");
-  if (sizes.empty()) bad("generator_unsupported", "custom generator '" + name + "' needs a workload");
-  const json gp = init.contains("params") ? init.at("params") : json::object();
-  if (!gp.is_object()) bad("bad_job", "generator params must be an object");
-  const json wp = params.is_object() ? params : json::object();
-  Generator g;
-  if (name == "zipf_bytes") {
-    g.dist = Dist::zipf_bytes;
-    g.a = number(wp, "zipf_s", 0);
-    if (g.a < 0 || g.a > 16) bad("bad_job", "zipf_s must be in [0, 16]");
-    return g;
-  }
-  // csr
-  const std::string part = gp.contains("part") && gp.at("part").is_string() ? gp.at("part").get<std::string>() : "";
-  if (part == "row_ptr") g.dist = Dist::csr_row_ptr;
-  else if (part == "col_idx") g.dist = Dist::csr_col_idx;
-  else bad("bad_job", "csr generator params.part must be row_ptr or col_idx");
-  g.rows = need_size(sizes, "rows", name);
-  g.cols = need_size(sizes, "cols", name);
-  g.nnz = need_size(sizes, "nnz", name);
-  if (g.rows < 1 || g.cols < 1 || g.nnz < 1 || g.nnz > 0x7fffffffLL || g.rows >= 0x7fffffffLL ||
-      g.cols > 0x7fffffffLL)
-    bad("bad_job", "csr sizes out of range (1 <= rows, cols, nnz < 2^31)");
-  if (static_cast<double>(g.nnz) > static_cast<double>(g.rows) * static_cast<double>(g.cols))
-    bad("bad_job", "csr nnz exceeds rows*cols");
-  const std::string pattern =
-      wp.contains("pattern") && wp.at("pattern").is_string() ? wp.at("pattern").get<std::string>() : "uniform";
-  if (pattern == "uniform") g.pattern = CsrPattern::uniform;
-  else if (pattern == "power_law") g.pattern = CsrPattern::power_law;
-  else if (pattern == "banded") g.pattern = CsrPattern::banded;
-  else bad("bad_job", "csr pattern must be uniform, power_law or banded");
-  g.a = number(wp, "alpha", 2.0);
-  if (g.pattern == CsrPattern::power_law && !(g.a > 1.0 && g.a <= 8.0)) bad("bad_job", "csr alpha must be in (1, 8]");
-  const double max_row = number(wp, "max_row", 0);
-  if (max_row < 0 || max_row != std::floor(max_row)) bad("bad_job", "csr max_row must be a non-negative integer");
-  g.max_row = static_cast<std::int64_t>(std::min<double>(max_row, static_cast<double>(g.cols)));
-  const std::int64_t cap = g.max_row > 0 ? g.max_row : g.cols;
-  if (static_cast<double>(cap) * static_cast<double>(g.rows) < static_cast<double>(g.nnz))
-    bad("bad_job", "csr nnz exceeds rows*max_row");
-  return g;
-}
-
-}  // namespace
-
 Generator parse_generator(const json& init, const std::map<std::string, std::int64_t>& sizes, const json& params) {
-  Generator g;
-  if (init.is_null()) return g;  // default: uniform [-1, 1]
-  if (!init.is_object() || !init.contains("dist") || !init.at("dist").is_string())
-    bad("bad_job", "input generator must be an object with a string 'dist'");
-  const auto name = init.at("dist").get<std::string>();
-  if (name == "custom") return parse_custom(init, sizes, params);
-  const auto dist = parse_dist(name);
-  if (!dist || *dist == Dist::csr_row_ptr || *dist == Dist::csr_col_idx || *dist == Dist::zipf_bytes)
-    bad("bad_job", "unknown input generator '" + name + "'");
-  g.dist = *dist;
-  switch (g.dist) {
-    case Dist::uniform: g.a = number(init, "low", -1); g.b = number(init, "high", 1); break;
-    case Dist::normal: g.a = number(init, "mean", 0); g.b = number(init, "std", 1); break;
-    case Dist::randint: g.a = number(init, "low", 0); g.b = number(init, "high", 100); break;
-    case Dist::constant: g.a = number(init, "value", 0); g.b = 0; break;
-    case Dist::iota: g.a = number(init, "start", 0); g.b = number(init, "step", 1); break;
-    default: break;
+  try {
+    Generator g = tasks::parse_generator(init);
+    if (tasks::is_custom(g.dist) && sizes.empty())
+      bad("generator_unsupported", "custom generator '" + init.value("generator", std::string()) + "' needs a workload");
+    tasks::fit_to_workload(g, sizes, params);
+    return g;
+  } catch (const tasks::GeneratorError& e) {
+    bad(e.unsupported ? "generator_unsupported" : "bad_job", e.what());
   }
-  if ((g.dist == Dist::uniform || g.dist == Dist::randint) && g.b < g.a)
-    bad("bad_job", "input generator has high < low");
-  if (g.dist == Dist::normal && g.b < 0) bad("bad_job", "input generator has std < 0");
-  return g;
 }
 
 json to_json(const Job& job) {
@@ -193,8 +47,8 @@ json to_json(const Job& job) {
   for (const auto& w : job.workloads) {
     json args = json::array();
     for (const auto& a : w.args)
-      args.push_back({{"role", role_name(a.role)}, {"dtype", dtype_name(a.dtype)}, {"count", a.count},
-                      {"dist", dist_name(a.gen.dist)}, {"a", a.gen.a}, {"b", a.gen.b},
+      args.push_back({{"role", tasks::to_string(a.role)}, {"dtype", dtype_name(a.dtype)}, {"count", a.count},
+                      {"dist", tasks::to_string(a.gen.dist)}, {"a", a.gen.a}, {"b", a.gen.b},
                       {"rows", a.gen.rows}, {"cols", a.gen.cols}, {"nnz", a.gen.nnz},
                       {"max_row", a.gen.max_row}, {"pattern", static_cast<int>(a.gen.pattern)},
                       {"scalar", a.scalar}});
@@ -233,16 +87,15 @@ Job job_from_json(const json& j) {
     if (!args.is_array()) bad(c, "workload args must be an array");
     for (const auto& aj : args) {
       WireArg a;
-      const auto role = get<std::string>(aj, "role", c);
-      if (role == "input") a.role = ArgRole::input;
-      else if (role == "output") a.role = ArgRole::output;
-      else if (role == "scalar") a.role = ArgRole::scalar;
-      else bad(c, "unknown arg role '" + role + "'");
+      const auto role_name = get<std::string>(aj, "role", c);
+      const auto role = tasks::parse_role(role_name);
+      if (!role) bad(c, "unknown arg role '" + role_name + "'");
+      a.role = *role;
       const auto dt = parse_dtype(get<std::string>(aj, "dtype", c));
       if (!dt) bad(c, "unknown dtype");
       a.dtype = *dt;
       a.count = get_or<std::uint64_t>(aj, "count", 0, c);
-      const auto dist = parse_dist(get_or<std::string>(aj, "dist", "uniform", c));
+      const auto dist = tasks::parse_dist(get_or<std::string>(aj, "dist", "uniform", c));
       if (!dist) bad(c, "unknown dist");
       a.gen.dist = *dist;
       a.gen.a = get_or<double>(aj, "a", -1, c);
@@ -254,17 +107,15 @@ Job job_from_json(const json& j) {
       const int pattern = get_or<int>(aj, "pattern", 0, c);
       if (pattern < 0 || pattern > 2) bad(c, "unknown csr pattern");
       a.gen.pattern = static_cast<CsrPattern>(pattern);
+      if (auto why = tasks::dtype_mismatch(a.gen.dist, a.dtype)) bad(c, *why);
       if (a.gen.dist == Dist::csr_row_ptr || a.gen.dist == Dist::csr_col_idx) {
-        if (a.dtype != Dtype::i32) bad(c, "csr parts are i32");
         if (a.gen.rows < 1 || a.gen.cols < 1 || a.gen.nnz < 1 || a.gen.nnz > 0x7fffffffLL ||
             a.gen.rows >= 0x7fffffffLL || a.gen.cols > 0x7fffffffLL || a.gen.max_row < 0)
           bad(c, "csr sizes out of range");
-        const std::uint64_t want = a.gen.dist == Dist::csr_row_ptr ? static_cast<std::uint64_t>(a.gen.rows) + 1
-                                                                   : static_cast<std::uint64_t>(a.gen.nnz);
+        const auto want = static_cast<std::uint64_t>(*tasks::required_elements(a.gen));
         if (a.count != want) bad(c, "csr part has " + std::to_string(a.count) + " elements, the structure needs " +
                                         std::to_string(want));
       }
-      if (a.gen.dist == Dist::zipf_bytes && a.dtype != Dtype::u8) bad(c, "zipf_bytes is for u8 inputs");
       a.scalar = get_or<double>(aj, "scalar", 0, c);
       if (a.role != ArgRole::scalar && a.count == 0) bad(c, "tensor argument with 0 elements");
       w.args.push_back(a);

@@ -17,43 +17,28 @@
 #include <nlohmann/json.hpp>
 
 #include "sandbox/outcome.hpp"
+#include "tasks/loader/data_model.hpp"
 
 namespace d2k::runner {
 
-// Element types a runner can allocate, generate and hand back (same names as tasks::Dtype).
-enum class Dtype { f32, f64, bf16, f16, i32, i64, u8, u32 };
-std::string_view dtype_name(Dtype d);
-std::size_t dtype_size(Dtype d);
-std::optional<Dtype> parse_dtype(std::string_view name);
-bool is_float(Dtype d);
+// The data model (element types, argument roles, input generators) is the task model's, defined
+// once in tasks/loader/data_model.hpp; the wire carries it under the names the runner uses.
+using tasks::CsrPattern;
+using tasks::Dist;
+using tasks::Dtype;
+using tasks::Generator;
+using tasks::is_float;
+using tasks::parse_dtype;
+using ArgRole = tasks::Role;
+inline std::string_view dtype_name(Dtype d) { return tasks::to_string(d); }
+inline std::size_t dtype_size(Dtype d) { return tasks::size_of(d); }
 
-enum class ArgRole { input, output, scalar };
-
-// How an input's elements are drawn from (seed, arg index, element index). Counter-based, so any
-// runner with the same seed produces bit-identical inputs on any GPU.
-// The custom generators (task.json {"dist":"custom","generator":...}) are trusted code of the runner:
-// csr_row_ptr / csr_col_idx (one CSR structure, see csr_gen.hpp; both parts of one call come from
-// the same structure) and zipf_bytes (u8 values, P(v) ~ 1/(rank(v)+1)^s).
-enum class Dist { uniform, normal, randint, constant, iota, csr_row_ptr, csr_col_idx, zipf_bytes };
-enum class CsrPattern { uniform, power_law, banded };
-struct Generator {
-  Dist dist = Dist::uniform;
-  double a = -1;  // uniform: low, normal: mean, randint: low (inclusive), constant: value, iota: start,
-                  // csr power_law: alpha, zipf_bytes: s
-  double b = 1;   // uniform: high, normal: std, randint: high (inclusive), iota: step
-  // csr_*: the structure's shape and pattern (from the workload's sizes rows, cols, nnz and params).
-  std::int64_t rows = 0, cols = 0, nnz = 0;
-  std::int64_t max_row = 0;      // csr: cap on a row's length (0: cols)
-  CsrPattern pattern = CsrPattern::uniform;
-};
-// Parses a task.json "init" object ({"dist":"uniform","low":-1,"high":1} ...). Throws WireError for
-// an unknown or malformed generator. A custom generator needs the workload: its sizes and params
-// (without them, code "generator_unsupported").
+// tasks::parse_generator (and, for a custom generator, tasks::fit_to_workload) with the wire's
+// errors: WireError "bad_job" for a malformed generator, "generator_unsupported" for an unknown
+// custom one or a custom one without a workload (the first form).
 Generator parse_generator(const nlohmann::json& init);
 Generator parse_generator(const nlohmann::json& init, const std::map<std::string, std::int64_t>& sizes,
                           const nlohmann::json& params);
-// The names of the custom generators the runner implements, for the task loader's checks.
-bool is_custom_generator(std::string_view name);
 
 struct WireArg {                 // one parameter of the entry point, resolved for one workload
   ArgRole role = ArgRole::input;

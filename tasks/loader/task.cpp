@@ -245,8 +245,6 @@ Dtype need_dtype(const Obj& o, std::string_view key) {
   return *d;
 }
 
-bool is_float(Dtype d) { return d == Dtype::f32 || d == Dtype::f64 || d == Dtype::bf16 || d == Dtype::f16; }
-
 std::pair<double, double> dtype_range(Dtype d) {
   switch (d) {
     case Dtype::i32:
@@ -295,20 +293,18 @@ void parse_init(const Obj& o, Dtype dtype) {
   } else if (dist == "custom") {
     o.only({"dist", "generator", "params"});
     const std::string gen = o.str("generator", kMaxNameLength);
-    if (gen == "csr") {
-      if (dtype != Dtype::i32) o.fail("generator", "csr parts are i32");
-      const Obj params = o.object("params");
-      params.only({"part"});
-      const std::string part = params.str("part", 16);
-      if (part != "row_ptr" && part != "col_idx") params.fail("part", "must be row_ptr or col_idx");
-    } else if (gen == "zipf_bytes") {
-      if (dtype != Dtype::u8) o.fail("generator", "zipf_bytes draws u8 values");
-      if (o.has("params")) o.object("params").only({});
-    } else {
-      o.fail("generator", "unknown custom generator '" + gen + "' (the runner implements csr, zipf_bytes)");
-    }
+    if (gen == "csr") o.object("params").only({"part"});
+    if (gen == "zipf_bytes" && o.has("params")) o.object("params").only({});
   } else {
     o.fail("dist", "unknown distribution '" + dist + "' (uniform normal randint custom)");
+  }
+  // The rules above are task.json's (fields present and no others, ranges that fit the dtype); the
+  // generator itself is the data model's, parsed as the runner's wire parses it.
+  try {
+    const Generator g = parse_generator(o.raw());
+    if (auto why = dtype_mismatch(g.dist, dtype)) o.fail("generator", *why);
+  } catch (const GeneratorError& e) {
+    o.fail(e.field, e.what());
   }
 }
 
@@ -316,15 +312,9 @@ Arg parse_arg(const Obj& o) {
   Arg a;
   a.name = o.str("name", kMaxNameLength);
   if (!is_identifier(a.name)) o.fail("name", "must be a C identifier");
-  const std::string role = o.str("role", 16);
-  if (role == "input")
-    a.role = Role::input;
-  else if (role == "output")
-    a.role = Role::output;
-  else if (role == "scalar")
-    a.role = Role::scalar;
-  else
-    o.fail("role", "must be input, output or scalar");
+  const auto role = parse_role(o.str("role", 16));
+  if (!role) o.fail("role", "must be input, output or scalar");
+  a.role = *role;
   a.dtype = need_dtype(o, "dtype");
   if (a.role == Role::scalar) {
     o.only({"name", "role", "dtype", "value"});
@@ -483,58 +473,29 @@ void check_compile_flag(const Obj& o, const std::string& field, const std::strin
   }
 }
 
-// What a custom generator needs from a workload (the runner implements them; see
-// sandbox/runner/wire.hpp): csr needs sizes rows, cols, nnz, the element count of its part and a
-// known pattern; zipf_bytes a zipf_s in [0, 16].
+// A custom generator's structure comes from each workload (sizes rows, cols, nnz; params pattern,
+// alpha, max_row, zipf_s): made here as the runner's job will make it, so a workload the runner
+// would refuse fails at load, and a csr part's shape must hold the elements its structure has.
 void check_custom_generator(const Task& t, const Arg& a, const Workload& w, std::int64_t elements,
                             const std::string& file, const std::string& af) {
-  const json& init = t.init_of(a, w);
-  if (!init.is_object() || init.value("dist", "") != "custom") return;
-  const std::string gen = init.value("generator", "");
   const std::string where = "in workload '" + w.name + "': ";
-  const json params = w.params.is_object() ? w.params : json::object();
-  auto number = [&](const char* key, double fallback) {
-    if (!params.contains(key)) return fallback;
-    if (!params.at(key).is_number()) throw TaskError(file, "params." + std::string(key), where + "must be a number");
-    return params.at(key).get<double>();
-  };
-  if (gen == "zipf_bytes") {
-    const double z = number("zipf_s", 0);
-    if (!(z >= 0 && z <= 16)) throw TaskError(file, "params.zipf_s", where + "must be in [0, 16]");
-    return;
+  Generator g;
+  try {
+    g = parse_generator(t.init_of(a, w));
+    fit_to_workload(g, w.sizes, w.params);
+  } catch (const GeneratorError& e) {
+    // Workload fields are named as the workload spells them ("sizes.nnz"); the rest is the init's.
+    constexpr std::string_view kWorkload = "workload.";
+    const std::string field = e.field.rfind(kWorkload, 0) == 0 ? e.field.substr(kWorkload.size())
+                              : e.field.empty()                ? af + ".init"
+                                                               : af + ".init." + e.field;
+    throw TaskError(file, field, where + e.what());
   }
-  if (gen != "csr") return;
-  std::int64_t dims[3] = {0, 0, 0};
-  const char* names[3] = {"rows", "cols", "nnz"};
-  for (int i = 0; i < 3; ++i) {
-    const auto it = w.sizes.find(names[i]);
-    if (it == w.sizes.end())
-      throw TaskError(file, af + ".init", where + "the csr generator needs a size named '" + names[i] + "'");
-    dims[i] = it->second;
-  }
-  const auto [rows, cols, nnz] = std::tuple{dims[0], dims[1], dims[2]};
-  if (nnz > 0x7fffffffLL || cols > 0x7fffffffLL || rows >= 0x7fffffffLL)
-    throw TaskError(file, af + ".init", where + "csr sizes must stay below 2^31");
-  const std::string part = init.at("params").value("part", "");
-  const std::int64_t want = part == "row_ptr" ? rows + 1 : nnz;
-  if (elements != want)
+  if (auto want = required_elements(g); want && elements != *want)
     throw TaskError(file, af + ".shape",
-                    where + "the csr " + part + " part has " + std::to_string(want) + " elements, the shape gives " +
+                    where + "the csr " + std::string(g.dist == Dist::csr_row_ptr ? "row_ptr" : "col_idx") +
+                        " part has " + std::to_string(*want) + " elements, the shape gives " +
                         std::to_string(elements));
-  const std::string pattern = params.contains("pattern") && params.at("pattern").is_string()
-                                  ? params.at("pattern").get<std::string>()
-                                  : (params.contains("pattern") ? std::string("?") : std::string("uniform"));
-  if (pattern != "uniform" && pattern != "power_law" && pattern != "banded")
-    throw TaskError(file, "params.pattern", where + "must be uniform, power_law or banded");
-  const double alpha = number("alpha", 2.0);
-  if (pattern == "power_law" && !(alpha > 1.0 && alpha <= 8.0))
-    throw TaskError(file, "params.alpha", where + "must be in (1, 8]");
-  const double max_row = number("max_row", 0);
-  if (max_row < 0 || max_row != std::floor(max_row))
-    throw TaskError(file, "params.max_row", where + "must be a non-negative integer");
-  const double cap = max_row > 0 ? std::min<double>(max_row, static_cast<double>(cols)) : static_cast<double>(cols);
-  if (static_cast<double>(nnz) > cap * static_cast<double>(rows))
-    throw TaskError(file, "sizes.nnz", where + "more nonzeros than rows x row cap");
 }
 
 // The values every workload gives each tensor and scalar; checks the bounds.
@@ -605,66 +566,6 @@ Guidance load_guidance(const fs::path& dir, int layer) {
 }
 
 }  // namespace
-
-std::string_view to_string(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::f32:
-      return "f32";
-    case Dtype::f64:
-      return "f64";
-    case Dtype::bf16:
-      return "bf16";
-    case Dtype::f16:
-      return "f16";
-    case Dtype::i32:
-      return "i32";
-    case Dtype::i64:
-      return "i64";
-    case Dtype::u8:
-      return "u8";
-    case Dtype::u32:
-      return "u32";
-  }
-  return "?";
-}
-
-std::size_t size_of(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::f64:
-    case Dtype::i64:
-      return 8;
-    case Dtype::f32:
-    case Dtype::i32:
-    case Dtype::u32:
-      return 4;
-    case Dtype::bf16:
-    case Dtype::f16:
-      return 2;
-    case Dtype::u8:
-      return 1;
-  }
-  return 0;
-}
-
-std::optional<Dtype> parse_dtype(std::string_view name) {
-  for (Dtype d :
-       {Dtype::f32, Dtype::f64, Dtype::bf16, Dtype::f16, Dtype::i32, Dtype::i64, Dtype::u8, Dtype::u32}) {
-    if (to_string(d) == name) return d;
-  }
-  return std::nullopt;
-}
-
-std::string_view to_string(Role role) {
-  switch (role) {
-    case Role::input:
-      return "input";
-    case Role::output:
-      return "output";
-    case Role::scalar:
-      return "scalar";
-  }
-  return "?";
-}
 
 std::vector<const Workload*> Task::visible_workloads() const {
   std::vector<const Workload*> out;

@@ -1,5 +1,6 @@
 // The task model: one folder per task (tasks/<id>/), described as data in task.json and loaded
-// and validated at start. Errors name the file and the field.
+// and validated at start. Errors name the file and the field. Element types, argument roles and
+// input generators are the data model's (tasks/loader/data_model.hpp), shared with the runner.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tasks/loader/data_model.hpp"
+
 namespace d2k::tasks {
-
-enum class Dtype { f32, f64, bf16, f16, i32, i64, u8, u32 };
-std::string_view to_string(Dtype dtype);
-std::size_t size_of(Dtype dtype);
-
-enum class Role { input, output, scalar };
 
 struct Arg {                          // one parameter of the entry point, in order
   std::string name;
@@ -137,9 +134,6 @@ inline constexpr std::int64_t kMaxWorkloadBytes = std::int64_t{16} << 30;  // in
 
 // Identifiers an expression uses, sorted and unique. Throws std::invalid_argument on bad syntax.
 std::vector<std::string> size_expr_symbols(std::string_view expr);
-
-std::optional<Dtype> parse_dtype(std::string_view name);
-std::string_view to_string(Role role);
 
 // Reads dir/relative, refusing (TaskError) a path that leaves dir (also through symlinks), a
 // file that is not a regular file, or one larger than kMaxFileBytes. For runners and tools that

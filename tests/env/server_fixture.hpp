@@ -38,6 +38,7 @@ inline env::Config test_config() {
   c.state_dir = shared_state_dir();
   c.compile_workers = 2;
   c.shutdown_grace_s = 10;
+  c.finalize();
   return c;
 }
 
