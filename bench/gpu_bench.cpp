@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     req.seeds = 1;
     d2k::runner::EvalResult r = evaluator.evaluate(req);
     if (!r.ok()) {
-      std::printf("  run %d: %s %s\n", i, r.status.c_str(), r.message.c_str());
+      std::printf("  run %d: %s %s\n", i, std::string(d2k::sandbox::to_string(r.status)).c_str(), r.message.c_str());
       continue;
     }
     for (const auto& w : r.workloads)

@@ -159,6 +159,9 @@ Server::~Server() {
 void Server::bind() {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::router_mandatory, 0);
+  // A client that reconnects with its routing id (PROTOCOL.md section 6) takes the route over, also
+  // while the old connection is still up (a client that timed out and made a new socket).
+  socket_.set(zmq::sockopt::router_handover, 1);
   // A hard cap well above our own limit: frames up to it get a typed too_large reply, frames above
   // it make ZeroMQ drop the peer's connection (it never reaches us). 16 × the limit (128 MiB at the
   // default) answers the usual mistake, a file of tens of MB, instead of leaving its client to

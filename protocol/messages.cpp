@@ -142,6 +142,9 @@ Envelope parse_envelope(const Value& request) {
                 "unknown op '" + detail::sanitize_utf8(env.op, 64) +
                     "'; the ops are hello, list_tasks, reset, step, observe, close, stats",
                 "op");
+  if (env.op == "hello")  // hello's one field (section 7.1): only its type is checked
+    if (const Value* client = member(request, "client"); client && !client->is_string())
+      fail(ErrorCode::bad_request, "client", "must be a string (the client's name and version), not " + type_name(*client));
   env.body = request;
   return env;
 }

@@ -115,14 +115,11 @@ def test_bin_is_read_like_str(conn: Conn, task_id: str) -> None:
     conn.call("close", session=body["session"])
 
 
-@pytest.mark.xfail(strict=True, reason="PROTOCOL.md §2 says a bin is treated exactly like a str, and map keys "
-                   "must be str; the server refuses a bin map key ('map keys must be strings'). Either the spec "
-                   "says keys must be str, not bin, or the server accepts bin keys")
-def test_bin_map_key_is_read_like_a_str_key(conn: Conn) -> None:
-    """§2: bin is treated exactly like a str, so a bin key (b"op") is the key "op"."""
+def test_bin_map_key_is_bad_request(conn: Conn) -> None:
+    """§2: map keys must be str; a bin key (b"op") is refused with bad_request."""
     request_id = conn.fresh_id()
     conn.send_raw(msgpack.packb({"v": 1, "id": request_id, b"op": "hello"}, use_bin_type=True))
-    assert ok(conn.recv())["id"] == request_id
+    err(conn.recv(), "bad_request")
 
 
 def test_invalid_utf8_in_bin_is_bad_request(conn: Conn) -> None:

@@ -95,9 +95,6 @@ def test_evaluate_reply(open_episode) -> None:
     assert body["observation"]["budget"]["evaluations_used"] == 1
 
 
-@pytest.mark.xfail(strict=True, reason="PROTOCOL.md §8/§9: last.error.code of a failed evaluation is the "
-                   "evaluation status (incorrect, runtime_error, flagged, internal), not a code of the spec's "
-                   "tables (issue 14 item 1; helper A fixes the table)")
 def test_failed_evaluation_error_code_is_in_the_spec(open_episode) -> None:
     """§8, §9: a failed action's last.error.code is one of the codes the spec lists."""
     ep = open_episode()

@@ -21,20 +21,27 @@ def nested(depth: int) -> Any:
 
 
 # -- limits found while decoding ---------------------------------------------------------------------------
-def test_message_over_max_message_bytes_is_too_large_with_nil_id(conn: Conn, limits) -> None:
-    """§5, §1: a frame over max_message_bytes (and under 4x) → too_large, id nil, before decoding."""
+def test_message_over_max_message_bytes_is_too_large_with_its_id(conn: Conn, limits) -> None:
+    """§5, §1: a frame over max_message_bytes (and under 16x) → too_large before decoding, with the
+    request's id when the top-level map's id can be read without decoding the rest."""
     size = limits["max_message_bytes"] + 1
     head = request_bytes("hello", 5)  # a valid start; the padding after it makes the frame too long
     payload = head + b"\x00" * (size - len(head))
-    err(conn.call_raw(payload, expect_id=None), "too_large", id=None)
+    err(conn.call_raw(payload, expect_id=5), "too_large", id=5)
 
 
-def test_frame_over_four_times_the_limit_gets_no_reply(conn: Conn, connect, limits) -> None:
-    """§1: a frame over 4 x max_message_bytes is dropped with the connection, without a reply;
+def test_message_over_max_message_bytes_without_a_readable_id_has_nil_id(conn: Conn, limits) -> None:
+    """§5: too_large with id nil when the frame's id cannot be read (here: not a map)."""
+    size = limits["max_message_bytes"] + 1
+    err(conn.call_raw(b"\x91" + b"\x00" * (size - 1), expect_id=None), "too_large", id=None)
+
+
+def test_frame_over_sixteen_times_the_limit_gets_no_reply(conn: Conn, connect, limits) -> None:
+    """§1: a frame over 16 x max_message_bytes is dropped with the connection, without a reply;
     the server carries on serving others."""
-    size = 4 * limits["max_message_bytes"] + 1
+    size = 16 * limits["max_message_bytes"] + 1
     if size > 256 * MIB:
-        pytest.skip("max_message_bytes is too large to send 4x of it")
+        pytest.skip("max_message_bytes is too large to send 16x of it")
     conn.send_raw(b"\x80" + b"\x00" * (size - 1))
     conn.expect_silence(2.0)
     assert ok(connect().call("hello"))["server"]
@@ -44,8 +51,9 @@ def test_depth_at_the_limit_is_accepted_and_over_it_is_too_large(conn: Conn, lim
     """§5: nesting up to max_depth (the top-level map counts as 1) is fine; one more is too_large."""
     depth = limits["max_depth"]
     assert ok(conn.call("hello", deep=nested(depth - 1)))  # map + (depth-1) arrays = depth levels
-    reply = conn.call_raw(request_bytes("hello", conn.fresh_id(), deep=nested(depth)), expect_id=None)
-    err(reply, "too_large")
+    request_id = conn.fresh_id()  # §5: a limit found while decoding answers with the id it can read
+    reply = conn.call_raw(request_bytes("hello", request_id, deep=nested(depth)), expect_id=request_id)
+    err(reply, "too_large", id=request_id)
 
 
 def test_string_at_the_limit_is_accepted_and_over_it_is_too_large(conn: Conn, limits) -> None:

@@ -144,9 +144,6 @@ def test_reset_retry_across_a_reconnect_with_the_same_routing_id(connect, task_i
         ok(connect().call("close", session=session))
 
 
-@pytest.mark.xfail(strict=True, reason="PROTOCOL.md §6 (keep ZMQ_ROUTING_ID across reconnects, then resend): "
-                   "the server's ROUTER does not set ZMQ_ROUTER_HANDOVER, so a new connection with the routing id "
-                   "of one it still holds (a client that timed out and recreated its socket) is silently dropped")
 def test_reset_retry_from_a_new_socket_while_the_old_one_is_connected(connect, task_id: str) -> None:
     """§6: the retry reaches the server although the old socket's connection is still up."""
     routing_id = b"d2k-conf-" + secrets.token_hex(8).encode()

@@ -70,12 +70,10 @@ def test_compile_past_its_deadline_fails_the_step(pytestconfig, request_timeout:
     assert body["observation"]["step"] == 2 and body["reward"] < 0
 
 
-@pytest.mark.xfail(strict=True, reason="PROTOCOL.md §8: a compile that failed by time-out is compile_error; "
-                   "the server sends last.error.code 'timeout' (issue 14 item 1; helper A fixes the table)")
-def test_compile_past_its_deadline_is_compile_error(pytestconfig, request_timeout: float, task_id: str) -> None:
-    """§8: "compile failed (compiler errors, time-out, sandbox kill) → compile_error"."""
+def test_compile_past_its_deadline_is_timeout(pytestconfig, request_timeout: float, task_id: str) -> None:
+    """§8: "compile: the compile ran past its deadline → timeout (last.compile.timed_out is true)"."""
     last = compile_bomb(pytestconfig, request_timeout, task_id)["observation"]["last"]
-    assert last["error"]["code"] == "compile_error", last["error"]
+    assert last["error"]["code"] == "timeout", last["error"]
 
 
 def process_gone(pid: int) -> bool:

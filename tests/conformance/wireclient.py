@@ -40,8 +40,9 @@ ERROR_CODES: dict[str, bool] = {
 
 # PROTOCOL.md section 8: the codes a failed action reports in observation.last.error. The table
 # there adds `compile_error` to the section 4 codes it uses.
+# Section 8's table: last.error.code of a failed action (section 4's codes plus the outcome names).
 OUTCOME_CODES = {"path_violation", "invalid_action", "too_large", "budget_exhausted", "compile_error",
-                 "sandbox_violation"}
+                 "timeout", "sandbox_violation", "incorrect", "runtime_error", "flagged", "internal"}
 
 MAX_ERROR_MESSAGE_BYTES = 2048  # section 3
 

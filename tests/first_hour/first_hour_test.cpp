@@ -109,6 +109,9 @@ TEST_CASE("episodes shows the steps of a running session; replay of it does not 
   auto state = d2k::test::temp_dir("d2k-first-hour-state");
   d2k::env::Config config = d2k::test::test_config();
   config.state_dir = state;
+  config.log_dir.clear();  // test_config() finalized them under the shared state dir: derive them again
+  config.catalogue.clear();
+  config.finalize();
   d2k::test::TestServer srv(config);
   d2k::Client c(srv.endpoint);
   std::string session = c.reset("vector_add", 1, 3, {{"label", "first-hour"}})["session"].get<std::string>();
