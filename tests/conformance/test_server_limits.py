@@ -80,7 +80,7 @@ def process_gone(pid: int) -> bool:
     """Exited (a zombie waiting for its parent counts as exited)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):  # ESRCH: it vanished while being read
         return True
     return state in ("Z", "X")
 
