@@ -61,6 +61,10 @@ const char* to_string(ViewOp::Kind kind) {
 
 namespace {
 
+// The files of /etc a jail sees (when they exist on the host): the loader's cache, the time zone
+// (glibc's localtime), and the alternatives symlinks some distributions route compilers through.
+constexpr const char* kEtcAllowlist[] = {"ld.so.cache", "localtime", "alternatives"};
+
 bool is_under(const fs::path& p, const fs::path& dir) {
   auto [d, q] = std::mismatch(dir.begin(), dir.end(), p.begin(), p.end());
   return d == dir.end();
@@ -134,7 +138,14 @@ std::vector<ViewOp> plan_file_view(const JailSpec& spec, const fs::path& root) {
   plan.add(ViewOp::tmpfs, {}, "/", "mode=0755,size=1m");
   // System directories, read-only.
   plan.bind("/usr", "/usr", false);
-  plan.bind("/etc", "/etc", false);
+  // /etc: only what the dynamic loader and the toolchain read. The host's passwd, hostname,
+  // machine-id, hosts, ssh keys … are not there (`#include "/etc/passwd"` must fail).
+  plan.ensure_dir("/etc");
+  for (const char* name : kEtcAllowlist) {
+    fs::path host = fs::path("/etc") / name;
+    std::error_code ec;
+    if (fs::exists(host, ec)) plan.bind(host, host, false);
+  }
   for (const char* name : {"bin", "sbin", "lib", "lib64", "lib32", "libx32"}) {
     fs::path host = fs::path("/") / name;
     std::error_code ec;
@@ -152,10 +163,13 @@ std::vector<ViewOp> plan_file_view(const JailSpec& spec, const fs::path& root) {
     fs::path cuda = fs::canonical("/usr/local/cuda", ec);
     if (!ec && !is_under(cuda, "/usr")) plan.bind(cuda, cuda, false);
   }
-  // /dev: only null, random, urandom (no /dev/zero: `#include "/dev/zero"` must fail).
+  // /dev: only the devices the spec names (the compile view: null alone; no /dev/zero, /dev/random
+  // or /dev/urandom: `#include "/dev/urandom"` would grow the compiler to its memory limit).
   plan.ensure_dir("/dev");
   plan.add(ViewOp::tmpfs, {}, "/dev", "mode=0755,size=64k");
-  for (const char* dev : {"null", "random", "urandom"}) {
+  for (const std::string& dev : spec.devices) {
+    if (dev.empty() || dev.find('/') != std::string::npos || dev == "." || dev == "..")
+      throw std::runtime_error("jail: bad device name: " + dev);
     fs::path p = fs::path("/dev") / dev;
     plan.add(ViewOp::make_file, {}, p);
     plan.add(ViewOp::bind_dev, p.string(), p);

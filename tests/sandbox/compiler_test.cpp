@@ -128,6 +128,34 @@ TEST_CASE("compile: workspace headers work; other files cannot be included", "[c
       CHECK((contains(out.log, "cannot open source file") || contains(out.log, "No such file")));
     }
   }
+  SECTION("host files are not in the compile view: #include and .incbin of /etc fail") {
+    const std::pair<std::string, std::string> sources[] = {
+        {"include passwd", "#include \"/etc/passwd\"\nint v;\n"},
+        {"include hostname", "#include \"/etc/hostname\"\nint v;\n"},
+        {"incbin hostname", "asm(\".section .rodata\\n.incbin \\\"/etc/hostname\\\"\\n.text\");\nint v;\n"},
+        {"incbin machine-id", "asm(\".section .rodata\\n.incbin \\\"/etc/machine-id\\\"\\n.text\");\nint v;\n"},
+        {"incbin passwd", "asm(\".section .rodata\\n.incbin \\\"/etc/passwd\\\"\\n.text\");\nint v;\n"},
+    };
+    for (const auto& [name, source] : sources) {
+      INFO(name);
+      auto out = compiler.compile(request(source));
+      INFO(out.log);
+      CHECK_FALSE(out.ok);
+      CHECK_FALSE(out.timed_out);
+      CHECK_FALSE(contains(out.log, "root:"));
+      CHECK((contains(out.log, "cannot open source file") || contains(out.log, "No such file") ||
+             contains(out.log, "file not found")));
+    }
+  }
+  SECTION("#include \"/dev/urandom\" and \"/dev/random\" fail fast") {
+    for (const char* dev : {"/dev/urandom", "/dev/random"}) {
+      auto out = compiler.compile(request(std::string("#include \"") + dev + "\"\n"));
+      INFO(out.log);
+      CHECK_FALSE(out.ok);
+      CHECK_FALSE(out.timed_out);
+      CHECK((contains(out.log, "cannot open source file") || contains(out.log, "No such file")));
+    }
+  }
   SECTION("#include \"/dev/zero\" fails fast") {
     auto out = compiler.compile(request("#include \"/dev/zero\"\n"));
     INFO(out.log);

@@ -168,7 +168,11 @@ TEST_CASE("plan_file_view: allowlist, masks, bad mounts", "[view]") {
   CHECK(ops.front().kind == Op::tmpfs);
   CHECK(ops.front().target == "/R");
   CHECK(has(Op::bind_ro, "/R/usr"));
-  CHECK(has(Op::bind_ro, "/R/etc"));
+  CHECK_FALSE(has(Op::bind_ro, "/R/etc"));  // /etc is an allowlist of files, not the host's dir
+  CHECK_FALSE(has(Op::bind_ro, "/R/etc/passwd"));
+  if (std::filesystem::exists("/etc/ld.so.cache")) CHECK(has(Op::bind_ro, "/R/etc/ld.so.cache"));
+  CHECK_FALSE(has(Op::bind_dev, "/R/dev/urandom"));
+  CHECK_FALSE(has(Op::bind_dev, "/R/dev/random"));
   CHECK(has(Op::bind_ro, "/R/data"));
   CHECK(has(Op::mask_dir, "/R/data/secret"));
   CHECK(has(Op::mask_dir, "/R/usr/share"));
@@ -188,5 +192,8 @@ TEST_CASE("plan_file_view: allowlist, masks, bad mounts", "[view]") {
   spec.mounts = {{dir.path(), "/a/../etc", false}};
   CHECK_THROWS(detail::plan_file_view(spec, "/R"));
   spec.mounts = {{"/no/such/source", "/x", false}};
+  CHECK_THROWS(detail::plan_file_view(spec, "/R"));
+  spec.mounts = {};
+  spec.devices = {"../sda"};
   CHECK_THROWS(detail::plan_file_view(spec, "/R"));
 }
