@@ -75,6 +75,26 @@ bool mentions_sigsys(const std::string& log) {
   return log.find("due to signal 31") != std::string::npos || log.find("Bad system call") != std::string::npos;
 }
 
+// Why a failed compile says nothing about its source, or empty: a tool killed by a signal (the OOM
+// killer, RLIMIT_CPU) or out of memory under this server's limits. nvcc itself then exits
+// "normally", with 128+signal (its shell's status for the tool) or 1; only the words tell.
+std::string resource_failure(const std::string& log, int exit_status) {
+  if (exit_status > 128 && exit_status < 128 + 65)
+    return "a compiler tool was killed by signal " + std::to_string(exit_status - 128);
+  static constexpr std::string_view kMarks[] = {
+      "Killed",                     // /bin/sh, for a tool that died of SIGKILL
+      "died due to signal",         // nvcc, for a tool that died of a signal
+      "signal terminated program",  // the gcc driver, for cc1plus/as/collect2
+      "out of memory",              // cudafe++/cicc ("catastrophic error: out of memory"), ptxas
+      "std::bad_alloc",
+      "virtual memory exhausted",   // gcc
+      "Cannot allocate memory",
+  };
+  for (auto mark : kMarks)
+    if (log.find(mark) != std::string::npos) return "a compiler tool was killed or ran out of memory (\"" + std::string(mark) + "\")";
+  return {};
+}
+
 fs::path toolkit_root(const fs::path& tool) {  // <root>/bin/tool → <root>
   return fs::canonical(tool).parent_path().parent_path();
 }
@@ -290,6 +310,9 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
     out.violation = run.seccomp_killed ? "nvcc: " + run.violation
                                        : "a compiler subprocess was killed by the seccomp filter (SIGSYS)";
   }
+  // Judged on the whole output (the log is cut below); applies only to a failed compile.
+  std::string resource = run.started && !run.timed_out && !out.sandbox_violation ? resource_failure(text, run.exit_status)
+                                                                                 : std::string();
   if (diags.size() > config_.max_diagnostics) {
     out.diagnostics_dropped = diags.size() - config_.max_diagnostics;
     diags.resize(config_.max_diagnostics);
@@ -309,8 +332,18 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
   } remove_built{built};
   out.ok = run.started && run.exit_status == 0 && !out.sandbox_violation && copy_artifact_out(job.path(), built);
 
-  // 6. Store what is a property of the source alone (not deadlines, signals, violations).
-  const bool deterministic = run.started && !run.timed_out && run.signal == 0 && !out.sandbox_violation;
+  // 6. Store what is a property of the source alone (not deadlines, signals, violations, tools
+  // killed or out of memory: those depend on the load and on this server's limits).
+  if (!out.ok && !resource.empty()) {
+    out.resource_failure = std::move(resource);
+    out.diagnostics.insert(out.diagnostics.begin(), {"", 0, 0, "fatal", out.resource_failure + "; not cached, a retry may succeed"});
+    if (out.diagnostics.size() > config_.max_diagnostics) {
+      out.diagnostics.pop_back();
+      ++out.diagnostics_dropped;
+    }
+  }
+  const bool deterministic = run.started && !run.timed_out && run.signal == 0 && !out.sandbox_violation &&
+                             out.resource_failure.empty();
   if (deterministic) out.artifact = cache.store(key, out, out.ok ? built : fs::path());
   out.seconds = elapsed();
   return out;

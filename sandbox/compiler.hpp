@@ -35,6 +35,8 @@ struct CompileOutcome {
   bool timed_out = false;
   bool sandbox_violation = false;            // the jail's filter killed the compiler
   std::string violation;                     // e.g. "syscall 41 (socket)"
+  std::string resource_failure;              // set when a tool was killed or ran out of memory
+                                             // (load- or limit-dependent: never cached)
   std::vector<Diagnostic> diagnostics;       // at most CompilerConfig::max_diagnostics
   std::size_t diagnostics_dropped = 0;
   std::string log;                           // raw compiler output, truncated to max_log_bytes
