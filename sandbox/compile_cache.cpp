@@ -1,9 +1,13 @@
 #include "sandbox/compile_cache.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -58,6 +62,54 @@ CompileOutcome from_json(const json& j) {
   return o;
 }
 
+bool is_key_dir(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return name.size() == 32 && std::all_of(name.begin(), name.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+std::uint64_t tree_bytes(const fs::path& dir) {
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code ec2;
+    if (it->is_regular_file(ec2)) total += it->file_size(ec2);
+  }
+  return total;
+}
+
+// Marks an entry used now (its outcome.json's mtime).
+void touch(const fs::path& outcome_json) { utimensat(AT_FDCWD, outcome_json.c_str(), nullptr, 0); }
+
+struct EntryInfo {
+  fs::path dir;
+  std::uint64_t bytes = 0;
+  fs::file_time_type last_use;
+};
+
+// Every complete entry, and removes temporaries older than an hour (a writer that was killed).
+std::vector<EntryInfo> scan(const fs::path& root) {
+  std::vector<EntryInfo> entries;
+  std::error_code ec;
+  const auto stale = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const auto& shard : fs::directory_iterator(root, ec)) {
+    if (!shard.is_directory(ec) || shard.path().filename().string().size() != 2) continue;
+    std::error_code ec2;
+    for (const auto& e : fs::directory_iterator(shard.path(), ec2)) {
+      std::error_code ec3;
+      if (!e.is_directory(ec3)) continue;
+      if (e.path().filename().string().rfind(".tmp-", 0) == 0) {
+        if (fs::last_write_time(e.path(), ec3) < stale && !ec3) fs::remove_all(e.path(), ec3);
+        continue;
+      }
+      if (!is_key_dir(e.path())) continue;
+      auto when = fs::last_write_time(e.path() / "outcome.json", ec3);
+      if (ec3) when = fs::file_time_type::min();  // damaged: first to go
+      entries.push_back({e.path(), tree_bytes(e.path()), when});
+    }
+  }
+  return entries;
+}
+
 }  // namespace
 
 std::string content_key(const std::vector<std::string>& parts, const std::map<std::string, std::string>& files) {
@@ -78,11 +130,50 @@ std::string content_key(const std::vector<std::string>& parts, const std::map<st
   return hex;
 }
 
-CompileCache::CompileCache(fs::path dir) : dir_(std::move(dir)) { fs::create_directories(dir_); }
+CompileCache::CompileCache(fs::path dir, CacheBudget budget) : dir_(std::move(dir)), budget_(budget) {
+  fs::create_directories(dir_);
+  for (const auto& e : scan(dir_)) bytes_ += e.bytes;
+  if (budget_.max_bytes && bytes_ > budget_.max_bytes) evict();
+}
+
+std::uint64_t CompileCache::bytes() const {
+  std::lock_guard lock(mu_);
+  return bytes_;
+}
+
+std::uint64_t CompileCache::evicted_entries() const {
+  std::lock_guard lock(mu_);
+  return evicted_;
+}
+
+std::uint64_t CompileCache::evict() {
+  std::lock_guard lock(mu_);
+  std::vector<EntryInfo> entries = scan(dir_);
+  std::uint64_t total = 0;
+  for (const auto& e : entries) total += e.bytes;
+  const std::uint64_t target = budget_.max_bytes - budget_.max_bytes / 10;
+  std::sort(entries.begin(), entries.end(), [](const EntryInfo& a, const EntryInfo& b) { return a.last_use < b.last_use; });
+  const auto recent = fs::file_time_type::clock::now() - budget_.keep_recent;
+  std::uint64_t removed = 0;
+  for (const auto& e : entries) {
+    if (total <= target || e.last_use >= recent) break;
+    // Renamed away first, so a reader sees the whole entry or none of it.
+    const fs::path doomed = e.dir.parent_path() / (".tmp-evict-" + e.dir.filename().string() + "-" + std::to_string(getpid()));
+    std::error_code ec;
+    fs::rename(e.dir, doomed, ec);
+    if (ec) continue;  // another process evicted it first
+    fs::remove_all(doomed, ec);
+    total -= e.bytes;
+    removed += e.bytes;
+    ++evicted_;
+  }
+  bytes_ = total;
+  return removed;
+}
 
 fs::path CompileCache::entry_dir(const std::string& key) const { return dir_ / key.substr(0, 2) / key; }
 
-std::optional<CompileOutcome> CompileCache::lookup(const std::string& key) const {
+std::optional<CompileOutcome> CompileCache::lookup(const std::string& key) {
   const fs::path entry = entry_dir(key);
   std::ifstream in(entry / "outcome.json", std::ios::binary);
   if (!in) return std::nullopt;
@@ -94,13 +185,14 @@ std::optional<CompileOutcome> CompileCache::lookup(const std::string& key) const
       if (!fs::is_regular_file(o.artifact)) return std::nullopt;
     }
     o.cached = true;
+    touch(entry / "outcome.json");
     return o;
   } catch (const std::exception&) {
     return std::nullopt;  // damaged entry: compile again (the new entry cannot replace it; fine)
   }
 }
 
-fs::path CompileCache::store(const std::string& key, const CompileOutcome& outcome, const fs::path& artifact) const {
+fs::path CompileCache::store(const std::string& key, const CompileOutcome& outcome, const fs::path& artifact) {
   static std::atomic<std::uint64_t> counter{0};
   const fs::path final_dir = entry_dir(key);
   const fs::path shard = final_dir.parent_path();
@@ -117,14 +209,27 @@ fs::path CompileCache::store(const std::string& key, const CompileOutcome& outco
       out.flush();
       if (!out) throw std::runtime_error("cannot write " + (tmp / "outcome.json").string());
     }
+    const std::uint64_t size = tree_bytes(tmp);
     std::error_code ec;
     fs::rename(tmp, final_dir, ec);
-    if (ec) fs::remove_all(tmp);  // another compile stored the same key first: keep theirs
+    if (ec) {
+      fs::remove_all(tmp);  // another compile stored the same key first: keep theirs
+      touch(final_dir / "outcome.json");
+    } else {
+      std::lock_guard lock(mu_);
+      bytes_ += size;
+    }
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
     throw;
   }
+  bool over = false;
+  {
+    std::lock_guard lock(mu_);
+    over = budget_.max_bytes && bytes_ > budget_.max_bytes;
+  }
+  if (over) evict();
   return artifact.empty() ? fs::path() : final_dir / "kernel.so";
 }
 

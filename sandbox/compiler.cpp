@@ -3,11 +3,13 @@
 #include "sandbox/compiler.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <fstream>
 #include <stdexcept>
 
@@ -187,6 +189,25 @@ std::string check_workspace_path(const std::string& path) {
   return {};
 }
 
+std::size_t remove_orphan_jobs(const fs::path& scratch_dir) {
+  std::size_t removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(scratch_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("job-", 0) != 0) continue;
+    const std::size_t end = name.find('-', 4);
+    const std::string digits = name.substr(4, end == std::string::npos ? std::string::npos : end - 4);
+    if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), is_digit)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;  // its server may still run
+    std::error_code ec2;
+    if (fs::remove_all(e.path(), ec2) > 0 && !ec2) ++removed;
+  }
+  return removed;
+}
+
+Compiler::~Compiler() = default;
+
 Compiler::Compiler(CompilerConfig config) : config_(std::move(config)) {
   if (config_.cache_dir.empty() || config_.scratch_dir.empty())
     throw std::runtime_error("compiler: cache_dir and scratch_dir are required");
@@ -196,7 +217,8 @@ Compiler::Compiler(CompilerConfig config) : config_(std::move(config)) {
   fs::create_directories(config_.cache_dir);
   fs::create_directories(config_.scratch_dir);
   config_.scratch_dir = fs::canonical(config_.scratch_dir);
-  CompileCache cache(config_.cache_dir);
+  remove_orphan_jobs(config_.scratch_dir);
+  cache_ = std::make_unique<CompileCache>(config_.cache_dir, CacheBudget{config_.cache_max_bytes, config_.cache_keep_recent});
 
   // Read once through the same jail the compiles use: a broken jail fails here, loudly.
   auto version = [&](const fs::path& tool) {
@@ -252,8 +274,7 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
   parts.insert(parts.end(), request.flags.begin(), request.flags.end());
   parts.push_back(request.main_file);
   const std::string key = content_key(parts, request.files);
-  CompileCache cache(config_.cache_dir);
-  if (auto hit = cache.lookup(key)) {
+  if (auto hit = cache_->lookup(key)) {
     ++hits_;
     hit->seconds = elapsed();
     return *hit;
@@ -344,7 +365,7 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
   }
   const bool deterministic = run.started && !run.timed_out && run.signal == 0 && !out.sandbox_violation &&
                              out.resource_failure.empty();
-  if (deterministic) out.artifact = cache.store(key, out, out.ok ? built : fs::path());
+  if (deterministic) out.artifact = cache_->store(key, out, out.ok ? built : fs::path());
   out.seconds = elapsed();
   return out;
 }

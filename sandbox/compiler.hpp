@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,11 @@ struct CompilerConfig {
   std::filesystem::path nvcc = "/usr/local/cuda/bin/nvcc";
   std::filesystem::path host_compiler = "/usr/bin/g++";     // pinned with -ccbin
   std::filesystem::path cache_dir;                          // required: artifacts + outcomes
-  std::filesystem::path scratch_dir;                        // required: per-job dirs (deleted after)
+  std::filesystem::path scratch_dir;                        // required: per-job dirs (deleted after;
+                                                            // a dead server's are deleted at start)
+  std::uint64_t cache_max_bytes = 4ull << 30;               // compile cache budget (0 = unbounded):
+                                                            // least recently used entries evicted
+  std::chrono::seconds cache_keep_recent{600};              // never evicted when used this recently
   std::vector<std::filesystem::path> hidden_paths;          // never visible in the jail (tasks dir, work roots)
   std::vector<std::string> base_flags = {"-O3", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC", "-lineinfo"};
   std::uint64_t cpu_seconds = 120;
@@ -63,21 +68,30 @@ struct CompilerConfig {
   std::size_t max_source_bytes = 16u << 20;                 // all workspace contents together
 };
 
+class CompileCache;
+
 class Compiler {
  public:
   explicit Compiler(CompilerConfig config);  // throws std::runtime_error for a bad config
+  ~Compiler();
   // Thread-safe; blocks until the compile ends. Never throws for bad source: that is an outcome.
   CompileOutcome compile(const CompileRequest& request);
   std::string toolchain_version() const;     // nvcc + host compiler versions, part of the key
   std::uint64_t cache_hits() const { return hits_.load(); }
   std::uint64_t cache_misses() const { return misses_.load(); }
   const CompilerConfig& config() const { return config_; }
+  CompileCache& cache() { return *cache_; }
 
  private:
   CompilerConfig config_;
+  std::unique_ptr<CompileCache> cache_;
   std::string toolchain_;
   std::atomic<std::uint64_t> hits_{0}, misses_{0};
 };
+
+// Removes the job dirs (and their artifact copies) that a server no longer running left in
+// `scratch_dir`: names `job-<pid>-…` whose pid is not a live process. Returns how many.
+std::size_t remove_orphan_jobs(const std::filesystem::path& scratch_dir);
 
 // Parses nvcc/gcc/ptxas/linker output into diagnostics (exposed for tests). File names lose the
 // jail's "/job/" prefix, so workspace files read as workspace-relative paths.

@@ -1,4 +1,5 @@
 // The sandboxed nvcc compile (slow: real nvcc, about 3 s per compile on a 2-core machine).
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "catch.hpp"
@@ -255,6 +256,19 @@ TEST_CASE("compile: bad requests are outcomes, and nvcc never runs", "[compiler]
   CHECK_FALSE(out.ok);
   CHECK(contains(out.log, "main file"));
   CHECK(compiler.cache_misses() == 0);
+}
+
+TEST_CASE("Compiler: a killed server's job dirs are removed at start", "[compiler]") {
+  Fixture f;
+  const pid_t dead = fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) _exit(0);
+  REQUIRE(waitpid(dead, nullptr, 0) == dead);
+  const std::string job = "job-" + std::to_string(dead) + "-7-0123456789ab";
+  f.dir.write("scratch/" + job + "/kernel.cu", "left behind");
+  f.dir.write("scratch/" + job + ".kernel.so", "left behind");
+  Compiler compiler(f.config);
+  CHECK(std::filesystem::is_empty(f.config.scratch_dir));
 }
 
 TEST_CASE("Compiler: a bad config throws", "[compiler]") {

@@ -1,5 +1,8 @@
-// Pure functions of the sandbox: diagnostics parser, flag and path checks, cache key and store,
-// file-view plan.
+// Pure functions of the sandbox: diagnostics parser, flag and path checks, cache key, store and
+// budget, scratch clean-up, file-view plan.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <fstream>
 
 #include "catch.hpp"
@@ -150,6 +153,98 @@ TEST_CASE("CompileCache: store then lookup; damaged entries are misses", "[cache
   // No temporary directories are left beside the entries.
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "cache"))
     CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
+}
+
+namespace {
+
+CompileOutcome outcome_for(const std::string& key) {
+  CompileOutcome o;
+  o.ok = true;
+  o.exit_status = 0;
+  o.key = key;
+  return o;
+}
+
+void set_last_use(CompileCache& cache, const std::string& key, std::chrono::seconds ago) {
+  std::filesystem::last_write_time(cache.entry_dir(key) / "outcome.json", std::filesystem::file_time_type::clock::now() - ago);
+}
+
+}  // namespace
+
+TEST_CASE("CompileCache: a size budget evicts the least recently used entries", "[cache]") {
+  TempDir dir;
+  auto artifact = dir.write("built.so", std::string(4000, 'x'));
+  const std::string a(32, 'a'), b(32, 'b'), c(32, 'c');
+
+  SECTION("a hit counts as a use; eviction stops at 90% of the budget") {
+    CompileCache cache(dir.path() / "cache", CacheBudget{10000, std::chrono::seconds(0)});
+    cache.store(a, outcome_for(a), artifact);
+    cache.store(b, outcome_for(b), artifact);
+    CHECK(cache.bytes() > 8000);
+    CHECK(cache.bytes() < 10000);
+    set_last_use(cache, a, std::chrono::seconds(300));  // a is the older of the two …
+    set_last_use(cache, b, std::chrono::seconds(200));
+    REQUIRE(cache.lookup(a));                            // … until it is used again
+    cache.store(c, outcome_for(c), artifact);            // over the budget: b goes
+    CHECK(cache.evicted_entries() == 1);
+    CHECK(cache.lookup(a));
+    CHECK_FALSE(cache.lookup(b));
+    CHECK(cache.lookup(c));
+    CHECK_FALSE(std::filesystem::exists(cache.entry_dir(b)));
+    CHECK(cache.bytes() <= 9000);
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path() / "cache"))
+      CHECK(e.path().filename().string().rfind(".tmp-", 0) != 0);
+  }
+  SECTION("entries used within keep_recent are never evicted") {
+    CompileCache cache(dir.path() / "cache", CacheBudget{10000, std::chrono::seconds(3600)});
+    for (const auto& k : {a, b, c}) cache.store(k, outcome_for(k), artifact);
+    CHECK(cache.evicted_entries() == 0);
+    CHECK(cache.bytes() > 10000);
+    for (const auto& k : {a, b, c}) CHECK(cache.lookup(k));
+  }
+  SECTION("a cache over its budget at start is trimmed; a killed writer's temporaries go") {
+    {
+      CompileCache unbounded(dir.path() / "cache");
+      for (const auto& k : {a, b, c}) unbounded.store(k, outcome_for(k), artifact);
+      set_last_use(unbounded, a, std::chrono::seconds(100));
+      set_last_use(unbounded, b, std::chrono::seconds(300));
+      set_last_use(unbounded, c, std::chrono::seconds(200));
+      CHECK(unbounded.bytes() > 12000);
+    }
+    auto stale = dir.path() / "cache" / "aa" / (".tmp-" + a + "-1-0");
+    auto fresh = dir.path() / "cache" / "aa" / (".tmp-" + a + "-2-0");
+    std::filesystem::create_directories(stale);
+    std::filesystem::create_directories(fresh);
+    std::filesystem::last_write_time(stale, std::filesystem::file_time_type::clock::now() - std::chrono::hours(2));
+    CompileCache cache(dir.path() / "cache", CacheBudget{10000, std::chrono::seconds(0)});
+    CHECK(cache.evicted_entries() == 1);
+    CHECK_FALSE(cache.lookup(b));
+    CHECK(cache.lookup(a));
+    CHECK(cache.lookup(c));
+    CHECK_FALSE(std::filesystem::exists(stale));
+    CHECK(std::filesystem::exists(fresh));  // a writer may still be filling it
+  }
+}
+
+TEST_CASE("remove_orphan_jobs: a dead server's job dirs go, a live one's stay", "[scratch]") {
+  TempDir dir;
+  const pid_t dead = fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) _exit(0);
+  REQUIRE(waitpid(dead, nullptr, 0) == dead);
+  const std::string d = std::to_string(dead), me = std::to_string(getpid());
+  dir.write("job-" + d + "-0-0123456789ab/kernel.cu", "x");
+  dir.write("job-" + d + "-0-0123456789ab/out/kernel.so", "x");
+  dir.write("job-" + d + "-0-0123456789ab.kernel.so", "x");
+  dir.write("job-" + me + "-1-0123456789ab/kernel.cu", "x");
+  dir.write("job-1-2-0123456789ab/kernel.cu", "x");  // pid 1 lives
+  dir.write("notes/keep.txt", "x");
+  CHECK(remove_orphan_jobs(dir.path()) == 2);
+  CHECK_FALSE(std::filesystem::exists(dir.path() / ("job-" + d + "-0-0123456789ab")));
+  CHECK_FALSE(std::filesystem::exists(dir.path() / ("job-" + d + "-0-0123456789ab.kernel.so")));
+  CHECK(std::filesystem::exists(dir.path() / ("job-" + me + "-1-0123456789ab")));
+  CHECK(std::filesystem::exists(dir.path() / "job-1-2-0123456789ab"));
+  CHECK(std::filesystem::exists(dir.path() / "notes/keep.txt"));
 }
 
 TEST_CASE("plan_file_view: allowlist, masks, bad mounts", "[view]") {
