@@ -143,6 +143,7 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
   cc.hidden_paths = config_.hidden_paths();
   cc.deadline = std::chrono::milliseconds(static_cast<long long>(config_.compile_deadline_s * 1000));
   compiler_ = std::make_unique<sandbox::Compiler>(cc);
+  log_info(compiler_->limits().describe());
 
   auto on_worker_error = [](const std::string& what) { log_error("worker error: " + what); };
   compile_pool_ = std::make_unique<WorkerPool>("compile", config_.compile_workers, on_worker_error);

@@ -10,7 +10,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include "sandbox/compile_cache.hpp"
@@ -146,6 +149,115 @@ bool copy_artifact_out(const fs::path& job, const fs::path& dest) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// cgroup v2 control files.
+
+std::string read_small_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool has_word(const std::string& text, std::string_view word) {
+  std::istringstream in(text);
+  for (std::string w; in >> w;)
+    if (w == word) return true;
+  return false;
+}
+
+// Writes to an existing control file: empty, or why not.
+std::string write_control(const fs::path& p, const std::string& text) {
+  Fd fd(open(p.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd || write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    return "write " + p.string() + ": " + std::strerror(errno);
+  return {};
+}
+
+// This process's cgroup v2 directory (its 0:: line under the cgroup2 mount), or empty with why.
+fs::path own_cgroup2_dir(std::string* why) {
+  std::string rel;
+  {
+    std::ifstream in("/proc/self/cgroup");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("0::", 0) == 0) rel = line.substr(3);
+  }
+  if (rel.empty()) {
+    *why = "no cgroup v2 entry in /proc/self/cgroup";
+    return {};
+  }
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount_point;
+    fields >> id >> parent >> dev >> root >> mount_point;
+    if (rel.rfind(root, 0) != 0) continue;  // this mount does not show our cgroup
+    const fs::path below = fs::path(rel.substr(root.size())).relative_path();
+    return below.empty() ? fs::path(mount_point) : fs::path(mount_point) / below;
+  }
+  *why = "cgroup v2 is not mounted";
+  return {};
+}
+
+// d2k-compile-<pid>-<n> cgroups of dead servers (their jobs' cgroups first; all are empty).
+void remove_dead_compile_cgroups(const fs::path& parent) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("d2k-compile-", 0) != 0) continue;
+    const std::string rest = name.substr(12);
+    const std::string digits = rest.substr(0, rest.find('-'));
+    if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), is_digit)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    if (pid == getpid() || kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code ec2;
+    for (const auto& job : fs::directory_iterator(e.path(), ec2))
+      if (job.is_directory(ec2)) rmdir(job.path().c_str());
+    rmdir(e.path().c_str());
+  }
+}
+
+std::string gib(std::uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / static_cast<double>(1ull << 30));
+  return buf;
+}
+
+// One jail's cgroup below the Compiler's: made before the jail starts, removed after it ends (the
+// pid namespace is empty by then).
+class JobCgroup {
+ public:
+  // Throws std::runtime_error when the cgroup cannot be made or limited.
+  JobCgroup(const fs::path& dir, const CompileLimits& limits) : dir_(dir) {
+    if (mkdir(dir_.c_str(), 0755) != 0) throw std::runtime_error("mkdir " + dir_.string() + ": " + std::strerror(errno));
+    std::string err = write_control(dir_ / "memory.max", std::to_string(limits.jail_memory_bytes));
+    if (err.empty()) err = write_control(dir_ / "pids.max", std::to_string(limits.max_processes));
+    if (err.empty() && fs::exists(dir_ / "memory.swap.max")) err = write_control(dir_ / "memory.swap.max", "0");
+    if (!err.empty()) {
+      rmdir(dir_.c_str());
+      throw std::runtime_error(err);
+    }
+  }
+  JobCgroup(const JobCgroup&) = delete;
+  JobCgroup& operator=(const JobCgroup&) = delete;
+  ~JobCgroup() { rmdir(dir_.c_str()); }  // a failure leaves it to the next start's sweep
+  const fs::path& dir() const { return dir_; }
+  std::uint64_t oom_kills() const {
+    std::istringstream in(read_small_file(dir_ / "memory.events"));
+    for (std::string key; in >> key;) {
+      std::uint64_t value = 0;
+      in >> value;
+      if (key == "oom_kill") return value;
+    }
+    return 0;
+  }
+
+ private:
+  fs::path dir_;
+};
+
 CompileOutcome rejected(std::string why, std::chrono::steady_clock::time_point t0) {
   CompileOutcome o;
   o.diagnostics.push_back({"", 0, 0, "error", why});
@@ -206,7 +318,94 @@ std::size_t remove_orphan_jobs(const fs::path& scratch_dir) {
   return removed;
 }
 
-Compiler::~Compiler() = default;
+std::string CompileLimits::describe() const {
+  if (cgroup)
+    return "compile limits: cgroup v2 " + cgroup_dir.string() + ": per jail memory.max " + gib(jail_memory_bytes) +
+           " (no swap), pids.max " + std::to_string(max_processes) + "; all compiles together memory.max " + gib(budget_bytes);
+  const std::uint64_t at_once = jail_memory_bytes ? std::max<std::uint64_t>(1, budget_bytes / jail_memory_bytes) : 0;
+  return "compile limits: no cgroup (" + fallback_reason + "); fallback: each compile reserves " + gib(jail_memory_bytes) +
+         " of a " + gib(budget_bytes) + " budget (at most " + std::to_string(at_once) +
+         " at once), per-process RLIMIT_AS and per-jail RLIMIT_NPROC " + std::to_string(max_processes);
+}
+
+CompileLimits choose_compile_limits(const CompilerConfig& config) {
+  CompileLimits l;
+  l.jail_memory_bytes = config.jail_memory_bytes;
+  l.max_processes = config.max_processes;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const std::uint64_t physical = pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+  l.budget_bytes = config.memory_budget_bytes ? config.memory_budget_bytes : std::max(config.jail_memory_bytes, physical / 2);
+  auto fallback = [&](std::string why) {
+    l.fallback_reason = std::move(why);
+    return l;
+  };
+  if (config.cgroup == "off") return fallback("cgroups off by configuration");
+  fs::path parent;
+  if (config.cgroup == "auto") {
+    std::string why;
+    parent = own_cgroup2_dir(&why);
+    if (parent.empty()) return fallback(why);
+  } else {
+    parent = config.cgroup;
+  }
+  const std::string offered = read_small_file(parent / "cgroup.controllers");
+  if (!has_word(offered, "memory") || !has_word(offered, "pids")) {
+    std::string list = offered.substr(0, offered.find('\n'));
+    return fallback("cgroup v2 at " + parent.string() + " offers no memory and pids controllers (offers: '" + list +
+                    "'; on a hybrid host they are on cgroup v1)");
+  }
+  remove_dead_compile_cgroups(parent);
+  const std::string enabled = read_small_file(parent / "cgroup.subtree_control");
+  if (!has_word(enabled, "memory") || !has_word(enabled, "pids"))
+    if (auto err = write_control(parent / "cgroup.subtree_control", "+memory +pids"); !err.empty())
+      return fallback("cannot enable memory and pids below " + parent.string() + " (" + err +
+                      "; a cgroup holding processes cannot: delegate an empty one)");
+  static std::atomic<std::uint32_t> counter{0};
+  const fs::path dir = parent / ("d2k-compile-" + std::to_string(getpid()) + "-" + std::to_string(counter++));
+  if (mkdir(dir.c_str(), 0755) != 0) return fallback("cannot create " + dir.string() + ": " + std::strerror(errno));
+  std::string err = write_control(dir / "memory.max", std::to_string(l.budget_bytes));
+  if (err.empty()) err = write_control(dir / "cgroup.subtree_control", "+memory +pids");
+  if (!err.empty()) {
+    rmdir(dir.c_str());
+    return fallback(err);
+  }
+  l.cgroup = true;
+  l.cgroup_dir = dir;
+  return l;
+}
+
+std::uint64_t MemoryBudget::acquire(std::uint64_t bytes) {
+  bytes = std::min(bytes, total_);
+  std::unique_lock lock(mu_);
+  freed_.wait(lock, [&] { return used_ + bytes <= total_; });
+  used_ += bytes;
+  return bytes;
+}
+
+bool MemoryBudget::try_acquire(std::uint64_t bytes) {
+  bytes = std::min(bytes, total_);
+  std::lock_guard lock(mu_);
+  if (used_ + bytes > total_) return false;
+  used_ += bytes;
+  return true;
+}
+
+void MemoryBudget::release(std::uint64_t bytes) {
+  {
+    std::lock_guard lock(mu_);
+    used_ -= std::min(bytes, used_);
+  }
+  freed_.notify_all();
+}
+
+std::uint64_t MemoryBudget::in_use() const {
+  std::lock_guard lock(mu_);
+  return used_;
+}
+
+Compiler::~Compiler() {
+  if (limits_.cgroup) rmdir(limits_.cgroup_dir.c_str());
+}
 
 Compiler::Compiler(CompilerConfig config) : config_(std::move(config)) {
   if (config_.cache_dir.empty() || config_.scratch_dir.empty())
@@ -218,6 +417,8 @@ Compiler::Compiler(CompilerConfig config) : config_(std::move(config)) {
   fs::create_directories(config_.scratch_dir);
   config_.scratch_dir = fs::canonical(config_.scratch_dir);
   remove_orphan_jobs(config_.scratch_dir);
+  limits_ = choose_compile_limits(config_);
+  if (!limits_.cgroup) budget_ = std::make_unique<MemoryBudget>(limits_.budget_bytes);
   cache_ = std::make_unique<CompileCache>(config_.cache_dir, CacheBudget{config_.cache_max_bytes, config_.cache_keep_recent});
 
   // Read once through the same jail the compiles use: a broken jail fails here, loudly.
@@ -312,7 +513,31 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
   spec.file_size_bytes = config_.file_size_bytes;
   spec.max_processes = config_.max_processes;
   spec.max_output_bytes = std::max(config_.max_log_bytes, kParseBytes);
-  const JailOutcome run = run_jailed(spec);
+  // Memory: the jail's own cgroup, or a reservation from the budget held while nvcc runs.
+  static std::atomic<std::uint64_t> cgroup_counter{0};
+  std::optional<JobCgroup> job_cgroup;
+  std::string cgroup_error;
+  if (limits_.cgroup) {
+    try {
+      job_cgroup.emplace(limits_.cgroup_dir / ("job-" + std::to_string(cgroup_counter++)), limits_);
+      spec.cgroup = job_cgroup->dir();
+    } catch (const std::exception& e) {
+      cgroup_error = e.what();
+    }
+  }
+  struct Reservation {
+    MemoryBudget* budget;
+    std::uint64_t bytes;
+    ~Reservation() {
+      if (budget) budget->release(bytes);
+    }
+  } reservation{budget_.get(), budget_ ? budget_->acquire(config_.jail_memory_bytes) : 0};
+  JailOutcome run;
+  if (cgroup_error.empty()) {
+    run = run_jailed(spec);
+  } else {
+    run.setup_error = "the compile's cgroup could not be set up";  // cgroup_error names host paths
+  }
 
   // 5. The outcome.
   CompileOutcome out;
@@ -334,6 +559,8 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
   // Judged on the whole output (the log is cut below); applies only to a failed compile.
   std::string resource = run.started && !run.timed_out && !out.sandbox_violation ? resource_failure(text, run.exit_status)
                                                                                  : std::string();
+  if (run.started && resource.empty() && job_cgroup && job_cgroup->oom_kills() > 0)
+    resource = "out of memory: the compile's cgroup limit (memory.max " + gib(limits_.jail_memory_bytes) + ") was reached";
   if (diags.size() > config_.max_diagnostics) {
     out.diagnostics_dropped = diags.size() - config_.max_diagnostics;
     diags.resize(config_.max_diagnostics);

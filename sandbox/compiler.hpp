@@ -4,10 +4,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -66,6 +68,45 @@ struct CompilerConfig {
   std::uint64_t max_processes = 64;                         // per compile (nvcc, sh, gcc, cicc, ptxas …)
   std::size_t max_files = 256;                              // workspace files per request
   std::size_t max_source_bytes = 16u << 20;                 // all workspace contents together
+  // Memory of compiles (docs/multi-tenant-compile.md). Per jail: a cgroup v2 memory.max (swap 0) and
+  // pids.max = max_processes where a writable cgroup with those controllers exists; otherwise
+  // each compile reserves jail_memory_bytes from memory_budget_bytes before nvcc starts.
+  std::uint64_t jail_memory_bytes = 4ull << 30;
+  std::uint64_t memory_budget_bytes = 0;                    // all concurrent compiles of this
+                                                            // Compiler; 0 = half the physical memory
+                                                            // (at least jail_memory_bytes)
+  std::string cgroup = "auto";                              // "auto": below this process's own cgroup
+                                                            // v2; "off": the budget only; else the path
+                                                            // of a delegated cgroup v2 directory
+};
+
+// How compile memory is bounded, chosen once when the Compiler starts.
+struct CompileLimits {
+  bool cgroup = false;                    // true: every jail in its own cgroup below cgroup_dir
+  std::filesystem::path cgroup_dir;       // this Compiler's cgroup (memory.max = budget_bytes)
+  std::string fallback_reason;            // budget mode: why no cgroup
+  std::uint64_t jail_memory_bytes = 0;
+  std::uint64_t budget_bytes = 0;
+  std::uint64_t max_processes = 0;
+  std::string describe() const;           // one line for the server log
+};
+
+// The fallback's admission control: compiles reserve memory from a fixed budget, waiting while it
+// is spent. A request larger than the budget is clamped to it (one such compile at a time).
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(std::uint64_t bytes) : total_(bytes) {}
+  std::uint64_t acquire(std::uint64_t bytes);      // blocks until it fits; returns what it reserved
+  bool try_acquire(std::uint64_t bytes);
+  void release(std::uint64_t bytes);
+  std::uint64_t in_use() const;
+  std::uint64_t total() const { return total_; }
+
+ private:
+  const std::uint64_t total_;
+  mutable std::mutex mu_;
+  std::condition_variable freed_;
+  std::uint64_t used_ = 0;
 };
 
 class CompileCache;
@@ -81,13 +122,22 @@ class Compiler {
   std::uint64_t cache_misses() const { return misses_.load(); }
   const CompilerConfig& config() const { return config_; }
   CompileCache& cache() { return *cache_; }
+  const CompileLimits& limits() const { return limits_; }
 
  private:
   CompilerConfig config_;
+  CompileLimits limits_;
+  std::unique_ptr<MemoryBudget> budget_;  // budget mode only
   std::unique_ptr<CompileCache> cache_;
   std::string toolchain_;
   std::atomic<std::uint64_t> hits_{0}, misses_{0};
 };
+
+// Decides how compile memory is bounded for `config` (see CompilerConfig::cgroup). In cgroup mode it
+// creates the Compiler's cgroup `<parent>/d2k-compile-<pid>-<n>` with memory.max = the budget and
+// the memory and pids controllers enabled for its jails; it removes such cgroups of dead pids.
+// Never throws: a cgroup that cannot be used gives the budget mode with its reason.
+CompileLimits choose_compile_limits(const CompilerConfig& config);
 
 // Removes the job dirs (and their artifact copies) that a server no longer running left in
 // `scratch_dir`: names `job-<pid>-…` whose pid is not a live process. Returns how many.

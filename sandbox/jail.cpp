@@ -586,6 +586,13 @@ JailOutcome run(const JailSpec& spec) {
 
   std::string setup_error;
   try {
+    // Before the child runs a step: whatever it starts inherits the cgroup.
+    if (!spec.cgroup.empty()) {
+      const std::string pid_text = std::to_string(pid);
+      Fd procs(open((spec.cgroup / "cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+      if (!procs || write(procs.get(), pid_text.data(), pid_text.size()) != static_cast<ssize_t>(pid_text.size()))
+        throw std::runtime_error(std::string("cannot join cgroup: ") + strerror(errno));  // no host path: it may reach a client
+    }
     if (!root_mode) {
       const std::string proc = "/proc/" + std::to_string(pid);
       write_file(proc + "/setgroups", "deny");

@@ -39,6 +39,9 @@ struct JailSpec {
   std::vector<std::filesystem::path> hidden_paths;  // masked (empty tmpfs / empty file) wherever the
                                                  // view would otherwise show them
   std::uint64_t tmp_size_bytes = 512ull << 20;   // the private /tmp (tmpfs) size
+  std::filesystem::path cgroup;                  // a cgroup v2 directory the jail's first process
+                                                 // joins before any step runs (so all it starts are
+                                                 // in it too); empty: stay in the caller's cgroup
   std::vector<std::string> devices = {"null"};   // device nodes bound into /dev by name (plain names;
                                                  // the compile view needs only null: no random
                                                  // source, no /dev/zero to `#include`)

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <sstream>
 
 #include "catch.hpp"
 #include "helpers.hpp"
@@ -228,6 +230,58 @@ TEST_CASE("jail: setup failures are structured, not crashes", "[jail]") {
   out = run_jailed(spec);
   CHECK_FALSE(out.started);
   CHECK(contains(out.setup_error, "in-process"));
+}
+
+namespace {
+
+// A cgroup v2 directory this process may create children in, or empty (where cgroup2 is mounted).
+std::filesystem::path writable_cgroup2() {
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount_point;
+    fields >> id >> parent >> dev >> root >> mount_point;
+    if (access(mount_point.c_str(), W_OK) == 0) return mount_point;
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("jail: JailSpec::cgroup puts the whole jail in a cgroup before it runs", "[jail][cgroup]") {
+  SECTION("a cgroup that cannot be joined is a setup error") {
+    auto spec = shell("echo ran");
+    spec.cgroup = "/nonexistent/d2k-cgroup";
+    auto out = run_jailed(spec);
+    CHECK_FALSE(out.started);
+    CHECK(contains(out.setup_error, "cannot join cgroup"));
+    CHECK_FALSE(contains(out.output, "ran"));
+  }
+  SECTION("a real cgroup v2 (skipped where none is writable)") {
+    const auto mount = writable_cgroup2();
+    if (mount.empty()) {
+      WARN("no writable cgroup v2 mount: joining not exercised");
+      return;
+    }
+    const auto dir = mount / ("d2k-jail-test-" + std::to_string(getpid()));
+    REQUIRE(mkdir(dir.c_str(), 0755) == 0);
+    struct Remove {
+      std::filesystem::path p;
+      ~Remove() { rmdir(p.c_str()); }
+    } remove{dir};
+    auto spec = shell("cat /proc/self/cgroup; sh -c 'cat /proc/self/cgroup'");
+    spec.cgroup = dir;
+    auto out = run_jailed(spec);
+    INFO(out.setup_error << out.output);
+    REQUIRE(out.started);
+    const std::string line = "/" + dir.filename().string() + "\n";
+    // The jail's process and its child are both in it ("0::<path>", the path as this cgroup
+    // namespace sees the hierarchy).
+    CHECK(out.output.find(line) != std::string::npos);
+    CHECK(out.output.find(line) != out.output.rfind(line));
+  }
 }
 
 TEST_CASE("jail: no network in a fresh network namespace", "[jail][net]") {

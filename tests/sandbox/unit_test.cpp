@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <future>
 
 #include "catch.hpp"
 #include "helpers.hpp"
@@ -13,6 +14,10 @@
 
 using namespace d2k::sandbox;
 using d2k::sandbox::testing::TempDir;
+
+namespace {
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
 
 TEST_CASE("parse_diagnostics: gcc, nvcc front end, ptxas, nvcc, linker", "[diagnostics]") {
   const std::string log =
@@ -245,6 +250,70 @@ TEST_CASE("remove_orphan_jobs: a dead server's job dirs go, a live one's stay", 
   CHECK(std::filesystem::exists(dir.path() / ("job-" + me + "-1-0123456789ab")));
   CHECK(std::filesystem::exists(dir.path() / "job-1-2-0123456789ab"));
   CHECK(std::filesystem::exists(dir.path() / "notes/keep.txt"));
+}
+
+TEST_CASE("MemoryBudget: reservations wait while the budget is spent", "[limits]") {
+  MemoryBudget budget(10);
+  CHECK(budget.acquire(4) == 4);
+  CHECK(budget.try_acquire(4));
+  CHECK_FALSE(budget.try_acquire(4));  // 8 of 10 in use
+  CHECK(budget.in_use() == 8);
+  // A blocked reservation cannot complete before a release (deterministic: no timing involved).
+  auto waiting = std::async(std::launch::async, [&] { return budget.acquire(4); });
+  CHECK(waiting.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
+  budget.release(4);
+  CHECK(waiting.get() == 4);
+  CHECK(budget.in_use() == 8);
+  // Larger than the whole budget: clamped, so it runs alone instead of never.
+  budget.release(8);
+  CHECK(budget.acquire(100) == 10);
+  CHECK_FALSE(budget.try_acquire(1));
+  budget.release(10);
+  CHECK(budget.in_use() == 0);
+}
+
+TEST_CASE("choose_compile_limits: the budget fallback says why, and sizes itself", "[limits]") {
+  CompilerConfig config;
+  config.jail_memory_bytes = 2ull << 30;
+  config.memory_budget_bytes = 5ull << 30;
+  SECTION("off by configuration") {
+    config.cgroup = "off";
+    auto l = choose_compile_limits(config);
+    CHECK_FALSE(l.cgroup);
+    CHECK(l.fallback_reason == "cgroups off by configuration");
+    CHECK(l.budget_bytes == (5ull << 30));
+    CHECK(contains(l.describe(), "at most 2 at once"));
+  }
+  SECTION("a directory that is not a cgroup with memory and pids") {
+    TempDir dir;
+    config.cgroup = dir.path().string();
+    auto l = choose_compile_limits(config);
+    CHECK_FALSE(l.cgroup);
+    CHECK(contains(l.fallback_reason, "offers no memory and pids controllers"));
+    CHECK(std::filesystem::is_empty(dir.path()));  // nothing created there
+  }
+  SECTION("the default budget is half the physical memory, at least one jail") {
+    config.cgroup = "off";
+    config.memory_budget_bytes = 0;
+    auto l = choose_compile_limits(config);
+    const auto physical = static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+    CHECK(l.budget_bytes == std::max(config.jail_memory_bytes, physical / 2));
+  }
+  SECTION("auto: whichever mode this host allows, consistently") {
+    auto l = choose_compile_limits(config);
+    WARN(l.describe());  // the mode this machine ran with
+    if (l.cgroup) {
+      CHECK(std::filesystem::is_directory(l.cgroup_dir));
+      CHECK(l.fallback_reason.empty());
+      std::ifstream max(l.cgroup_dir / "memory.max");
+      std::uint64_t value = 0;
+      max >> value;
+      CHECK(value == (5ull << 30));
+      rmdir(l.cgroup_dir.c_str());
+    } else {
+      CHECK_FALSE(l.fallback_reason.empty());
+    }
+  }
 }
 
 TEST_CASE("plan_file_view: allowlist, masks, bad mounts", "[view]") {
