@@ -147,6 +147,7 @@ std::uint64_t CompileCache::evicted_entries() const {
 }
 
 std::uint64_t CompileCache::evict() {
+  if (budget_.max_bytes == 0) return 0;  // unbounded: nothing is ever over
   std::lock_guard lock(mu_);
   std::vector<EntryInfo> entries = scan(dir_);
   std::uint64_t total = 0;

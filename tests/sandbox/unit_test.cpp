@@ -209,12 +209,13 @@ TEST_CASE("CompileCache: a size budget evicts the least recently used entries", 
   }
   SECTION("a cache over its budget at start is trimmed; a killed writer's temporaries go") {
     {
-      CompileCache unbounded(dir.path() / "cache");
+      CompileCache unbounded(dir.path() / "cache", CacheBudget{0, std::chrono::seconds(0)});
       for (const auto& k : {a, b, c}) unbounded.store(k, outcome_for(k), artifact);
       set_last_use(unbounded, a, std::chrono::seconds(100));
       set_last_use(unbounded, b, std::chrono::seconds(300));
       set_last_use(unbounded, c, std::chrono::seconds(200));
       CHECK(unbounded.bytes() > 12000);
+      CHECK(unbounded.evict() == 0);  // no budget: nothing to evict
     }
     auto stale = dir.path() / "cache" / "aa" / (".tmp-" + a + "-1-0");
     auto fresh = dir.path() / "cache" / "aa" / (".tmp-" + a + "-2-0");
