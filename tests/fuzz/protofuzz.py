@@ -338,15 +338,19 @@ class Victims:
         self.sock = server.dealer()
         self.rng = rng
         self.next_id = rng.randrange(1, 1 << 40)
-        self.sessions: list[dict] = []
+        self.sessions: list[dict] = []  # open victims
+        self.closed: list[dict] = []    # closed ones, their logs checked at the end
         self.problems: list[str] = []
         self.steps = 0
         for _ in range(n):
-            reply = self.call({"op": "reset", "task": "vector_add", "layer": 1, "options": {"max_steps": 1000}})
-            if reply.get("ok"):
-                self.sessions.append({"sid": reply["session"], "exchanges": [(reply["id"], reply)]})
-            else:
-                self.problems.append(f"victim reset failed: {reply}")
+            self.open()
+
+    def open(self) -> None:
+        reply = self.call({"op": "reset", "task": "vector_add", "layer": 1, "options": {"max_steps": 1000}})
+        if reply.get("ok"):
+            self.sessions.append({"sid": reply["session"], "exchanges": [(reply["id"], reply)], "steps": 0})
+        else:
+            self.problems.append(f"victim reset failed: {reply}")
 
     def call(self, req: dict) -> dict:
         self.next_id += 1
@@ -359,6 +363,10 @@ class Victims:
 
     def step(self) -> None:
         v = self.rng.choice(self.sessions)
+        if v["steps"] >= 200:  # well inside the step budget: close it, open another
+            self.close_one(v)
+            self.open()
+            return
         if self.rng.random() < 0.5:
             req = {"op": "observe", "session": v["sid"]}
         else:
@@ -368,17 +376,23 @@ class Victims:
         if not reply:
             return
         self.steps += 1
+        v["steps"] += req["op"] == "step"
         v["exchanges"].append((reply.get("id"), reply))
         last = (reply.get("observation") or {}).get("last") or {}
         if not reply.get("ok") or (req["op"] == "step" and last.get("ok") is not True):
             self.problems.append(f"victim {v['sid']}: {req['op']} failed: {str(reply)[:300]}")
 
+    def close_one(self, v: dict) -> None:
+        self.sessions.remove(v)
+        self.closed.append(v)
+        reply = self.call({"op": "close", "session": v["sid"]})
+        v["exchanges"].append((reply.get("id"), reply))
+        if not reply.get("ok"):
+            self.problems.append(f"victim {v['sid']}: close failed: {reply}")
+
     def close(self) -> None:
-        for v in self.sessions:
-            reply = self.call({"op": "close", "session": v["sid"]})
-            v["exchanges"].append((reply.get("id"), reply))
-            if not reply.get("ok"):
-                self.problems.append(f"victim {v['sid']}: close failed: {reply}")
+        for v in list(self.sessions):
+            self.close_one(v)
 
 
 def main() -> int:
@@ -459,7 +473,7 @@ def main() -> int:
         if rc != 0:
             fz.problem(f"server exit status {rc} after SIGTERM")
         logs = d2klive.logs_by_session(server.log_dir)
-        for v in victims.sessions:
+        for v in victims.closed:
             for msg in d2klive.check_session_log(logs.get(v["sid"]), v["exchanges"], expect_end=True):
                 victims.problems.append(f"victim {v['sid']}: {msg}")
         problems = fz.problems + victims.problems[:50]
@@ -469,7 +483,8 @@ def main() -> int:
               f"{c['sessions']} sessions opened by mutated resets")
         print(f"protofuzz: frame kinds {dict(sorted(fz.kinds.items()))}")
         print(f"protofuzz: error codes {dict(sorted(fz.codes.items()))}")
-        print(f"protofuzz: {len(victims.sessions)} victims, {victims.steps} victim requests, logs checked")
+        print(f"protofuzz: {len(victims.closed)} victim sessions ({a.victims} at a time), {victims.steps} victim requests, "
+              f"their logs checked")
         if problems:
             print(f"protofuzz: FAIL (seed {a.seed}), {len(problems)} problem(s):", file=sys.stderr)
             for m in problems:
