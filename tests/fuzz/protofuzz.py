@@ -310,7 +310,7 @@ class Fuzzer:
         s = self.server.dealer()
         try:
             s.send(msgpack.packb({"v": 1, "id": 7, "op": "hello"}))
-            if not s.poll(int(REPLY_TIMEOUT_S * 1000)):
+            if not d2klive.wait_readable(s, self.server, REPLY_TIMEOUT_S):
                 return False
             return d2klive.unpack(s.recv()).get("ok") is True
         finally:
@@ -335,6 +335,7 @@ class Victims:
     """Ordinary sessions on their own socket; every reply must be ok and logged."""
 
     def __init__(self, server: d2klive.LiveServer, n: int, rng: random.Random):
+        self.server = server
         self.sock = server.dealer()
         self.rng = rng
         self.next_id = rng.randrange(1, 1 << 40)
@@ -356,7 +357,7 @@ class Victims:
         self.next_id += 1
         req = {"v": 1, "id": self.next_id, **req}
         self.sock.send(msgpack.packb(req))
-        if not self.sock.poll(int(REPLY_TIMEOUT_S * 1000)):
+        if not d2klive.wait_readable(self.sock, self.server, REPLY_TIMEOUT_S):
             self.problems.append(f"victim: no reply to {req['op']} id {req['id']}")
             return {}
         return d2klive.unpack(self.sock.recv())
@@ -460,7 +461,7 @@ def main() -> int:
                 fz.huge_frame()
         # Let the frames in flight land.
         deadline = time.monotonic() + REPLY_TIMEOUT_S
-        while fz.inflight and time.monotonic() < deadline:
+        while fz.inflight and time.monotonic() < deadline and server.alive():
             for s, _ in fz.poller.poll(100):
                 got = s.recv_multipart()
                 _, sent, kind, _ = fz.inflight.pop(s)
@@ -472,7 +473,10 @@ def main() -> int:
         rc = server.stop(grace=120)
         if rc != 0:
             fz.problem(f"server exit status {rc} after SIGTERM")
-        logs = d2klive.logs_by_session(server.log_dir)
+        unreadable: list[str] = []
+        logs = d2klive.logs_by_session(server.log_dir, unreadable)
+        for msg in unreadable:
+            fz.problem(f"unreadable episode log: {msg}")
         for v in victims.closed:
             for msg in d2klive.check_session_log(logs.get(v["sid"]), v["exchanges"], expect_end=True):
                 victims.problems.append(f"victim {v['sid']}: {msg}")

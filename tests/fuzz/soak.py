@@ -69,6 +69,10 @@ class Soak:
         self.error_codes: dict[str, int] = {}
         self.rss: list[int] = []
         self.peak_open = 0
+        self.elapsed = 0.0
+        self.opened: list[Session] = []  # every session whose reset succeeded
+        self.killed_pending: set[str | None] | None = None  # with --kill-after: sessions with a request in flight
+        self.resets_pending = 0
 
     def problem(self, msg: str) -> None:
         if len(self.problems) < 50:
@@ -165,6 +169,7 @@ class Soak:
                 self.problem(f"reset failed: {reply.get('error')}")
                 return
             sess.sid = reply["session"]
+            self.opened.append(sess)
             sess.exchanges.append((rid, reply))
             self.ready.append(sess)
             return
@@ -206,7 +211,8 @@ class Soak:
         # Ramp up: open every session (within the window), then the random walk until the end.
         while time.monotonic() - t0 < a.duration:
             if not self.server.alive():
-                self.problem("the server exited during the soak")
+                self.problem(f"the server exited ({self.server.proc.returncode}) during the soak")
+                self.elapsed = time.monotonic() - t0
                 return
             live = opened - len(self.done)
             while len(self.pending) < a.window and live < a.sessions:
@@ -217,6 +223,15 @@ class Soak:
             while self.ready and len(self.pending) < a.window:
                 self.next_request(self.ready.popleft())
             self.pump(100)
+            if a.kill_after is not None and time.monotonic() - t0 >= a.kill_after:
+                # SIGKILL with requests in flight: what a client holds must be in the logs anyway.
+                self.killed_pending = {sess.sid for sess, _, kind, _ in self.pending.values()}
+                self.resets_pending = sum(1 for _, _, kind, _ in self.pending.values() if kind == "reset")
+                self.server.proc.kill()
+                self.server.proc.wait()
+                self.elapsed = time.monotonic() - t0
+                self.rss.append(0)
+                return
             if time.monotonic() - last_sample > 2.0:
                 last_sample = time.monotonic()
                 self.rss.append(self.server.rss_kib())
@@ -252,6 +267,9 @@ def main() -> int:
     p.add_argument("--bin", type=Path, default=d2klive.default_binary())
     p.add_argument("--tasks", type=Path, default=d2klive.default_tasks())
     p.add_argument("--task", default="vector_add")
+    p.add_argument("--kill-after", type=float, default=None,
+                   help="SIGKILL the server after this many seconds of load instead of a clean stop; then every "
+                        "reply received must still be in the logs (a log may hold one more exchange, sent or not)")
     p.add_argument("--keep", action="store_true", help="keep the state dir (logs) for inspection")
     a = p.parse_args()
     if a.seed is None:
@@ -266,17 +284,29 @@ def main() -> int:
         server.wait_ready()
         soak = Soak(a, server, a.task)
         soak.run()
+        killed = soak.killed_pending is not None
         rc = server.stop(grace=120)
-        if rc != 0:
+        if rc != 0 and not killed:
             soak.problem(f"server exit status {rc} after SIGTERM")
-        logs = d2klive.logs_by_session(server.log_dir)
-        sessions = [s for s in soak.done if s.sid]
+        unreadable: list[str] = []
+        logs = d2klive.logs_by_session(server.log_dir, unreadable)
+        # After SIGKILL, a reset in flight may have left a log without its header yet.
+        for msg in unreadable[soak.resets_pending if killed else 0:]:
+            soak.problem(f"unreadable episode log: {msg}")
+        sessions = soak.opened
         log_problems = 0
         for sess in sessions:
-            for msg in d2klive.check_session_log(logs.pop(sess.sid, None), sess.exchanges, expect_end=True):
+            in_flight = killed and sess.sid in soak.killed_pending
+            for msg in d2klive.check_session_log(logs.pop(sess.sid, None), sess.exchanges,
+                                                 expect_end=sess in soak.done, killed=killed,
+                                                 may_hold_one_more=in_flight):
                 log_problems += 1
                 soak.problem(f"session {sess.sid}: {msg}")
-        for sid in logs:
+        # After SIGKILL, a reset in flight may be logged with its reply never sent.
+        strays = [sid for sid, log in logs.items() if not (killed and len(log.exchanges) <= 1)]
+        if killed and len(logs) - len(strays) > soak.resets_pending:
+            strays = list(logs)
+        for sid in strays:
             soak.problem(f"a log of session {sid} that no client opened")
         c = soak.counts
         exchanges = sum(len(s.exchanges) for s in sessions)
@@ -284,7 +314,7 @@ def main() -> int:
         print(f"soak: {c['sessions']} sessions (at most {soak.peak_open} open at once), {c['requests']} requests, {c['replies']} replies, "
               f"{c['retries']} retries, {c['compiles']} compiles, {c['errors']} error replies {soak.error_codes}, "
               f"in {soak.elapsed:.1f} s ({c['replies'] / max(soak.elapsed, 1e-9):.0f} replies/s)")
-        print(f"soak: {exchanges} exchanges of {len(sessions)} closed sessions checked against their logs "
+        print(f"soak: {exchanges} exchanges of {len(sessions)} sessions ({len(soak.done)} closed) checked against their logs "
               f"(checksums {'verified' if d2klive._xxh3 else 'not verified: no libxxhash'}): "
               f"{log_problems} problems")
         print(f"soak: server RSS MiB first/peak/last: {rss[0] / 1024:.0f}/{max(rss) / 1024:.0f}/{rss[-1] / 1024:.0f}")
