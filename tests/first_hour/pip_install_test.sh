@@ -10,7 +10,8 @@
 # Opt-in (CTest shows it as skipped otherwise): D2K_TEST_PIP_INSTALL=1. It downloads the build
 # backend and the package's dependencies from PyPI and compiles the server once more, in release
 # mode (32 minutes on this project's 2-core machine while others built too, 12 CPU-minutes, the
-# compiler cache cold for release flags), which the test command must not do on every run. With ccache, export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+# compiler cache cold for release flags; 5 minutes with it warm), which the test command must not
+# do on every run. With ccache, export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
 # CMAKE_CUDA_COMPILER_LAUNCHER=ccache first: CMake takes them from the environment.
 #   D2K_PYTHON  the interpreter that makes the venv (default python3: on Debian the system Python)
 set -euo pipefail
