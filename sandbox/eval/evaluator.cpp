@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "sandbox/eval/runner_path.hpp"
+
 namespace d2k::runner {
 
 using sandbox::Outcome;
@@ -227,9 +229,7 @@ struct Evaluator::Gpu {
 };
 
 Evaluator::Evaluator(EvalConfig config) : config_(std::move(config)) {
-  if (config_.runner_path.empty()) config_.runner_path = D2K_RUNNER_PATH;
-  if (!std::filesystem::exists(config_.runner_path))
-    throw std::runtime_error("d2k-runner not found at " + config_.runner_path.string());
+  config_.runner_path = locate_runner(config_.runner_path);  // runner_path.hpp: where it is looked for
   if (config_.state_dir.empty()) throw std::runtime_error("EvalConfig.state_dir is required");
   std::filesystem::create_directories(config_.state_dir);
   if (config_.seeds < 1) config_.seeds = 1;

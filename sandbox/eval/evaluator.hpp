@@ -30,7 +30,7 @@ namespace d2k::runner {
 using TrustedBuild = std::function<std::filesystem::path(const tasks::Task&, const std::filesystem::path& cu)>;
 
 struct EvalConfig {
-  std::filesystem::path runner_path;          // d2k-runner; empty: the one built with this library
+  std::filesystem::path runner_path;          // d2k-runner; empty: found at run time (runner_path.hpp)
   std::filesystem::path state_dir;            // required: calibration cache (and builds when compiler is used)
   std::size_t agent_pool_size = 2;            // pre-started agent runners per GPU
   std::size_t trusted_pool_size = 1;          // pre-started trusted runners per GPU
