@@ -173,6 +173,7 @@ Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>&
   for (const tasks::Workload* w : workloads) {
     WireWorkload ww;
     ww.name = w->name;
+    ww.time = w->timed;  // an untimed workload is checked for correctness only (class 9)
     for (const tasks::Arg& a : task.args) {
       WireArg wa;
       const auto dt = parse_dtype(tasks::to_string(task.dtype_of(a, *w)));
@@ -507,6 +508,13 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     const double overhead = ref.result->sample_overhead_s;
     for (std::size_t w = 0; w < res.workloads.size(); ++w) {
       auto& we = res.workloads[w];
+      if (!cand_job.workloads[w].time) {  // correctness only (`timed: false`): never timed, never weighed
+        if (we.timing) {
+          res.flags.push_back("forged_result_channel");
+          return finish(Outcome::flagged, "the runner reported a timing for untimed workload " + we.name);
+        }
+        continue;
+      }
       if (!we.timing) {
         res.flags.push_back("missing_timing");
         return finish(Outcome::flagged, "no timing for workload " + we.name);

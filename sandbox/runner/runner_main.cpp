@@ -309,6 +309,19 @@ class Runner {
     RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
   }
 
+  // cudaDeviceReset (or anything else that destroys the runner's context) in the entry: every
+  // allocation of ours went with it. Checked right after each call, before anything that would
+  // start a fresh context (whose new driver threads the census would report as the kernel's).
+  void check_context() {
+    cudaPointerAttributes attr{};
+    const cudaError_t rc = cudaPointerGetAttributes(&attr, gpu_.flush);
+    if (rc != cudaSuccess || attr.type != cudaMemoryTypeDevice) {
+      (void)cudaGetLastError();
+      throw Stop{Outcome::runtime_error,
+                 "the kernel's code destroyed the runner's CUDA context (cudaDeviceReset in the entry point?)"};
+    }
+  }
+
   // One measured sample: events on the given stream, and a host bracket that ends only once the
   // whole device is idle (work on other streams or queued by other threads counts).
   template <class Call>
@@ -320,6 +333,7 @@ class Runner {
     const cudaError_t rec = cudaEventRecord(gpu_.ev1, gpu_.stream);
     const cudaError_t sync = cudaDeviceSynchronize();
     const auto t1 = Clock::now();
+    check_context();
     RUNNER_CUDA(rec, runtime_error);
     RUNNER_CUDA(sync, runtime_error);
     float ms = 0;
@@ -499,6 +513,7 @@ class Runner {
       std::string err;
       if (record && !launches_.begin(err)) result_.launches_error = err;
       call();
+      check_context();
       const cudaError_t synced = cudaDeviceSynchronize();
       if (record && result_.launches_error.empty()) {
         std::vector<LaunchRecord> recs;

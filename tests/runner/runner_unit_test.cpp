@@ -49,18 +49,44 @@ TEST_CASE("a job survives the wire and its output layout is aligned", "[runner][
   CHECK(to_json(back) == to_json(job));
 
   const Layout l = output_layout(job);
-  // One output per workload per seed, plus one timed output per workload.
-  CHECK(l.slots.size() == job.workloads.size() * 3 + job.workloads.size());
+  // One output per workload per seed, plus one timed output per timed workload (odd_1m and single
+  // are `timed: false`).
+  std::size_t timed = 0;
+  for (const auto& w : job.workloads) timed += w.time ? 1 : 0;
+  CHECK(timed == 3);
+  CHECK(l.slots.size() == job.workloads.size() * 3 + timed);
   for (const auto& s : l.slots) {
     CHECK(s.offset % 64 == 0);
     CHECK(s.bytes == s.count * 4);
     CHECK(s.offset + s.bytes <= l.total_bytes);
   }
-  CHECK(l.find(0, -1, 2) != nullptr);
+  CHECK(l.find(0, -1, 2) == nullptr);  // odd_1m is untimed
+  CHECK(l.find(1, -1, 2) != nullptr);
   CHECK(l.find(0, 3, 2) == nullptr);
   Job untimed = job;
   untimed.timing.enabled = false;
   CHECK(output_layout(untimed).slots.size() == job.workloads.size() * 3);
+}
+
+TEST_CASE("make_job keeps a workload's `timed: false` (no timing, no timed output slot)", "[runner][wire][threat]") {
+  const auto task = d2k::tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "prefix_sum");
+  std::vector<const d2k::tasks::Workload*> wls;
+  std::size_t untimed = 0;
+  for (const auto& w : task.workloads) {
+    wls.push_back(&w);
+    untimed += w.timed ? 0 : 1;
+  }
+  REQUIRE(untimed > 0);
+  const Job job = make_job(task, wls, {5}, "/x.so", TimingSpec{});
+  REQUIRE(job.workloads.size() == wls.size());
+  for (std::size_t i = 0; i < wls.size(); ++i) {
+    CHECK(job.workloads[i].time == wls[i]->timed);
+    const Layout l = output_layout(job);
+    bool timed_slot = false;
+    for (const auto& s : l.slots) timed_slot = timed_slot || (s.workload == i && s.seed_index < 0);
+    CHECK(timed_slot == wls[i]->timed);
+  }
+  CHECK(job_from_json(nlohmann::json::parse(to_json(job).dump())).workloads[0].time == job.workloads[0].time);
 }
 
 TEST_CASE("bad jobs and generators get typed errors", "[runner][wire]") {
