@@ -1,5 +1,7 @@
 #include "sandbox/eval/evaluator.hpp"
 
+#include "sandbox/eval/frames.hpp"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -56,7 +58,9 @@ struct RunOutcome {
   std::optional<DeviceInfo> device;
   Exit exit;
   std::map<std::size_t, double> timing_begin, timing_end;  // workload → parent time
+  std::map<std::size_t, int> announced_samples;            // workload → timing_end's count
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
+  bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
   double wait_ready_s = 0, run_s = 0;
 };
@@ -77,6 +81,14 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
   try {
     if (ready->contains("device")) o.device = device_from_json(ready->at("device"));
   } catch (const WireError&) {
+  }
+  FrameChecker frames(job);
+  if (std::string why = frames.ready(*ready); !why.empty()) {
+    o.failure = "forged_frame";
+    o.detail = why;
+    o.proc->kill();
+    o.exit = o.proc->wait();
+    return o;
   }
   const auto t1 = Clock::now();
   o.proc->send_job(job);
@@ -111,6 +123,12 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
       o.protocol_flags.push_back("data_after_result");
       continue;
     }
+    if (std::string why = frames.accept(ev.body); !why.empty()) {
+      o.failure = "forged_frame";
+      o.detail = "a frame the protocol does not allow on the runner's channel: " + why;
+      o.proc->kill();
+      break;
+    }
     if (name == "call") {
       ++o.calls;
     } else if (name == "timing_begin" || name == "timing_end") {
@@ -130,6 +148,9 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
   }
   o.exit = o.proc->wait();
   o.run_s = since(t1);
+  o.all_frames = frames.all_done();
+  for (std::size_t w = 0; w < job.workloads.size(); ++w)
+    if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
   if (o.failure.empty() && !o.result) {
     o.failure = "no_result";
     o.detail = "the runner " + o.exit.describe() + " without a result";
@@ -399,6 +420,10 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     return finish(Outcome::sandbox_violation, "the kernel's code made a forbidden system call (killed by the seccomp filter)");
   if (cand.failure == "not_ready") return finish(Outcome::internal_error, "candidate runner did not start: " + cand.detail);
   if (cand.failure == "timeout") return finish(Outcome::timeout, cand.detail);
+  if (cand.failure == "forged_frame") {
+    res.flags.push_back("forged_result_channel");
+    return finish(Outcome::flagged, cand.detail);
+  }
   if (cand.failure == "malformed") {
     res.flags.push_back("forged_result_channel");
     return finish(Outcome::flagged, cand.detail);
@@ -422,7 +447,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     if (verdict == Outcome::runtime_error) return finish(verdict, runner_status + ": " + rr.message);
     return finish(Outcome::internal_error, "runner " + runner_status + ": " + rr.message);
   }
-  if (rr.workloads.size() != workloads.size() || cand.calls != workloads.size() * seeds.size()) {
+  if (rr.workloads.size() != workloads.size() || cand.calls != workloads.size() * seeds.size() || !cand.all_frames) {
     res.flags.push_back("forged_result_channel");
     return finish(Outcome::flagged, "the runner's result does not list the workloads it was given");
   }
@@ -521,8 +546,10 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       }
       const auto b = cand.timing_begin.find(w);
       const auto e = cand.timing_end.find(w);
+      const auto announced = cand.announced_samples.find(w);
       if (b == cand.timing_begin.end() || e == cand.timing_end.end() || e->second < b->second ||
-          we.timing->samples > config_.timing.max_samples) {
+          we.timing->samples > config_.timing.max_samples || announced == cand.announced_samples.end() ||
+          announced->second != we.timing->samples) {
         res.flags.push_back("forged_result_channel");
         return finish(Outcome::flagged, "timing of workload " + we.name + " does not match what the runner reported while running");
       }

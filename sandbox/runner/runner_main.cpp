@@ -73,10 +73,13 @@ struct Stop {
                              " (" #call ")"};                                                 \
   } while (0)
 
+// Every frame carries the next sequence number ("seq": 0 for the first, ready or probe); the parent
+// refuses a duplicate, a gap or a frame out of the protocol's order (sandbox/eval/frames.hpp).
 class Emitter {
  public:
   explicit Emitter(int fd) : fd_(fd) {}
-  void send(const json& j) const {
+  void send(json j) {
+    j["seq"] = seq_++;
     std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
     line.push_back('\n');
     const char* p = line.data();
@@ -92,6 +95,7 @@ class Emitter {
 
  private:
   int fd_;
+  std::uint64_t seq_ = 0;
 };
 
 void write_file(const char* path, const std::string& text) {

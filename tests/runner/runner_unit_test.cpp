@@ -13,6 +13,7 @@
 #include "sandbox/eval/compare.hpp"
 #include "sandbox/runner/csr_gen.hpp"
 #include "sandbox/eval/evaluator.hpp"
+#include "sandbox/eval/frames.hpp"
 #include "sandbox/eval/runner_process.hpp"
 #include "sandbox/runner/wire.hpp"
 #include "tasks/loader/task.hpp"
@@ -332,4 +333,104 @@ TEST_CASE("custom generators reject what they cannot make", "[runner][csr]") {
   CHECK(code([&] { job_from_json(to_json(job)); }) == "bad_job");
   job.workloads[0].args[0].count = 11;
   CHECK(job_from_json(to_json(job)).workloads[0].args[0].gen.nnz == 20);
+}
+
+// ---- issue 23, class 4: the parent's frame checks ---------------------------------------------
+namespace {
+struct Frames {
+  d2k::runner::FrameChecker checker;
+  std::uint64_t seq = 1;
+  explicit Frames(const Job& job) : checker(job) { REQUIRE(checker.ready({{"event", "ready"}, {"seq", 0}}) == ""); }
+  std::string send(nlohmann::json j) {
+    if (!j.contains("seq")) j["seq"] = seq;
+    ++seq;
+    return checker.accept(j);
+  }
+};
+Job two_workload_job() {
+  // odd_1m (untimed) and pow2_64m (timed), two seeds each.
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0], &vector_add().workloads[1]};
+  return make_job(vector_add(), wls, {1, 2}, "/x.so", TimingSpec{});
+}
+// The sequence an honest runner sends for two_workload_job().
+std::vector<nlohmann::json> honest_frames() {
+  return {{{"event", "call"}, {"workload", 0}, {"seed", 0}}, {{"event", "call"}, {"workload", 0}, {"seed", 1}},
+          {{"event", "heartbeat"}},
+          {{"event", "call"}, {"workload", 1}, {"seed", 0}}, {{"event", "call"}, {"workload", 1}, {"seed", 1}},
+          {{"event", "timing_begin"}, {"workload", 1}}, {{"event", "heartbeat"}},
+          {{"event", "timing_end"}, {"workload", 1}, {"samples", 12}}};
+}
+}  // namespace
+
+TEST_CASE("frames: the honest sequence passes and is complete", "[runner][frames][threat]") {
+  Frames f(two_workload_job());
+  for (const auto& j : honest_frames()) CHECK(f.send(j) == "");
+  CHECK(f.checker.all_done());
+  CHECK(f.checker.calls() == 4);
+  CHECK(f.checker.announced_samples(1) == 12);
+  CHECK(f.checker.announced_samples(0) == -1);
+  CHECK(f.send({{"event", "result"}}) == "");
+  CHECK(f.checker.result_seen());
+  CHECK(f.send({{"event", "heartbeat"}}) != "");  // data after the result
+}
+
+TEST_CASE("frames: the ready frame must be frame 0", "[runner][frames][threat]") {
+  d2k::runner::FrameChecker c(two_workload_job());
+  CHECK(c.ready({{"event", "ready"}}) != "");
+  CHECK(c.ready({{"event", "ready"}, {"seq", 3}}) != "");
+}
+
+TEST_CASE("frames: duplicates, gaps, forgeries and out-of-order frames are refused", "[runner][frames][threat]") {
+  const auto honest = honest_frames();
+  SECTION("a forged timing_begin with the right number makes the genuine one a duplicate") {
+    Frames f(two_workload_job());
+    for (std::size_t i = 0; i < 5; ++i) REQUIRE(f.send(honest[i]) == "");
+    CHECK(f.send({{"event", "timing_begin"}, {"workload", 1}}) == "");  // the forgery, well-numbered
+    nlohmann::json genuine = honest[5];
+    genuine["seq"] = f.seq - 1;  // the runner's own counter did not move
+    CHECK(f.checker.accept(genuine) != "");
+  }
+  SECTION("a gap") {
+    Frames f(two_workload_job());
+    REQUIRE(f.send(honest[0]) == "");
+    nlohmann::json j = honest[1];
+    j["seq"] = 5;
+    CHECK(f.checker.accept(j).find("gap") != std::string::npos);
+  }
+  SECTION("a frame without a number") {
+    d2k::runner::FrameChecker c(two_workload_job());
+    REQUIRE(c.ready({{"event", "ready"}, {"seq", 0}}) == "");
+    CHECK(c.accept(honest[0]) != "");
+  }
+  SECTION("calls out of order, a timing for an untimed workload, timing_end first, unknown events") {
+    {
+      Frames f(two_workload_job());
+      CHECK(f.send({{"event", "call"}, {"workload", 0}, {"seed", 1}}) != "");
+    }
+    {
+      Frames f(two_workload_job());
+      REQUIRE(f.send(honest[0]) == "");
+      REQUIRE(f.send(honest[1]) == "");
+      CHECK(f.send({{"event", "timing_begin"}, {"workload", 0}}) != "");  // odd_1m is untimed
+    }
+    {
+      Frames f(two_workload_job());
+      for (std::size_t i = 0; i < 5; ++i) REQUIRE(f.send(honest[i]) == "");
+      CHECK(f.send({{"event", "timing_end"}, {"workload", 1}, {"samples", 3}}) != "");
+    }
+    {
+      Frames f(two_workload_job());
+      CHECK(f.send({{"event", "timing_begin"}, {"workload", 1}}) != "");  // before any call
+    }
+    {
+      Frames f(two_workload_job());
+      CHECK(f.send({{"event", "bogus"}}) != "");
+    }
+  }
+  SECTION("an early result is allowed (a failing kernel) but then incomplete") {
+    Frames f(two_workload_job());
+    REQUIRE(f.send(honest[0]) == "");
+    CHECK(f.send({{"event", "result"}}) == "");
+    CHECK_FALSE(f.checker.all_done());
+  }
 }
