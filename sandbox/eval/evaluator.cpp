@@ -49,6 +49,11 @@ std::string now_iso() {
   return buf;
 }
 
+std::uint64_t fresh_secret() {
+  static thread_local std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
 // What one runner did with one job, as seen from the parent.
 struct RunOutcome {
   std::unique_ptr<RunnerProcess> proc;
@@ -57,7 +62,10 @@ struct RunOutcome {
   std::optional<RunnerResult> result;
   std::optional<DeviceInfo> device;
   Exit exit;
-  std::map<std::size_t, double> timing_begin, timing_end;  // workload → parent time
+  // workload → parent time: the write of the phase's key (the window opens on the parent's own
+  // action) and the arrival of timing_end.
+  std::map<std::size_t, double> timing_begin, timing_end;
+  std::map<std::size_t, std::uint64_t> keys;               // workload → the key released to it
   std::map<std::size_t, int> announced_samples;            // workload → timing_end's count
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
@@ -131,9 +139,14 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
     }
     if (name == "call") {
       ++o.calls;
-    } else if (name == "timing_begin" || name == "timing_end") {
-      const auto w = ev.body.value("workload", static_cast<std::size_t>(-1));
-      (name == "timing_begin" ? o.timing_begin : o.timing_end)[w] = ev.t;
+    } else if (name == "timing_ready") {
+      // Released only now: the inputs of this phase's calls did not exist before this line.
+      const auto w = ev.body.at("workload").get<std::size_t>();
+      const std::uint64_t key = fresh_secret();
+      o.keys[w] = key;
+      o.timing_begin[w] = o.proc->send_line(json{{"key", key}}.dump());
+    } else if (name == "timing_end") {
+      o.timing_end[ev.body.at("workload").get<std::size_t>()] = ev.t;
     } else if (name == "result") {
       try {
         o.result = result_from_json(ev.body);
@@ -241,6 +254,18 @@ bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, 
   if (n * sample_overhead_s > phase_wall_s * 1.05 + 1e-3) return true;
   const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
   return unexplained > factor * n * mean + n * slack_s + fixed_slack_s;
+}
+
+bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s,
+                              const ParentBound& bound, double* unexplained_s) {
+  if (claimed.samples <= 0 || !(claimed.median_s > 0) || !(window_s >= 0)) return true;
+  const double n = claimed.samples;
+  const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
+  const double real = window_s - n * per_call_overhead_s;  // what the calls took, by the parent's clock
+  const double slack = bound.fixed_slack_s + n * (bound.overhead_rel_slack * per_call_overhead_s + bound.call_slack_s);
+  const double excess = bound.fraction * real - slack - n * mean;
+  if (unexplained_s != nullptr) *unexplained_s = std::max(0.0, excess);
+  return excess > 0;
 }
 
 struct Evaluator::Gpu {
@@ -373,26 +398,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   Gpu& g = *per_gpu_[static_cast<std::size_t>(req.gpu)];
   std::lock_guard<std::mutex> gpu_lock(g.mu);
 
-  // 1. The trusted reference with the same seeds.
-  RunOutcome ref;
-  try {
-    const auto t = Clock::now();
-    ref = run_job(*g.trusted, ref_job, config_);
-    res.phases.reference_s = since(t);
-  } catch (const std::exception& e) {
-    res.status = Outcome::internal_error;
-    res.message = std::string("reference runner: ") + e.what();
-    return res;
-  }
-  if (!ref.failure.empty() || !ref.result || ref.result->status != Outcome::ok) {
-    res.status = Outcome::internal_error;
-    res.message = "the task's reference failed: " +
-                  (ref.failure.empty() ? std::string(sandbox::to_string(ref.result->status)) + ": " + ref.result->message : ref.failure + ": " + ref.detail);
-    res.runner_output = tail(ref.proc ? ref.proc->output() : "", 4000);
-    return res;
-  }
-
-  // 2. The candidate in a fresh runner.
+  // 1. The candidate in a fresh runner (the parent releases each timed phase's key when it is due).
   RunOutcome cand;
   try {
     const auto t = Clock::now();
@@ -452,7 +458,35 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     return finish(Outcome::flagged, "the runner's result does not list the workloads it was given");
   }
 
-  // 4. Correctness, in this process: every output of every seed, and the timed call's.
+  // 2. The trusted reference with the same correctness seeds, and a replay of every timed call the
+  // candidate made (the keys the parent released to it, as many samples as it announced).
+  for (std::size_t w = 0; w < ref_job.workloads.size(); ++w) {
+    const auto key = cand.keys.find(w);
+    const auto n = cand.announced_samples.find(w);
+    if (key != cand.keys.end() && n != cand.announced_samples.end()) {
+      ref_job.workloads[w].replay_key = key->second;
+      ref_job.workloads[w].replay_samples = n->second;
+    }
+  }
+  RunOutcome ref;
+  try {
+    const auto t = Clock::now();
+    ref = run_job(*g.trusted, ref_job, config_);
+    res.phases.reference_s = since(t);
+  } catch (const std::exception& e) {
+    return finish(Outcome::internal_error, std::string("reference runner: ") + e.what());
+  }
+  if (!ref.failure.empty() || !ref.result || ref.result->status != Outcome::ok ||
+      ref.result->workloads.size() != ref_job.workloads.size()) {
+    res.runner_output = tail(ref.proc ? ref.proc->output() : "", 4000);
+    return finish(Outcome::internal_error,
+                  "the task's reference failed: " +
+                      (!ref.failure.empty() ? ref.failure + ": " + ref.detail
+                       : ref.result ? std::string(sandbox::to_string(ref.result->status)) + ": " + ref.result->message
+                                    : std::string("no result")));
+  }
+
+  // 4. Correctness, in this process: every output of every seed, and of every timed call.
   const auto t_cmp = Clock::now();
   const Layout cand_layout = output_layout(cand_job);
   const Layout ref_layout = output_layout(ref_job);
@@ -466,7 +500,11 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     };
     std::vector<Pair> pairs;
     for (const Slot& s : cand_layout.slots) {
-      const Slot* rs = ref_layout.find(s.workload, s.seed_index < 0 ? 0 : s.seed_index, s.arg);
+      if (s.seed_index < 0) {  // timed sample -1 - seed_index: only those the candidate took
+        const auto n = cand.announced_samples.find(s.workload);
+        if (n == cand.announced_samples.end() || -1 - s.seed_index >= n->second) continue;
+      }
+      const Slot* rs = ref_layout.find(s.workload, s.seed_index, s.arg);
       if (rs == nullptr || rs->bytes != s.bytes) throw std::runtime_error("reference layout mismatch");
       pairs.push_back({&s, rs});
     }
@@ -505,10 +543,15 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       we.name = workloads[w]->name;
       we.visible = workloads[w]->visible;
       we.correct = true;
+      // Every check counts; the report lists the correctness seeds', the first timed sample's and at
+      // most 4 failing timed samples' (a workload may have hundreds of verified timed calls).
+      int failing_timed = 0;
       for (std::size_t i = 0; i < pairs.size(); ++i) {
         if (pairs[i].cand->workload != w) continue;
-        if (!checks[i].ok()) we.correct = false;
-        we.checks.push_back(std::move(checks[i]));
+        const bool ok = checks[i].ok();
+        if (!ok) we.correct = false;
+        const int seed_index = pairs[i].cand->seed_index;
+        if (seed_index >= -1 || (!ok && failing_timed++ < 4)) we.checks.push_back(std::move(checks[i]));
       }
       we.timing = rr.workloads[w].timing;
       we.launches = rr.workloads[w].launches;
@@ -530,7 +573,6 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   if (req.timing) {
     double log_sum = 0;
     int timed = 0;
-    const double overhead = ref.result->sample_overhead_s;
     for (std::size_t w = 0; w < res.workloads.size(); ++w) {
       auto& we = res.workloads[w];
       if (!cand_job.workloads[w].time) {  // correctness only (`timed: false`): never timed, never weighed
@@ -553,10 +595,20 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
         res.flags.push_back("forged_result_channel");
         return finish(Outcome::flagged, "timing of workload " + we.name + " does not match what the runner reported while running");
       }
-      if (claimed_time_implausible(*we.timing, e->second - b->second, overhead, config_.flag_factor,
-                                   config_.flag_slack_s, config_.flag_fixed_slack_s, &we.outside_s)) {
+      // The parent's window: its own write of the phase's key to the arrival of timing_end. It holds
+      // the warm-ups and the samples, each with the trusted overhead the reference measured around
+      // the same calls (inputs, poison, hand-over) plus the empty sample (flush, syncs, bracket).
+      const double per_call = ref.result->sample_overhead_s + ref.result->workloads[w].replay_overhead_s;
+      TimingResult all_calls = *we.timing;
+      all_calls.samples += cand_job.timing.warmup;
+      const double window = e->second - b->second;
+      double below = 0;
+      if (claimed_time_implausible(all_calls, window, per_call, config_.flag_factor, config_.flag_slack_s,
+                                   config_.flag_fixed_slack_s, &we.outside_s) ||
+          claim_below_parent_clock(all_calls, window, per_call, config_.bound, &below)) {
         res.flags.push_back("time_below_outside_bound");
-        return finish(Outcome::flagged, "claimed time of workload " + we.name + " is far below what the parent's clock measured");
+        return finish(Outcome::flagged, "claimed time of workload " + we.name + " is below what the parent's clock measured (" +
+                                            std::to_string(below) + " s unexplained)");
       }
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;

@@ -29,6 +29,17 @@ namespace d2k::runner {
 // Builds a trusted .cu (reference, baseline, expert) into a shared object; throws on failure.
 using TrustedBuild = std::function<std::filesystem::path(const tasks::Task&, const std::filesystem::path& cu)>;
 
+// The parent's tight bound (issue 23, classes 3, 10, 11): over a timed phase's window (the
+// parent's write of the key to the arrival of timing_end), the claimed calls must account for at
+// least `fraction` of what the parent's clock leaves once the trusted per-call overhead is
+// subtracted, less the slack: fixed_slack_s + calls × (overhead_rel_slack × overhead + call_slack_s).
+struct ParentBound {
+  double fraction = 0.95;
+  double overhead_rel_slack = 0.10;  // the reference's overhead stands for the candidate's within 10 %
+  double call_slack_s = 20e-6;       // per call: scheduling, the frame's pipe latency
+  double fixed_slack_s = 5e-3;       // per phase: NVML clock reads, thread census, the key's round trip
+};
+
 struct EvalConfig {
   std::filesystem::path runner_path;          // d2k-runner; empty: the one built with this library
   std::filesystem::path state_dir;            // required: calibration cache (and builds when compiler is used)
@@ -48,6 +59,7 @@ struct EvalConfig {
   double flag_factor = 2.0;
   double flag_slack_s = 50e-6;
   double flag_fixed_slack_s = 5e-3;
+  ParentBound bound;                          // and the tight bound (below)
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
   TrustedBuild build_trusted;
@@ -155,6 +167,12 @@ class Evaluator {
 // ("generator_unsupported", "bad_job") for what the runner cannot generate.
 Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>& workloads,
              const std::vector<std::uint64_t>& seeds, const std::string& so_path, const TimingSpec& timing);
+
+// The tight bound: true when `claimed` (samples = every call in the window, warm-ups included) is
+// below bound.fraction of the parent-measured time less overheads and slack; `unexplained_s`
+// receives the excess.
+bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s,
+                              const ParentBound& bound, double* unexplained_s);
 
 // The parent's outside check of one timed workload: true when the claimed time is far below what
 // the parent's clock allows. `outside_s` receives the per-sample bound.

@@ -16,7 +16,8 @@ long long index_field(const json& j, const char* key) {
 }  // namespace
 
 FrameChecker::FrameChecker(const Job& job) : seeds_(job.seeds.size()) {
-  for (const auto& w : job.workloads) workloads_.push_back({job.timing.enabled && w.time});
+  for (std::size_t w = 0; w < job.workloads.size(); ++w)
+    workloads_.push_back({job.timing.enabled && job.workloads[w].time, timed_slots(job, w)});
 }
 
 void FrameChecker::next_workload() {
@@ -69,15 +70,15 @@ std::string FrameChecker::accept(const json& frame) {
     }
     return "";
   }
-  if (ev == "timing_begin") {
-    if (phase_ != Phase::after_calls) return "timing_begin before the workload's calls, twice, or for an untimed workload";
+  if (ev == "timing_ready") {
+    if (phase_ != Phase::after_calls) return "timing_ready before the workload's calls, twice, or for an untimed workload";
     phase_ = Phase::timing;
     return "";
   }
   if (ev == "timing_end") {
-    if (phase_ != Phase::timing) return "timing_end without timing_begin";
+    if (phase_ != Phase::timing) return "timing_end without timing_ready";
     const long long n = index_field(frame, "samples");
-    if (n < 0 || n > 1000000) return "timing_end without a sample count";
+    if (n < 1 || n > workloads_[w_].slots) return "timing_end without a sample count the job allows";
     samples_[w_] = static_cast<int>(n);
     next_workload();
     return "";

@@ -37,6 +37,7 @@ class FrameChecker {
   void next_workload();
   struct Wl {
     bool timed = false;
+    int slots = 0;  // most samples a timing_end may announce (every one is handed over)
   };
   std::vector<Wl> workloads_;
   std::size_t seeds_ = 0;
