@@ -49,7 +49,14 @@ struct EvalConfig {
   std::vector<std::filesystem::path> hidden_paths;  // unreadable for agent code (tasks dir, state dirs)
   double ready_timeout_s = 60;                // runner start-up (CUDA init) deadline
   double call_timeout_s = 10;                 // longest silence from a runner (a hung kernel)
-  double job_timeout_s = 300;                 // whole job in one runner
+  double job_timeout_s = 300;                 // whole job in one runner (the most any budget allows)
+  // A candidate's GPU time budget (issue 23, class 15), from the task: budget_factor × the wall
+  // time of the last reference run for the same task and request shape (correctness calls and a
+  // replay of every timed call) + budget_constant_s + 2 × time_cap_s per timed workload, at most
+  // job_timeout_s (also the budget before the task's first reference run). Fixed at dispatch:
+  // heartbeats reset only the silence deadline (call_timeout_s), never this one.
+  double budget_factor = 20;
+  double budget_constant_s = 30;
   int seeds = 3;                              // correctness seeds per workload (requests may override)
   TimingSpec timing;                          // warm-up, samples, RSE target, time cap per workload
   std::uint64_t host_memory_bytes = 8ull << 30;   // agent host allocations beyond CUDA's own mappings
@@ -160,6 +167,8 @@ class Evaluator {
   std::unique_ptr<sandbox::Compiler> compiler_;
   std::mutex build_mu_;
   std::map<std::string, std::filesystem::path> built_;  // task hash + file → .so
+  std::mutex budget_mu_;
+  std::map<std::string, double> reference_s_;  // task hash + request shape → reference wall time
   std::unique_ptr<CalibrationCache> calibration_;
 };
 
@@ -167,6 +176,9 @@ class Evaluator {
 // ("generator_unsupported", "bad_job") for what the runner cannot generate.
 Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>& workloads,
              const std::vector<std::uint64_t>& seeds, const std::string& so_path, const TimingSpec& timing);
+
+// The candidate's GPU time budget for `job` (see EvalConfig::budget_factor).
+double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<double> reference_s);
 
 // The tight bound: true when `claimed` (samples = every call in the window, warm-ups included) is
 // below bound.fraction of the parent-measured time less overheads and slack; `unexplained_s`

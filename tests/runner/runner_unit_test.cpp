@@ -512,3 +512,17 @@ TEST_CASE("the tight bound: a claim below 95% of the parent's clock, less overhe
   CHECK(claim_below_parent_clock(TimingResult{}, 1.0, o, b, nullptr));
   CHECK(claim_below_parent_clock(t, -1.0, o, b, nullptr));
 }
+
+// ---- issue 23, class 15: each evaluation's GPU time budgeted from the task --------------------
+TEST_CASE("the candidate's GPU budget comes from the task's reference time, capped by the job timeout",
+          "[runner][budget][threat]") {
+  EvalConfig cfg;  // factor 20, constant 30 s, job_timeout_s 300
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0], &vector_add().workloads[1]};
+  Job job = make_job(vector_add(), wls, {1, 2}, "/x.so", TimingSpec{});  // one timed workload
+  CHECK(candidate_budget_s(cfg, job, std::nullopt) == cfg.job_timeout_s);  // no reference run yet
+  // 0.5 s of reference: 20 × 0.5 + 30 + 2 × 2 s (one timed workload's time cap) = 44 s.
+  CHECK(candidate_budget_s(cfg, job, 0.5) == Approx(44.0));
+  job.timing.enabled = false;
+  CHECK(candidate_budget_s(cfg, job, 0.5) == Approx(40.0));
+  CHECK(candidate_budget_s(cfg, job, 1000.0) == cfg.job_timeout_s);  // never above the timeout
+}
