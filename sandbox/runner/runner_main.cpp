@@ -322,11 +322,14 @@ class Runner {
   void check_context() {
     cudaPointerAttributes attr{};
     const cudaError_t rc = cudaPointerGetAttributes(&attr, gpu_.flush);
-    if (rc != cudaSuccess || attr.type != cudaMemoryTypeDevice) {
+    if (rc != cudaSuccess) {  // a sticky error of the call (an illegal address, ...) lands here first
       (void)cudaGetLastError();
+      throw Stop{Outcome::runtime_error, std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc) +
+                                             " (after the kernel's call; or its code reset the device)"};
+    }
+    if (attr.type != cudaMemoryTypeDevice)
       throw Stop{Outcome::runtime_error,
                  "the kernel's code destroyed the runner's CUDA context (cudaDeviceReset in the entry point?)"};
-    }
   }
 
   // One measured sample: events on the given stream, and a host bracket that ends only once the
