@@ -70,6 +70,21 @@ void Workspace::check_sizes(const std::map<std::string, std::string>& files) con
                 "action");
 }
 
+// A path may not be both a file and a directory ("kernel.cu" and "kernel.cu/x.cu"): the compile
+// job could not lay such a workspace out on disk.
+void Workspace::check_tree(const std::map<std::string, std::string>& files) const {
+  for (const auto& [path, content] : files) {
+    // Every path under "p/" sorts at or after "p/": the first one there is enough.
+    const std::string dir = path + "/";
+    const auto below = files.lower_bound(dir);
+    if (below != files.end() && below->first.compare(0, dir.size(), dir) == 0)
+      throw Error(ErrorCode::path_violation,
+                  "path '" + below->first.substr(0, 160) + "': '" + path.substr(0, 160) +
+                      "' is a file, so it cannot also be a directory",
+                  "action.path");
+  }
+}
+
 std::size_t Workspace::total_bytes() const {
   std::size_t total = 0;
   for (const auto& [path, content] : files_) total += content.size();
@@ -80,6 +95,7 @@ void Workspace::write(const std::string& path, std::string content) {
   check_path(path);
   auto next = files_;
   next[path] = std::move(content);
+  check_tree(next);
   check_sizes(next);
   files_ = std::move(next);
 }
@@ -119,6 +135,7 @@ void Workspace::patch(const std::string& unified_diff) {
   }
   for (const auto& [path, content] : next)
     if (!files_.contains(path)) check_path(path);
+  check_tree(next);
   check_sizes(next);
   files_ = std::move(next);
 }

@@ -35,6 +35,7 @@ class Workspace {
 
  private:
   void check_sizes(const std::map<std::string, std::string>& files) const;
+  void check_tree(const std::map<std::string, std::string>& files) const;
 
   Limits limits_;
   std::map<std::string, std::string> files_;

@@ -486,11 +486,14 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
   static std::atomic<std::uint64_t> job_counter{0};
   JobDir job(config_.scratch_dir / ("job-" + std::to_string(getpid()) + "-" + std::to_string(job_counter++) + "-" + key.substr(0, 12)));
   for (const auto& [path, content] : request.files) {
+    // Errors name the workspace path only: the job dir's host path (state dir, pid) never reaches a
+    // client.
     fs::path p = job.path() / path;
-    fs::create_directories(p.parent_path());
+    std::error_code ec;
+    fs::create_directories(p.parent_path(), ec);
     std::ofstream f(p, std::ios::binary);
     f.write(content.data(), static_cast<std::streamsize>(content.size()));
-    if (!f) throw std::runtime_error("compiler: cannot write " + p.string());
+    if (ec || !f) throw std::runtime_error("compiler: cannot write workspace file '" + path + "'");
   }
   fs::create_directories(job.path() / "out");
 

@@ -13,7 +13,7 @@ namespace d2k::runner {
 
 struct TensorCheck {
   std::string arg;                 // output argument name
-  int seed_index = 0;              // -1: the outputs of the last timed call
+  int seed_index = 0;              // >= 0: correctness seed; -1 - i: timed sample i
   std::uint64_t count = 0;
   std::uint64_t mismatches = 0;    // |got - want| > atol + rtol * |want|, or NaN/Inf where want is finite
   std::uint64_t nonfinite = 0;     // NaN/Inf in got where want is finite (poison left unwritten)

@@ -1,5 +1,7 @@
 #include "sandbox/eval/evaluator.hpp"
 
+#include "sandbox/eval/frames.hpp"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -49,6 +51,11 @@ std::string now_iso() {
   return buf;
 }
 
+std::uint64_t fresh_secret() {
+  static thread_local std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
 // What one runner did with one job, as seen from the parent.
 struct RunOutcome {
   std::unique_ptr<RunnerProcess> proc;
@@ -57,13 +64,18 @@ struct RunOutcome {
   std::optional<RunnerResult> result;
   std::optional<DeviceInfo> device;
   Exit exit;
-  std::map<std::size_t, double> timing_begin, timing_end;  // workload → parent time
+  // workload → parent time: the write of the phase's key (the window opens on the parent's own
+  // action) and the arrival of timing_end.
+  std::map<std::size_t, double> timing_begin, timing_end;
+  std::map<std::size_t, std::uint64_t> keys;               // workload → the key released to it
+  std::map<std::size_t, int> announced_samples;            // workload → timing_end's count
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
+  bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
   double wait_ready_s = 0, run_s = 0;
 };
 
-RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
+RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s) {
   RunOutcome o;
   o.proc = pool.take();
   const auto t0 = Clock::now();
@@ -80,9 +92,17 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
     if (ready->contains("device")) o.device = device_from_json(ready->at("device"));
   } catch (const WireError&) {
   }
+  FrameChecker frames(job);
+  if (std::string why = frames.ready(*ready); !why.empty()) {
+    o.failure = "forged_frame";
+    o.detail = why;
+    o.proc->kill();
+    o.exit = o.proc->wait();
+    return o;
+  }
   const auto t1 = Clock::now();
   o.proc->send_job(job);
-  const auto job_deadline = t1 + ms(cfg.job_timeout_s);
+  const auto job_deadline = t1 + ms(budget_s);  // fixed at dispatch: no frame extends it
   bool have_result = false;
   for (;;) {
     // After the result only a short wait for the exit; before it, the inactivity deadline.
@@ -95,7 +115,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
       if (!have_result) {
         o.failure = "timeout";
         o.detail = Clock::now() >= job_deadline
-                       ? "the evaluation ran past its " + std::to_string(static_cast<int>(cfg.job_timeout_s)) + " s deadline"
+                       ? "the evaluation ran past its GPU time budget of " + std::to_string(static_cast<int>(budget_s)) + " s"
                        : "no answer from the runner for " + std::to_string(static_cast<int>(cfg.call_timeout_s)) +
                              " s (a kernel that never ends?)";
       }
@@ -113,11 +133,22 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
       o.protocol_flags.push_back("data_after_result");
       continue;
     }
+    if (std::string why = frames.accept(ev.body); !why.empty()) {
+      o.failure = "forged_frame";
+      o.detail = "a frame the protocol does not allow on the runner's channel: " + why;
+      o.proc->kill();
+      break;
+    }
     if (name == "call") {
       ++o.calls;
-    } else if (name == "timing_begin" || name == "timing_end") {
-      const auto w = ev.body.value("workload", static_cast<std::size_t>(-1));
-      (name == "timing_begin" ? o.timing_begin : o.timing_end)[w] = ev.t;
+    } else if (name == "timing_ready") {
+      // Released only now: the inputs of this phase's calls did not exist before this line.
+      const auto w = ev.body.at("workload").get<std::size_t>();
+      const std::uint64_t key = fresh_secret();
+      o.keys[w] = key;
+      o.timing_begin[w] = o.proc->send_line(json{{"key", key}}.dump());
+    } else if (name == "timing_end") {
+      o.timing_end[ev.body.at("workload").get<std::size_t>()] = ev.t;
     } else if (name == "result") {
       try {
         o.result = result_from_json(ev.body);
@@ -132,6 +163,9 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg) {
   }
   o.exit = o.proc->wait();
   o.run_s = since(t1);
+  o.all_frames = frames.all_done();
+  for (std::size_t w = 0; w < job.workloads.size(); ++w)
+    if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
   if (o.failure.empty() && !o.result) {
     o.failure = "no_result";
     o.detail = "the runner " + o.exit.describe() + " without a result";
@@ -175,6 +209,7 @@ Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>&
   for (const tasks::Workload* w : workloads) {
     WireWorkload ww;
     ww.name = w->name;
+    ww.time = w->timed;  // an untimed workload is checked for correctness only (class 9)
     for (const tasks::Arg& a : task.args) {
       WireArg wa;
       const auto dt = parse_dtype(tasks::to_string(task.dtype_of(a, *w)));
@@ -221,6 +256,27 @@ bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, 
   if (n * sample_overhead_s > phase_wall_s * 1.05 + 1e-3) return true;
   const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
   return unexplained > factor * n * mean + n * slack_s + fixed_slack_s;
+}
+
+double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<double> reference_s) {
+  if (!reference_s) return cfg.job_timeout_s;
+  double timed = 0;
+  for (const auto& w : job.workloads)
+    if (job.timing.enabled && w.time) timed += 1;
+  const double budget = cfg.budget_factor * *reference_s + cfg.budget_constant_s + timed * 2 * job.timing.time_cap_s;
+  return std::min(cfg.job_timeout_s, budget);
+}
+
+bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s,
+                              const ParentBound& bound, double* unexplained_s) {
+  if (claimed.samples <= 0 || !(claimed.median_s > 0) || !(window_s >= 0)) return true;
+  const double n = claimed.samples;
+  const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
+  const double real = window_s - n * per_call_overhead_s;  // what the calls took, by the parent's clock
+  const double slack = bound.fixed_slack_s + n * (bound.overhead_rel_slack * per_call_overhead_s + bound.call_slack_s);
+  const double excess = bound.fraction * real - slack - n * mean;
+  if (unexplained_s != nullptr) *unexplained_s = std::max(0.0, excess);
+  return excess > 0;
 }
 
 struct Evaluator::Gpu {
@@ -323,6 +379,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
 
   Job cand_job, ref_job;
   std::filesystem::path ref_so;
+  const std::string budget_key = task.content_hash + (req.workloads == WorkloadSet::all ? "|all" : "|visible") +
+                                 (req.timing ? "|timed" : "|untimed") + "|" + std::to_string(nseeds);
   try {
     TimingSpec timing = config_.timing;
     timing.enabled = req.timing;
@@ -351,30 +409,17 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   Gpu& g = *per_gpu_[static_cast<std::size_t>(req.gpu)];
   std::lock_guard<std::mutex> gpu_lock(g.mu);
 
-  // 1. The trusted reference with the same seeds.
-  RunOutcome ref;
-  try {
-    const auto t = Clock::now();
-    ref = run_job(*g.trusted, ref_job, config_);
-    res.phases.reference_s = since(t);
-  } catch (const std::exception& e) {
-    res.status = Outcome::internal_error;
-    res.message = std::string("reference runner: ") + e.what();
-    return res;
-  }
-  if (!ref.failure.empty() || !ref.result || ref.result->status != Outcome::ok) {
-    res.status = Outcome::internal_error;
-    res.message = "the task's reference failed: " +
-                  (ref.failure.empty() ? std::string(sandbox::to_string(ref.result->status)) + ": " + ref.result->message : ref.failure + ": " + ref.detail);
-    res.runner_output = tail(ref.proc ? ref.proc->output() : "", 4000);
-    return res;
-  }
-
-  // 2. The candidate in a fresh runner.
+  // 1. The candidate in a fresh runner (the parent releases each timed phase's key when it is due).
   RunOutcome cand;
   try {
     const auto t = Clock::now();
-    cand = run_job(req.trusted ? *g.trusted : *g.agent, cand_job, config_);
+    std::optional<double> known_reference;
+    {
+      std::lock_guard<std::mutex> lock(budget_mu_);
+      if (auto it = reference_s_.find(budget_key); it != reference_s_.end()) known_reference = it->second;
+    }
+    cand = run_job(req.trusted ? *g.trusted : *g.agent, cand_job, config_,
+                   candidate_budget_s(config_, cand_job, known_reference));
     res.phases.candidate_s = since(t) - cand.wait_ready_s;
     res.phases.wait_ready_s = cand.wait_ready_s;
   } catch (const std::exception& e) {
@@ -398,6 +443,10 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     return finish(Outcome::sandbox_violation, "the kernel's code made a forbidden system call (killed by the seccomp filter)");
   if (cand.failure == "not_ready") return finish(Outcome::internal_error, "candidate runner did not start: " + cand.detail);
   if (cand.failure == "timeout") return finish(Outcome::timeout, cand.detail);
+  if (cand.failure == "forged_frame") {
+    res.flags.push_back("forged_result_channel");
+    return finish(Outcome::flagged, cand.detail);
+  }
   if (cand.failure == "malformed") {
     res.flags.push_back("forged_result_channel");
     return finish(Outcome::flagged, cand.detail);
@@ -421,12 +470,46 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     if (verdict == Outcome::runtime_error) return finish(verdict, runner_status + ": " + rr.message);
     return finish(Outcome::internal_error, "runner " + runner_status + ": " + rr.message);
   }
-  if (rr.workloads.size() != workloads.size() || cand.calls != workloads.size() * seeds.size()) {
+  if (rr.workloads.size() != workloads.size() || cand.calls != workloads.size() * seeds.size() || !cand.all_frames) {
     res.flags.push_back("forged_result_channel");
     return finish(Outcome::flagged, "the runner's result does not list the workloads it was given");
   }
 
-  // 4. Correctness, in this process: every output of every seed, and the timed call's.
+  // 2. The trusted reference with the same correctness seeds, and a replay of every timed call the
+  // candidate made (the keys the parent released to it, as many samples as it announced).
+  for (std::size_t w = 0; w < ref_job.workloads.size(); ++w) {
+    const auto key = cand.keys.find(w);
+    const auto n = cand.announced_samples.find(w);
+    if (key != cand.keys.end() && n != cand.announced_samples.end()) {
+      ref_job.workloads[w].replay_key = key->second;
+      ref_job.workloads[w].replay_samples = n->second;
+    }
+  }
+  RunOutcome ref;
+  try {
+    const auto t = Clock::now();
+    ref = run_job(*g.trusted, ref_job, config_, config_.job_timeout_s);
+    res.phases.reference_s = since(t);
+  } catch (const std::exception& e) {
+    return finish(Outcome::internal_error, std::string("reference runner: ") + e.what());
+  }
+  if (!ref.failure.empty() || !ref.result || ref.result->status != Outcome::ok ||
+      ref.result->workloads.size() != ref_job.workloads.size()) {
+    res.runner_output = tail(ref.proc ? ref.proc->output() : "", 4000);
+    return finish(Outcome::internal_error,
+                  "the task's reference failed: " +
+                      (!ref.failure.empty() ? ref.failure + ": " + ref.detail
+                       : ref.result ? std::string(sandbox::to_string(ref.result->status)) + ": " + ref.result->message
+                                    : std::string("no result")));
+  }
+  {
+    // The next candidate of this task and request shape gets its GPU budget from this (class 15).
+    std::lock_guard<std::mutex> lock(budget_mu_);
+    double& known = reference_s_[budget_key];
+    known = std::max(known, ref.run_s);
+  }
+
+  // 4. Correctness, in this process: every output of every seed, and of every timed call.
   const auto t_cmp = Clock::now();
   const Layout cand_layout = output_layout(cand_job);
   const Layout ref_layout = output_layout(ref_job);
@@ -440,7 +523,11 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     };
     std::vector<Pair> pairs;
     for (const Slot& s : cand_layout.slots) {
-      const Slot* rs = ref_layout.find(s.workload, s.seed_index < 0 ? 0 : s.seed_index, s.arg);
+      if (s.seed_index < 0) {  // timed sample -1 - seed_index: only those the candidate took
+        const auto n = cand.announced_samples.find(s.workload);
+        if (n == cand.announced_samples.end() || -1 - s.seed_index >= n->second) continue;
+      }
+      const Slot* rs = ref_layout.find(s.workload, s.seed_index, s.arg);
       if (rs == nullptr || rs->bytes != s.bytes) throw std::runtime_error("reference layout mismatch");
       pairs.push_back({&s, rs});
     }
@@ -479,10 +566,15 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       we.name = workloads[w]->name;
       we.visible = workloads[w]->visible;
       we.correct = true;
+      // Every check counts; the report lists the correctness seeds', the first timed sample's and at
+      // most 4 failing timed samples' (a workload may have hundreds of verified timed calls).
+      int failing_timed = 0;
       for (std::size_t i = 0; i < pairs.size(); ++i) {
         if (pairs[i].cand->workload != w) continue;
-        if (!checks[i].ok()) we.correct = false;
-        we.checks.push_back(std::move(checks[i]));
+        const bool ok = checks[i].ok();
+        if (!ok) we.correct = false;
+        const int seed_index = pairs[i].cand->seed_index;
+        if (seed_index >= -1 || (!ok && failing_timed++ < 4)) we.checks.push_back(std::move(checks[i]));
       }
       we.timing = rr.workloads[w].timing;
       we.launches = rr.workloads[w].launches;
@@ -504,24 +596,42 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   if (req.timing) {
     double log_sum = 0;
     int timed = 0;
-    const double overhead = ref.result->sample_overhead_s;
     for (std::size_t w = 0; w < res.workloads.size(); ++w) {
       auto& we = res.workloads[w];
+      if (!cand_job.workloads[w].time) {  // correctness only (`timed: false`): never timed, never weighed
+        if (we.timing) {
+          res.flags.push_back("forged_result_channel");
+          return finish(Outcome::flagged, "the runner reported a timing for untimed workload " + we.name);
+        }
+        continue;
+      }
       if (!we.timing) {
         res.flags.push_back("missing_timing");
         return finish(Outcome::flagged, "no timing for workload " + we.name);
       }
       const auto b = cand.timing_begin.find(w);
       const auto e = cand.timing_end.find(w);
+      const auto announced = cand.announced_samples.find(w);
       if (b == cand.timing_begin.end() || e == cand.timing_end.end() || e->second < b->second ||
-          we.timing->samples > config_.timing.max_samples) {
+          we.timing->samples > config_.timing.max_samples || announced == cand.announced_samples.end() ||
+          announced->second != we.timing->samples) {
         res.flags.push_back("forged_result_channel");
         return finish(Outcome::flagged, "timing of workload " + we.name + " does not match what the runner reported while running");
       }
-      if (claimed_time_implausible(*we.timing, e->second - b->second, overhead, config_.flag_factor,
-                                   config_.flag_slack_s, config_.flag_fixed_slack_s, &we.outside_s)) {
+      // The parent's window: its own write of the phase's key to the arrival of timing_end. It holds
+      // the warm-ups and the samples, each with the trusted overhead the reference measured around
+      // the same calls (inputs, poison, hand-over) plus the empty sample (flush, syncs, bracket).
+      const double per_call = ref.result->sample_overhead_s + ref.result->workloads[w].replay_overhead_s;
+      TimingResult all_calls = *we.timing;
+      all_calls.samples += cand_job.timing.warmup;
+      const double window = e->second - b->second;
+      double below = 0;
+      if (claimed_time_implausible(all_calls, window, per_call, config_.flag_factor, config_.flag_slack_s,
+                                   config_.flag_fixed_slack_s, &we.outside_s) ||
+          claim_below_parent_clock(all_calls, window, per_call, config_.bound, &below)) {
         res.flags.push_back("time_below_outside_bound");
-        return finish(Outcome::flagged, "claimed time of workload " + we.name + " is far below what the parent's clock measured");
+        return finish(Outcome::flagged, "claimed time of workload " + we.name + " is below what the parent's clock measured (" +
+                                            std::to_string(below) + " s unexplained)");
       }
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;

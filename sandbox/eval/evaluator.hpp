@@ -29,6 +29,17 @@ namespace d2k::runner {
 // Builds a trusted .cu (reference, baseline, expert) into a shared object; throws on failure.
 using TrustedBuild = std::function<std::filesystem::path(const tasks::Task&, const std::filesystem::path& cu)>;
 
+// The parent's tight bound (issue 23, classes 3, 10, 11): over a timed phase's window (the
+// parent's write of the key to the arrival of timing_end), the claimed calls must account for at
+// least `fraction` of what the parent's clock leaves once the trusted per-call overhead is
+// subtracted, less the slack: fixed_slack_s + calls × (overhead_rel_slack × overhead + call_slack_s).
+struct ParentBound {
+  double fraction = 0.95;
+  double overhead_rel_slack = 0.10;  // the reference's overhead stands for the candidate's within 10 %
+  double call_slack_s = 20e-6;       // per call: scheduling, the frame's pipe latency
+  double fixed_slack_s = 5e-3;       // per phase: NVML clock reads, thread census, the key's round trip
+};
+
 struct EvalConfig {
   std::filesystem::path runner_path;          // d2k-runner; empty: found at run time (runner_path.hpp)
   std::filesystem::path state_dir;            // required: calibration cache (and builds when compiler is used)
@@ -38,7 +49,14 @@ struct EvalConfig {
   std::vector<std::filesystem::path> hidden_paths;  // unreadable for agent code (tasks dir, state dirs)
   double ready_timeout_s = 60;                // runner start-up (CUDA init) deadline
   double call_timeout_s = 10;                 // longest silence from a runner (a hung kernel)
-  double job_timeout_s = 300;                 // whole job in one runner
+  double job_timeout_s = 300;                 // whole job in one runner (the most any budget allows)
+  // A candidate's GPU time budget (issue 23, class 15), from the task: budget_factor × the wall
+  // time of the last reference run for the same task and request shape (correctness calls and a
+  // replay of every timed call) + budget_constant_s + 2 × time_cap_s per timed workload, at most
+  // job_timeout_s (also the budget before the task's first reference run). Fixed at dispatch:
+  // heartbeats reset only the silence deadline (call_timeout_s), never this one.
+  double budget_factor = 20;
+  double budget_constant_s = 30;
   int seeds = 3;                              // correctness seeds per workload (requests may override)
   TimingSpec timing;                          // warm-up, samples, RSE target, time cap per workload
   std::uint64_t host_memory_bytes = 8ull << 30;   // agent host allocations beyond CUDA's own mappings
@@ -48,6 +66,7 @@ struct EvalConfig {
   double flag_factor = 2.0;
   double flag_slack_s = 50e-6;
   double flag_fixed_slack_s = 5e-3;
+  ParentBound bound;                          // and the tight bound (below)
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
   TrustedBuild build_trusted;
@@ -148,6 +167,8 @@ class Evaluator {
   std::unique_ptr<sandbox::Compiler> compiler_;
   std::mutex build_mu_;
   std::map<std::string, std::filesystem::path> built_;  // task hash + file → .so
+  std::mutex budget_mu_;
+  std::map<std::string, double> reference_s_;  // task hash + request shape → reference wall time
   std::unique_ptr<CalibrationCache> calibration_;
 };
 
@@ -155,6 +176,15 @@ class Evaluator {
 // ("generator_unsupported", "bad_job") for what the runner cannot generate.
 Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>& workloads,
              const std::vector<std::uint64_t>& seeds, const std::string& so_path, const TimingSpec& timing);
+
+// The candidate's GPU time budget for `job` (see EvalConfig::budget_factor).
+double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<double> reference_s);
+
+// The tight bound: true when `claimed` (samples = every call in the window, warm-ups included) is
+// below bound.fraction of the parent-measured time less overheads and slack; `unexplained_s`
+// receives the excess.
+bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s,
+                              const ParentBound& bound, double* unexplained_s);
 
 // The parent's outside check of one timed workload: true when the claimed time is far below what
 // the parent's clock allows. `outside_s` receives the per-sample bound.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -183,20 +184,50 @@ std::optional<nlohmann::json> RunnerProcess::wait_ready(std::chrono::millisecond
   return std::nullopt;
 }
 
+namespace {
+// Writes all of `line`; false when the runner is gone (reading its events tells why). SIGPIPE is
+// blocked for the write and a pending one consumed: a dead runner must not kill the server.
+bool write_all(int fd, const std::string& line) {
+  sigset_t pipe_set, old_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+  const char* p = line.data();
+  std::size_t left = line.size();
+  bool ok = true;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = false;
+      if (errno == EPIPE) {
+        const timespec zero{0, 0};
+        sigtimedwait(&pipe_set, nullptr, &zero);
+      }
+      break;
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  return ok;
+}
+}  // namespace
+
 void RunnerProcess::send_job(const Job& job) {
   std::string line = to_json(job).dump();
   line.push_back('\n');
   job_sent_ = Clock::now();
-  const char* p = line.data();
-  std::size_t left = line.size();
-  while (left > 0 && job_) {
-    const ssize_t n = ::write(job_.get(), p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // the runner is gone; reading its events tells why
-    p += n;
-    left -= static_cast<std::size_t>(n);
+  if (job_ && !write_all(job_.get(), line)) job_.reset();
+}
+
+double RunnerProcess::send_line(const std::string& line) {
+  const double t = std::chrono::duration<double>(Clock::now() - job_sent_).count();
+  if (!job_ || !write_all(job_.get(), line + "\n")) {
+    job_.reset();
+    return -1;
   }
-  job_.reset();
+  return t;
 }
 
 void RunnerProcess::kill() {

@@ -62,7 +62,10 @@ class RunnerProcess {
 
   // Waits for the "ready" (or "probe") event. nullopt on timeout or early exit (error() says why).
   std::optional<nlohmann::json> wait_ready(std::chrono::milliseconds timeout);
-  void send_job(const Job& job);   // one JSON line on stdin, then stdin is closed
+  void send_job(const Job& job);   // one JSON line on stdin (stdin stays open for send_line)
+  // One more line on stdin (a timed phase's key); returns the parent's time of the write, in
+  // seconds since the job was sent (the same clock as Event::t). Negative when the runner is gone.
+  double send_line(const std::string& line);
   enum class Read { event, eof, timeout, malformed };
   // Next event, waiting at most until `deadline`. Draining stdout/stderr happens meanwhile.
   Read next(Event& out, Clock::time_point deadline);

@@ -10,7 +10,10 @@
 //   5. agent mode: hide the job's paths, rlimits, seccomp filter;
 //   6. dlopen the .so, find the entry point;
 //   7. per workload: per seed, generate inputs, poison outputs, call, sync, hand outputs over
-//      through the output file; then warm-up and timed samples (L2 flush before each);
+//      through the output file; a trusted replay of the candidate's timed calls (reference only);
+//      then "timing_ready", the phase's key from the parent on stdin, and warm-up and timed
+//      samples, each with fresh inputs from the key, poisoned outputs, an L2 flush, and its
+//      outputs handed over;
 //   8. "result" event, then _exit (the agent's static destructors never run).
 // Comparison with the reference happens in the parent, never here.
 #include <dirent.h>
@@ -73,10 +76,13 @@ struct Stop {
                              " (" #call ")"};                                                 \
   } while (0)
 
+// Every frame carries the next sequence number ("seq": 0 for the first, ready or probe); the parent
+// refuses a duplicate, a gap or a frame out of the protocol's order (sandbox/eval/frames.hpp).
 class Emitter {
  public:
   explicit Emitter(int fd) : fd_(fd) {}
-  void send(const json& j) const {
+  void send(json j) {
+    j["seq"] = seq_++;
     std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
     line.push_back('\n');
     const char* p = line.data();
@@ -92,6 +98,7 @@ class Emitter {
 
  private:
   int fd_;
+  std::uint64_t seq_ = 0;
 };
 
 void write_file(const char* path, const std::string& text) {
@@ -309,6 +316,22 @@ class Runner {
     RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
   }
 
+  // cudaDeviceReset (or anything else that destroys the runner's context) in the entry: every
+  // allocation of ours went with it. Checked right after each call, before anything that would
+  // start a fresh context (whose new driver threads the census would report as the kernel's).
+  void check_context() {
+    cudaPointerAttributes attr{};
+    const cudaError_t rc = cudaPointerGetAttributes(&attr, gpu_.flush);
+    if (rc != cudaSuccess) {  // a sticky error of the call (an illegal address, ...) lands here first
+      (void)cudaGetLastError();
+      throw Stop{Outcome::runtime_error, std::string(cudaGetErrorName(rc)) + ": " + cudaGetErrorString(rc) +
+                                             " (after the kernel's call; or its code reset the device)"};
+    }
+    if (attr.type != cudaMemoryTypeDevice)
+      throw Stop{Outcome::runtime_error,
+                 "the kernel's code destroyed the runner's CUDA context (cudaDeviceReset in the entry point?)"};
+  }
+
   // One measured sample: events on the given stream, and a host bracket that ends only once the
   // whole device is idle (work on other streams or queued by other threads counts).
   template <class Call>
@@ -320,6 +343,7 @@ class Runner {
     const cudaError_t rec = cudaEventRecord(gpu_.ev1, gpu_.stream);
     const cudaError_t sync = cudaDeviceSynchronize();
     const auto t1 = Clock::now();
+    check_context();
     RUNNER_CUDA(rec, runtime_error);
     RUNNER_CUDA(sync, runtime_error);
     float ms = 0;
@@ -357,8 +381,7 @@ class Runner {
     if (out_fd_ >= 0 && ftruncate(out_fd_, static_cast<off_t>(layout_.total_bytes)) != 0)
       throw Stop{Outcome::setup_error, std::string("sizing the output file: ") + std::strerror(errno)};
     if (out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
-    // stdin has done its job; nothing more arrives there.
-    if (const sandbox::Fd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC)); null_fd) dup2(null_fd.get(), 0);
+    // stdin stays open: the parent releases each timed phase's key there, just in time.
     if (job_.measure_overhead) measure_overhead();
     if (job_.record_launches) start_launch_records();
     if (agent_) confine(so_fd);
@@ -460,18 +483,20 @@ class Runner {
         throw Stop{Outcome::entry_error, "the entry point returned " + std::to_string(rc)};
     };
 
-    auto prepare = [&](std::size_t seed_index) {
+    // Inputs from `seed`, outputs poisoned. A CSR structure comes from `csr_seed` (host-built, about a
+    // second per 50 M nonzeros: the timed calls share one structure, their values differ).
+    auto prepare = [&](std::uint64_t seed, std::uint64_t csr_seed) {
       for (std::size_t a = 0; a < n; ++a) {
         const WireArg& arg = wl.args[a];
         if (arg.role == ArgRole::input && (arg.gen.dist == Dist::csr_row_ptr || arg.gen.dist == Dist::csr_col_idx)) {
           // Host-built structure, shared by both parts of one call (keyed by seed and shape).
-          const CsrStructure& csr = csr_for(arg.gen, job_.seeds[seed_index]);
+          const CsrStructure& csr = csr_for(arg.gen, csr_seed);
           const auto& part = arg.gen.dist == Dist::csr_row_ptr ? csr.row_ptr : csr.col_idx;
           if (part.size() != arg.count) throw Stop{Outcome::bad_job, "csr part size does not match the argument"};
           RUNNER_CUDA(cudaMemcpy(bufs[a], part.data(), part.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
                       runtime_error);
         } else if (arg.role == ArgRole::input)
-          RUNNER_CUDA(generate(bufs[a], arg.dtype, arg.count, arg.gen, job_.seeds[seed_index],
+          RUNNER_CUDA(generate(bufs[a], arg.dtype, arg.count, arg.gen, seed,
                                static_cast<std::uint32_t>(a), gpu_.stream), runtime_error);
         else if (arg.role == ArgRole::output)  // poison: NaN for floats, all ones for integers
           RUNNER_CUDA(cudaMemsetAsync(bufs[a], 0xFF, arg.count * dtype_size(arg.dtype), gpu_.stream),
@@ -494,11 +519,12 @@ class Runner {
     // Correctness: one fresh, poisoned call per seed (the first one's launches recorded on demand).
     std::optional<std::vector<LaunchRecord>> launch_records;
     for (std::size_t s = 0; s < job_.seeds.size(); ++s) {
-      prepare(s);
+      prepare(job_.seeds[s], job_.seeds[s]);
       const bool record = s == 0 && recording_launches();
       std::string err;
       if (record && !launches_.begin(err)) result_.launches_error = err;
       call();
+      check_context();
       const cudaError_t synced = cudaDeviceSynchronize();
       if (record && result_.launches_error.empty()) {
         std::vector<LaunchRecord> recs;
@@ -518,17 +544,49 @@ class Runner {
     WorkloadResult wr;
     wr.name = wl.name;
     wr.launches = std::move(launch_records);
+    // Trusted replay (the reference, after the candidate): the outputs of the candidate's timed calls,
+    // from the same key, each into its slot; the time around the calls is the trusted per-sample
+    // overhead of this workload (inputs, poison, hand-over) that the parent's bound subtracts.
+    if (wl.replay_samples > 0) {
+      if (agent_) throw Stop{Outcome::bad_job, "replay is for trusted runners"};
+      const auto t0 = Clock::now();
+      auto beat = t0;
+      double in_calls = 0;
+      for (int i = 0; i < wl.replay_samples; ++i) {
+        const auto warm = static_cast<std::uint64_t>(job_.timing.warmup);
+        prepare(timed_seed(wl.replay_key, warm + static_cast<std::uint64_t>(i)), timed_seed(wl.replay_key, 0));
+        const auto c0 = Clock::now();
+        call();
+        const cudaError_t synced = cudaDeviceSynchronize();
+        in_calls += seconds_since(c0);
+        RUNNER_CUDA(synced, runtime_error);
+        check_ret();
+        hand_over(-1 - i);
+        if (seconds_since(beat) > 0.5) {
+          emit_.send({{"event", "heartbeat"}});
+          beat = Clock::now();
+        }
+      }
+      wr.replay_overhead_s = std::max(0.0, seconds_since(t0) - in_calls) / wl.replay_samples;
+    }
+
     if (job_.timing.enabled && wl.time) {
-      prepare(0);
+      // The key of this timed phase arrives only now, from the parent (whose clock starts here):
+      // every timed call gets inputs of its own, unknown to the process before they are due.
+      emit_.send({{"event", "timing_ready"}, {"workload", w}});
+      const std::uint64_t key = read_key();
+      const int slots = timed_slots(job_, w);
+      std::uint64_t index = 0;  // timed calls so far: warm-ups, then samples
+      auto fresh = [&] { prepare(timed_seed(key, index++), timed_seed(key, 0)); };
       for (int i = 0; i < job_.timing.warmup; ++i) {
+        fresh();
         sample(call);
         check_ret();
       }
       check_threads();
       const unsigned clock_start = nvml_.sm_clock_mhz();
       const unsigned clock_max = nvml_.sm_clock_max_mhz();
-      emit_.send({{"event", "timing_begin"}, {"workload", w}});
-      wr.timing = time_samples(call, check_ret);
+      wr.timing = time_samples(call, check_ret, fresh, hand_over, slots);
       emit_.send({{"event", "timing_end"}, {"workload", w}, {"samples", wr.timing->samples}});
       TimingResult& t = *wr.timing;
       t.sm_clock_start_mhz = clock_start;
@@ -540,27 +598,44 @@ class Runner {
       if (t.throttled && std::find(result_.flags.begin(), result_.flags.end(), "throttled") == result_.flags.end())
         result_.flags.push_back("throttled");
       check_threads();
-      hand_over(-1);
     }
     result_.workloads.push_back(std::move(wr));
   }
 
-  template <class Call, class Check>
-  TimingResult time_samples(Call& call, Check& check_ret) {
+  // The key line the parent writes on stdin when "timing_ready" arrives: {"key": <u64>}.
+  std::uint64_t read_key() {
+    std::string line;
+    if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no timing key on stdin"};
+    try {
+      return json::parse(line).at("key").get<std::uint64_t>();
+    } catch (const json::exception& e) {
+      throw Stop{Outcome::bad_job, std::string("bad timing key: ") + e.what()};
+    }
+  }
+
+  // Samples until the RSE target (after min_samples), max_samples, the time cap or the last output
+  // slot: each sample gets fresh inputs and poisoned outputs first, and its outputs are handed over
+  // (every timed call is verified by the parent).
+  template <class Call, class Check, class Fresh, class HandOver>
+  TimingResult time_samples(Call& call, Check& check_ret, Fresh& fresh, HandOver& hand_over, int slots) {
     const TimingSpec& spec = job_.timing;
-    TimingResult t;  // SM clocks are read before timing_begin / after timing_end (NVML is slow)
+    const int max_samples = std::max(1, std::min(spec.max_samples, slots));
+    const int min_samples = std::min(spec.min_samples, max_samples);
+    TimingResult t;  // SM clocks are read before timing_ready / after timing_end (NVML is slow)
     std::vector<double> times, events, walls;
     const auto start = Clock::now();
     auto last_beat = start;
     for (;;) {
+      fresh();
       const Sample s = sample(call);
       check_ret();
+      hand_over(-1 - static_cast<int>(times.size()));
       const double wall = std::max(0.0, s.wall_s - result_.overhead_s);
       times.push_back(std::max(s.event_s, wall));
       events.push_back(s.event_s);
       walls.push_back(wall);
       const int n = static_cast<int>(times.size());
-      if (n >= spec.min_samples) {
+      if (n >= min_samples) {
         double mean = 0;
         for (double x : times) mean += x;
         mean /= n;
@@ -571,7 +646,7 @@ class Runner {
         t.mean_s = mean;
         t.cv = mean > 0 ? std::sqrt(var) / mean : 0;
         t.rse = rse;
-        if (rse <= spec.rse_target || n >= spec.max_samples) break;
+        if (rse <= spec.rse_target || n >= max_samples) break;
         if (seconds_since(start) >= spec.time_cap_s) {
           t.stopped_by_cap = true;
           break;

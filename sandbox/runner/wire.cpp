@@ -52,7 +52,12 @@ json to_json(const Job& job) {
                       {"rows", a.gen.rows}, {"cols", a.gen.cols}, {"nnz", a.gen.nnz},
                       {"max_row", a.gen.max_row}, {"pattern", static_cast<int>(a.gen.pattern)},
                       {"scalar", a.scalar}});
-    wls.push_back({{"name", w.name}, {"args", args}, {"time", w.time}});
+    json wj = {{"name", w.name}, {"args", args}, {"time", w.time}};
+    if (w.replay_samples > 0) {
+      wj["replay_key"] = w.replay_key;
+      wj["replay_samples"] = w.replay_samples;
+    }
+    wls.push_back(wj);
   }
   return {{"so_path", job.so_path},
           {"entry", job.entry},
@@ -62,7 +67,8 @@ json to_json(const Job& job) {
           {"timing",
            {{"enabled", job.timing.enabled}, {"warmup", job.timing.warmup},
             {"min_samples", job.timing.min_samples}, {"max_samples", job.timing.max_samples},
-            {"rse_target", job.timing.rse_target}, {"time_cap_s", job.timing.time_cap_s}}},
+            {"rse_target", job.timing.rse_target}, {"time_cap_s", job.timing.time_cap_s},
+            {"verify_bytes", job.timing.verify_bytes}}},
           {"measure_overhead", job.measure_overhead},
           {"hide_paths", job.hide_paths},
           {"host_memory_bytes", job.host_memory_bytes},
@@ -83,6 +89,9 @@ Job job_from_json(const json& j) {
     WireWorkload w;
     w.name = get<std::string>(wj, "name", c);
     w.time = get_or<bool>(wj, "time", true, c);
+    w.replay_key = get_or<std::uint64_t>(wj, "replay_key", 0, c);
+    w.replay_samples = get_or<int>(wj, "replay_samples", 0, c);
+    if (w.replay_samples < 0 || w.replay_samples > 100000) bad(c, "bad replay sample count");
     const json args = get<json>(wj, "args", c);
     if (!args.is_array()) bad(c, "workload args must be an array");
     for (const auto& aj : args) {
@@ -130,6 +139,7 @@ Job job_from_json(const json& j) {
     job.timing.max_samples = get_or<int>(t, "max_samples", 300, c);
     job.timing.rse_target = get_or<double>(t, "rse_target", 0.005, c);
     job.timing.time_cap_s = get_or<double>(t, "time_cap_s", 2.0, c);
+    job.timing.verify_bytes = get_or<std::uint64_t>(t, "verify_bytes", 1ull << 30, c);
     if (job.timing.min_samples < 1 || job.timing.max_samples < job.timing.min_samples ||
         job.timing.warmup < 0)
       bad(c, "bad timing sample counts");
@@ -147,6 +157,34 @@ const Slot* Layout::find(std::size_t workload, int seed_index, std::size_t arg) 
   return nullptr;
 }
 
+std::uint64_t timed_seed(std::uint64_t key, std::uint64_t index) {
+  auto mix = [](std::uint64_t x) {  // splitmix64
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  return mix(key ^ mix(0x7173ED0000000000ull + index));
+}
+
+std::uint64_t output_bytes(const WireWorkload& w) {
+  std::uint64_t bytes = 0;
+  for (const auto& a : w.args)
+    if (a.role == ArgRole::output) bytes += a.count * dtype_size(a.dtype);
+  return bytes;
+}
+
+int timed_slots(const Job& job, std::size_t w) {
+  const WireWorkload& wl = job.workloads[w];
+  if (wl.replay_samples > 0) return wl.replay_samples;
+  if (!job.timing.enabled || !wl.time) return 0;
+  const std::uint64_t bytes = std::max<std::uint64_t>(output_bytes(wl), 1);
+  const std::uint64_t fit = job.timing.verify_bytes / bytes;
+  const std::uint64_t floor = static_cast<std::uint64_t>(std::min(job.timing.min_samples, 3));
+  return static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(job.timing.max_samples),
+                                                  std::max(floor, fit)));
+}
+
 Layout output_layout(const Job& job) {
   Layout layout;
   auto add = [&](std::size_t w, int seed, std::size_t a) {
@@ -159,11 +197,10 @@ Layout output_layout(const Job& job) {
     for (int seed = 0; seed < static_cast<int>(job.seeds.size()); ++seed)
       for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
         if (job.workloads[w].args[a].role == ArgRole::output) add(w, seed, a);
-  if (job.timing.enabled)
-    for (std::size_t w = 0; w < job.workloads.size(); ++w)
-      if (job.workloads[w].time)
-        for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
-          if (job.workloads[w].args[a].role == ArgRole::output) add(w, -1, a);
+  for (std::size_t w = 0; w < job.workloads.size(); ++w)
+    for (int i = 0; i < timed_slots(job, w); ++i)
+      for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
+        if (job.workloads[w].args[a].role == ArgRole::output) add(w, -1 - i, a);
   return layout;
 }
 
@@ -181,6 +218,7 @@ json to_json(const RunnerResult& r) {
   for (const auto& w : r.workloads) {
     json wj = {{"name", w.name}};
     if (w.timing) wj["timing"] = to_json(*w.timing);
+    if (w.replay_overhead_s > 0) wj["replay_overhead_s"] = w.replay_overhead_s;
     if (w.launches) {
       json ls = json::array();
       for (const auto& l : *w.launches) ls.push_back(to_json(l));
@@ -213,6 +251,8 @@ RunnerResult result_from_json(const json& j) {
   for (const auto& wj : wls) {
     WorkloadResult w;
     w.name = get<std::string>(wj, "name", c);
+    w.replay_overhead_s = get_or<double>(wj, "replay_overhead_s", 0, c);
+    if (!std::isfinite(w.replay_overhead_s) || w.replay_overhead_s < 0) bad(c, "replay overhead out of range");
     if (wj.contains("timing")) {
       const json& t = wj.at("timing");
       TimingResult tr;

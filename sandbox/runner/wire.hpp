@@ -52,6 +52,11 @@ struct WireWorkload {
   std::string name;
   std::vector<WireArg> args;     // in entry-point order; the stream is appended as last argument
   bool time = true;              // run the timing phase on it (when timing is enabled)
+  // Trusted runners only (the reference, after the candidate): recompute the outputs of the
+  // candidate's timed calls 0..replay_samples-1 from the key the parent released to it, so that
+  // every timed call is verified (issue 23, classes 1 and 2). 0: none.
+  std::uint64_t replay_key = 0;
+  int replay_samples = 0;
 };
 
 struct TimingSpec {
@@ -61,7 +66,12 @@ struct TimingSpec {
   int max_samples = 300;
   double rse_target = 0.005;     // stop once stderr(mean)/mean falls below this
   double time_cap_s = 2.0;       // per workload, samples stop after this much wall time
+  // Every timed call's outputs are handed over and verified; this caps the bytes of those outputs
+  // per workload, and with them the sample count (at least min(min_samples, 3) samples whatever
+  // the size).
+  std::uint64_t verify_bytes = 1ull << 30;
 };
+
 
 struct Job {
   std::string so_path;           // the shared object to load (opened before any hiding)
@@ -81,11 +91,24 @@ struct Job {
 nlohmann::json to_json(const Job& job);
 Job job_from_json(const nlohmann::json& j);  // throws WireError
 
+// The seed of a workload's timed call `index` (warm-ups first, then samples) from the key the
+// parent releases when the timed phase is due. Never in the job: the key enters the runner only
+// when the inputs it produces are due (issue 23, class 11).
+std::uint64_t timed_seed(std::uint64_t key, std::uint64_t index);
+
+// Output bytes of one call of workload w.
+std::uint64_t output_bytes(const WireWorkload& w);
+// How many timed calls of workload w get an output slot (every timed sample is handed over, so
+// this is also the most samples the runner takes): for a timed workload of a timing job,
+// min(max_samples, max(min(min_samples, 3), verify_bytes / output bytes)); for a replay, its
+// replay_samples; else 0.
+int timed_slots(const Job& job, std::size_t w);
+
 // Where each output tensor lies in the output file: for every workload, every seed, every output
-// argument in order; then, for every timed workload, its outputs after the last timed call.
+// argument in order; then, for every timed workload, the outputs of each timed sample.
 struct Slot {
   std::size_t workload = 0;
-  int seed_index = 0;            // -1: outputs of the last timed call (inputs of seeds[0])
+  int seed_index = 0;            // >= 0: correctness seed; -1 - i: timed sample i (timed_seed)
   std::size_t arg = 0;
   Dtype dtype = Dtype::f32;
   std::uint64_t count = 0;
@@ -100,9 +123,11 @@ struct Layout {
 Layout output_layout(const Job& job);
 
 // ---- runner → parent -------------------------------------------------------------------------
-// Events, in order: ready (CUDA initialised; sent before any job), then per workload "call"
-// (after each correctness call), "timing_begin"/"timing_end", occasional "heartbeat", and one
-// final "result". The parent timestamps each on arrival.
+// Frames, in order, each with the next sequence number "seq" (ready is 0): ready (CUDA initialised;
+// sent before any job), then per workload "call" (after each correctness call), for a timed
+// workload "timing_ready" (the parent answers with the phase's key on stdin: {"key": u64}) and
+// "timing_end", occasional "heartbeat", and one final "result". The parent timestamps each on
+// arrival and accepts only this order (sandbox/eval/frames.hpp).
 
 struct TimingResult {
   int samples = 0;
@@ -136,6 +161,7 @@ struct WorkloadResult {
   std::string name;
   std::optional<TimingResult> timing;
   std::optional<std::vector<LaunchRecord>> launches;  // when the job asked for launch records
+  double replay_overhead_s = 0;  // trusted replay: per-call time outside the call (inputs, poison, hand-over)
 };
 
 struct RunnerResult {

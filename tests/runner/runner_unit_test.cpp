@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 
 #include "catch.hpp"
 #include "sandbox/eval/calibration.hpp"
 #include "sandbox/eval/compare.hpp"
 #include "sandbox/runner/csr_gen.hpp"
 #include "sandbox/eval/evaluator.hpp"
+#include "sandbox/eval/frames.hpp"
 #include "sandbox/eval/runner_process.hpp"
 #include "sandbox/runner/wire.hpp"
 #include "tasks/loader/task.hpp"
@@ -49,18 +51,51 @@ TEST_CASE("a job survives the wire and its output layout is aligned", "[runner][
   CHECK(to_json(back) == to_json(job));
 
   const Layout l = output_layout(job);
-  // One output per workload per seed, plus one timed output per workload.
-  CHECK(l.slots.size() == job.workloads.size() * 3 + job.workloads.size());
+  // One output per workload per seed, plus one per timed sample of a timed workload (odd_1m and
+  // single are `timed: false`); every timed sample is handed over, up to verify_bytes per workload.
+  std::size_t timed = 0, timed_outputs = 0;
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) {
+    timed += job.workloads[w].time ? 1 : 0;
+    timed_outputs += static_cast<std::size_t>(timed_slots(job, w));
+    CHECK((timed_slots(job, w) > 0) == job.workloads[w].time);
+  }
+  CHECK(timed == 3);
+  CHECK(timed_slots(job, 1) == 4);  // 64 Mi floats = 256 MiB of output; 1 GiB of verified outputs
+  CHECK(l.slots.size() == job.workloads.size() * 3 + timed_outputs);
   for (const auto& s : l.slots) {
     CHECK(s.offset % 64 == 0);
     CHECK(s.bytes == s.count * 4);
     CHECK(s.offset + s.bytes <= l.total_bytes);
   }
-  CHECK(l.find(0, -1, 2) != nullptr);
+  CHECK(l.find(0, -1, 2) == nullptr);  // odd_1m is untimed
+  CHECK(l.find(1, -1, 2) != nullptr);
+  CHECK(l.find(1, -4, 2) != nullptr);
+  CHECK(l.find(1, -5, 2) == nullptr);
   CHECK(l.find(0, 3, 2) == nullptr);
   Job untimed = job;
   untimed.timing.enabled = false;
   CHECK(output_layout(untimed).slots.size() == job.workloads.size() * 3);
+}
+
+TEST_CASE("make_job keeps a workload's `timed: false` (no timing, no timed output slot)", "[runner][wire][threat]") {
+  const auto task = d2k::tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "prefix_sum");
+  std::vector<const d2k::tasks::Workload*> wls;
+  std::size_t untimed = 0;
+  for (const auto& w : task.workloads) {
+    wls.push_back(&w);
+    untimed += w.timed ? 0 : 1;
+  }
+  REQUIRE(untimed > 0);
+  const Job job = make_job(task, wls, {5}, "/x.so", TimingSpec{});
+  REQUIRE(job.workloads.size() == wls.size());
+  for (std::size_t i = 0; i < wls.size(); ++i) {
+    CHECK(job.workloads[i].time == wls[i]->timed);
+    const Layout l = output_layout(job);
+    bool timed_slot = false;
+    for (const auto& s : l.slots) timed_slot = timed_slot || (s.workload == i && s.seed_index < 0);
+    CHECK(timed_slot == wls[i]->timed);
+  }
+  CHECK(job_from_json(nlohmann::json::parse(to_json(job).dump())).workloads[0].time == job.workloads[0].time);
 }
 
 TEST_CASE("bad jobs and generators get typed errors", "[runner][wire]") {
@@ -306,4 +341,188 @@ TEST_CASE("custom generators reject what they cannot make", "[runner][csr]") {
   CHECK(code([&] { job_from_json(to_json(job)); }) == "bad_job");
   job.workloads[0].args[0].count = 11;
   CHECK(job_from_json(to_json(job)).workloads[0].args[0].gen.nnz == 20);
+}
+
+// ---- issue 23, class 4: the parent's frame checks ---------------------------------------------
+namespace {
+struct Frames {
+  d2k::runner::FrameChecker checker;
+  std::uint64_t seq = 1;
+  explicit Frames(const Job& job) : checker(job) { REQUIRE(checker.ready({{"event", "ready"}, {"seq", 0}}) == ""); }
+  std::string send(nlohmann::json j) {
+    if (!j.contains("seq")) j["seq"] = seq;
+    ++seq;
+    return checker.accept(j);
+  }
+};
+Job two_workload_job() {
+  // odd_1m (untimed) and pow2_64m (timed), two seeds each.
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0], &vector_add().workloads[1]};
+  return make_job(vector_add(), wls, {1, 2}, "/x.so", TimingSpec{});
+}
+// The sequence an honest runner sends for two_workload_job().
+std::vector<nlohmann::json> honest_frames() {
+  return {{{"event", "call"}, {"workload", 0}, {"seed", 0}}, {{"event", "call"}, {"workload", 0}, {"seed", 1}},
+          {{"event", "heartbeat"}},
+          {{"event", "call"}, {"workload", 1}, {"seed", 0}}, {{"event", "call"}, {"workload", 1}, {"seed", 1}},
+          {{"event", "timing_ready"}, {"workload", 1}}, {{"event", "heartbeat"}},
+          {{"event", "timing_end"}, {"workload", 1}, {"samples", 4}}};
+}
+}  // namespace
+
+TEST_CASE("frames: the honest sequence passes and is complete", "[runner][frames][threat]") {
+  Frames f(two_workload_job());
+  for (const auto& j : honest_frames()) CHECK(f.send(j) == "");
+  CHECK(f.checker.all_done());
+  CHECK(f.checker.calls() == 4);
+  CHECK(f.checker.announced_samples(1) == 4);
+  CHECK(f.checker.announced_samples(0) == -1);
+  CHECK(f.send({{"event", "result"}}) == "");
+  CHECK(f.checker.result_seen());
+  CHECK(f.send({{"event", "heartbeat"}}) != "");  // data after the result
+}
+
+TEST_CASE("frames: the ready frame must be frame 0", "[runner][frames][threat]") {
+  d2k::runner::FrameChecker c(two_workload_job());
+  CHECK(c.ready({{"event", "ready"}}) != "");
+  CHECK(c.ready({{"event", "ready"}, {"seq", 3}}) != "");
+}
+
+TEST_CASE("frames: duplicates, gaps, forgeries and out-of-order frames are refused", "[runner][frames][threat]") {
+  const auto honest = honest_frames();
+  SECTION("a forged timing_ready with the right number makes the genuine one a duplicate") {
+    Frames f(two_workload_job());
+    for (std::size_t i = 0; i < 5; ++i) REQUIRE(f.send(honest[i]) == "");
+    CHECK(f.send({{"event", "timing_ready"}, {"workload", 1}}) == "");  // the forgery, well-numbered
+    nlohmann::json genuine = honest[5];
+    genuine["seq"] = f.seq - 1;  // the runner's own counter did not move
+    CHECK(f.checker.accept(genuine) != "");
+  }
+  SECTION("a gap") {
+    Frames f(two_workload_job());
+    REQUIRE(f.send(honest[0]) == "");
+    nlohmann::json j = honest[1];
+    j["seq"] = 5;
+    CHECK(f.checker.accept(j).find("gap") != std::string::npos);
+  }
+  SECTION("a frame without a number") {
+    d2k::runner::FrameChecker c(two_workload_job());
+    REQUIRE(c.ready({{"event", "ready"}, {"seq", 0}}) == "");
+    CHECK(c.accept(honest[0]) != "");
+  }
+  SECTION("calls out of order, a timing for an untimed workload, timing_end first, unknown events") {
+    {
+      Frames f(two_workload_job());
+      CHECK(f.send({{"event", "call"}, {"workload", 0}, {"seed", 1}}) != "");
+    }
+    {
+      Frames f(two_workload_job());
+      REQUIRE(f.send(honest[0]) == "");
+      REQUIRE(f.send(honest[1]) == "");
+      CHECK(f.send({{"event", "timing_ready"}, {"workload", 0}}) != "");  // odd_1m is untimed
+    }
+    {
+      Frames f(two_workload_job());
+      for (std::size_t i = 0; i < 5; ++i) REQUIRE(f.send(honest[i]) == "");
+      CHECK(f.send({{"event", "timing_end"}, {"workload", 1}, {"samples", 3}}) != "");
+    }
+    {
+      Frames f(two_workload_job());
+      CHECK(f.send({{"event", "timing_ready"}, {"workload", 1}}) != "");  // before any call
+    }
+    {
+      Frames f(two_workload_job());
+      CHECK(f.send({{"event", "bogus"}}) != "");
+    }
+  }
+  SECTION("an early result is allowed (a failing kernel) but then incomplete") {
+    Frames f(two_workload_job());
+    REQUIRE(f.send(honest[0]) == "");
+    CHECK(f.send({{"event", "result"}}) == "");
+    CHECK_FALSE(f.checker.all_done());
+  }
+}
+
+TEST_CASE("frames: a timing_end may not announce more samples than were handed over", "[runner][frames][threat]") {
+  const auto honest = honest_frames();
+  Frames f(two_workload_job());
+  for (std::size_t i = 0; i < 7; ++i) REQUIRE(f.send(honest[i]) == "");
+  CHECK(f.send({{"event", "timing_end"}, {"workload", 1}, {"samples", 5}}) != "");  // 4 slots
+}
+
+// ---- issue 23, classes 1, 2, 11: timed inputs and verified outputs ----------------------------
+TEST_CASE("timed calls get distinct seeds from the parent's key; sample counts follow the verify budget",
+          "[runner][wire][threat]") {
+  std::set<std::uint64_t> seen;
+  for (std::uint64_t key : {1ull, 2ull, 0xDEADBEEFull})
+    for (std::uint64_t i = 0; i < 1000; ++i) seen.insert(timed_seed(key, i));
+  CHECK(seen.size() == 3000);  // no two calls of an evaluation share an input set
+  CHECK(timed_seed(7, 3) == timed_seed(7, 3));  // the reference replays the same inputs
+
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[1]};  // 64 Mi floats
+  Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  CHECK(timed_slots(job, 0) == 4);
+  job.timing.verify_bytes = 1;  // never fewer than min(min_samples, 3) samples
+  CHECK(timed_slots(job, 0) == 3);
+  job.timing.verify_bytes = 1ull << 40;  // never more than max_samples
+  CHECK(timed_slots(job, 0) == job.timing.max_samples);
+  job.timing.enabled = false;
+  CHECK(timed_slots(job, 0) == 0);
+  // The reference's replay: exactly the candidate's announced samples, under the same indices.
+  job.workloads[0].replay_key = 99;
+  job.workloads[0].replay_samples = 7;
+  CHECK(timed_slots(job, 0) == 7);
+  const Layout l = output_layout(job);
+  CHECK(l.find(0, -7, 2) != nullptr);
+  CHECK(l.find(0, -8, 2) == nullptr);
+  const Job back = job_from_json(nlohmann::json::parse(to_json(job).dump()));
+  CHECK(back.workloads[0].replay_key == 99);
+  CHECK(back.workloads[0].replay_samples == 7);
+  CHECK(back.timing.verify_bytes == job.timing.verify_bytes);
+}
+
+TEST_CASE("the tight bound: a claim below 95% of the parent's clock, less overheads and slack, is flagged",
+          "[runner][bound][threat]") {
+  const ParentBound b;  // 0.95, 10 % of the overhead + 20 us per call, 5 ms per phase
+  TimingResult t;
+  t.samples = 200;
+  t.median_s = t.mean_s = 1e-3;  // 1 ms kernels
+  const double o = 0.3e-3;       // trusted per-call overhead
+  double unexplained = 0;
+  // Honest: 200 × (1 ms + 0.3 ms) plus some jitter.
+  CHECK_FALSE(claim_below_parent_clock(t, 200 * 1.3e-3 + 2e-3, o, b, &unexplained));
+  CHECK(unexplained == 0);
+  // Honest, with overheads 10 % above the reference's: still inside the slack.
+  CHECK_FALSE(claim_below_parent_clock(t, 200 * (1e-3 + 1.1 * o), o, b, nullptr));
+  // Claims 80 % of the real time: 200 × 0.8 ms claimed, 200 × 1 ms done. (90 % passes here: with a
+  // 0.3 ms overhead per 1 ms call the per-call slack is 5 % of the call; the slack is what
+  // docs/timing-protocol.md lists.)
+  TimingResult low = t;
+  low.median_s = low.mean_s = 0.8e-3;
+  CHECK(claim_below_parent_clock(low, 200 * 1.3e-3, o, b, &unexplained));
+  CHECK(unexplained > 0);
+  // Whatever the sample count: 3 samples of a 100 ms kernel claimed at 90 %.
+  TimingResult few;
+  few.samples = 3;
+  few.median_s = few.mean_s = 90e-3;
+  CHECK(claim_below_parent_clock(few, 3 * (100e-3 + o), o, b, nullptr));
+  few.median_s = few.mean_s = 99e-3;  // 99 %: fine
+  CHECK_FALSE(claim_below_parent_clock(few, 3 * (100e-3 + o), o, b, nullptr));
+  // Nothing claimed, or a window the parent never saw open.
+  CHECK(claim_below_parent_clock(TimingResult{}, 1.0, o, b, nullptr));
+  CHECK(claim_below_parent_clock(t, -1.0, o, b, nullptr));
+}
+
+// ---- issue 23, class 15: each evaluation's GPU time budgeted from the task --------------------
+TEST_CASE("the candidate's GPU budget comes from the task's reference time, capped by the job timeout",
+          "[runner][budget][threat]") {
+  EvalConfig cfg;  // factor 20, constant 30 s, job_timeout_s 300
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0], &vector_add().workloads[1]};
+  Job job = make_job(vector_add(), wls, {1, 2}, "/x.so", TimingSpec{});  // one timed workload
+  CHECK(candidate_budget_s(cfg, job, std::nullopt) == cfg.job_timeout_s);  // no reference run yet
+  // 0.5 s of reference: 20 × 0.5 + 30 + 2 × 2 s (one timed workload's time cap) = 44 s.
+  CHECK(candidate_budget_s(cfg, job, 0.5) == Approx(44.0));
+  job.timing.enabled = false;
+  CHECK(candidate_budget_s(cfg, job, 0.5) == Approx(40.0));
+  CHECK(candidate_budget_s(cfg, job, 1000.0) == cfg.job_timeout_s);  // never above the timeout
 }
