@@ -1,0 +1,107 @@
+#include "sandbox/runner/confine.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "sandbox/jail.hpp"
+#include "sandbox/process.hpp"
+
+namespace d2k::runner {
+namespace {
+
+void write_file(const char* path, const std::string& text) {
+  const sandbox::Fd fd(::open(path, O_WRONLY | O_CLOEXEC));
+  if (!fd) throw ConfineError(std::string("open ") + path + ": " + std::strerror(errno));
+  const ssize_t n = ::write(fd.get(), text.data(), text.size());
+  if (n != static_cast<ssize_t>(text.size()))
+    throw ConfineError(std::string("write ") + path + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+void enter_namespaces() {
+  const uid_t uid = getuid();
+  const gid_t gid = getgid();
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0)
+    throw ConfineError(std::string("unshare: ") + std::strerror(errno));
+  write_file("/proc/self/setgroups", "deny");
+  write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1");
+  write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    throw ConfineError(std::string("mount private: ") + std::strerror(errno));
+}
+
+void hide_paths(const std::vector<std::string>& paths) {
+  for (const auto& p : paths) {
+    struct stat st{};
+    if (::stat(p.c_str(), &st) != 0) continue;  // nothing to hide
+    if (const int err = sandbox::mask_path(p.c_str(), S_ISDIR(st.st_mode)))
+      throw ConfineError("cannot hide " + p + ": " + std::strerror(err));
+  }
+}
+
+std::uint64_t vm_size_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  std::uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmSize: %lu kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+
+void set_limit(int resource, rlim_t value) {
+  const rlimit rl{value, value};
+  if (setrlimit(resource, &rl) != 0) throw ConfineError(std::string("setrlimit: ") + std::strerror(errno));
+}
+
+void set_agent_limits(std::uint64_t output_bytes, std::uint64_t host_memory_bytes) {
+  set_limit(RLIMIT_CORE, 0);
+  set_limit(RLIMIT_FSIZE, std::max<rlim_t>(output_bytes, 1u << 20));
+  if (host_memory_bytes > 0) set_limit(RLIMIT_AS, vm_size_bytes() + host_memory_bytes);
+}
+
+std::set<std::string> all_threads() {
+  std::set<std::string> out;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') out.insert(e->d_name);
+  closedir(d);
+  return out;
+}
+
+std::set<std::string> foreign_threads(const std::set<std::string>& baseline) {
+  std::set<std::string> out;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string tid = e->d_name;
+    if (baseline.count(tid) != 0) continue;
+    char comm[64] = {};
+    const std::string path = "/proc/self/task/" + tid + "/comm";
+    if (FILE* f = std::fopen(path.c_str(), "re")) {
+      if (std::fgets(comm, sizeof comm, f) == nullptr) comm[0] = 0;
+      std::fclose(f);
+    }
+    if (std::strncmp(comm, "cuda", 4) != 0) {
+      comm[std::strcspn(comm, "\n")] = 0;
+      out.insert(tid + " (" + comm + ")");
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace d2k::runner

@@ -1,0 +1,44 @@
+// The agent-mode runner's confinement steps, one function per step, called in order from
+// runner_main.cpp (namespaces before CUDA start-up; the rest after it, before the agent's code is
+// loaded). Each step throws ConfineError with what failed; the runner reports it as setup_error.
+#pragma once
+
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace d2k::runner {
+
+struct ConfineError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Own user namespace (uid 0 inside mapped to ours), mount namespace (private) and an empty
+// network namespace.
+void enter_namespaces();
+
+// Covers each existing path the way the jail hides paths (sandbox::mask_path).
+void hide_paths(const std::vector<std::string>& paths);
+
+// The process's current virtual size (VmSize), 0 when unknown.
+std::uint64_t vm_size_bytes();
+
+// Sets soft and hard limit of `resource` to `value`.
+void set_limit(int resource, rlim_t value);
+
+// The runner's rlimits before foreign code: no core files, files no larger than the outputs
+// (at least 1 MiB), and (host_memory_bytes > 0) address space = current size + host_memory_bytes.
+void set_agent_limits(std::uint64_t output_bytes, std::uint64_t host_memory_bytes);
+
+// Thread ids of this process (/proc/self/task).
+std::set<std::string> all_threads();
+
+// Threads not in `baseline` that the CUDA driver did not start, as "tid (name)" (driver threads
+// are named "cuda…"; the filter forbids renaming a thread).
+std::set<std::string> foreign_threads(const std::set<std::string>& baseline);
+
+}  // namespace d2k::runner
