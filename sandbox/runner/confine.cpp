@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "sandbox/jail.hpp"
@@ -65,8 +66,20 @@ void set_limit(int resource, rlim_t value) {
   if (setrlimit(resource, &rl) != 0) throw ConfineError(std::string("setrlimit: ") + std::strerror(errno));
 }
 
+int highest_open_fd() {
+  int high = -1;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return high;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') high = std::max(high, std::atoi(e->d_name));
+  closedir(d);
+  return high;
+}
+
 void set_agent_limits(std::uint64_t output_bytes, std::uint64_t host_memory_bytes) {
   set_limit(RLIMIT_CORE, 0);
+  set_limit(RLIMIT_NOFILE, static_cast<rlim_t>(std::max(highest_open_fd(), 2)) + 1 + kSpareFds);
+  set_limit(RLIMIT_NPROC, kMaxThreads);
   set_limit(RLIMIT_FSIZE, std::max<rlim_t>(output_bytes, 1u << 20));
   if (host_memory_bytes > 0) set_limit(RLIMIT_AS, vm_size_bytes() + host_memory_bytes);
 }

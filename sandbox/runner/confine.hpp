@@ -31,8 +31,15 @@ std::uint64_t vm_size_bytes();
 void set_limit(int resource, rlim_t value);
 
 // The runner's rlimits before foreign code: no core files, files no larger than the outputs
-// (at least 1 MiB), and (host_memory_bytes > 0) address space = current size + host_memory_bytes.
+// (at least 1 MiB), and (host_memory_bytes > 0) address space = current size + host_memory_bytes;
+// descriptors: the highest open one + kSpareFds; threads: kMaxThreads (RLIMIT_NPROC, counted in
+// the runner's own user namespace; the kernel does not apply it to uid 0 outside).
+inline constexpr rlim_t kSpareFds = 256;
+inline constexpr rlim_t kMaxThreads = 256;
 void set_agent_limits(std::uint64_t output_bytes, std::uint64_t host_memory_bytes);
+
+// The highest open descriptor of this process (-1 when none can be read).
+int highest_open_fd();
 
 // Thread ids of this process (/proc/self/task).
 std::set<std::string> all_threads();

@@ -10,7 +10,12 @@
 #include <seccomp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -172,4 +177,52 @@ TEST_CASE("seccomp tables generate the same programs as the imperative rules the
                    reference::program(SeccompProfile::runner_agent_layer, self)));
   CHECK_FALSE(same(build_seccomp_program(SeccompProfile::runner, {self, true}),
                    reference::program(SeccompProfile::compiler, self)));
+}
+
+// --- The filters at work: each case forks a child, loads the profile there and makes the calls. ---
+namespace {
+
+// How a child ended: its exit status, or minus the signal that killed it.
+int in_child(SeccompProfile profile, int (*body)()) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (profile != SeccompProfile::none && !load_seccomp(profile, {getpid(), false}).empty()) _exit(200);
+    _exit(body());
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+// 0: the call succeeded; 1: EPERM; 2: another failure.
+int outcome(long rc) { return rc == 0 ? 0 : errno == EPERM ? 1 : 2; }
+
+}  // namespace
+
+TEST_CASE("the agent gate allows prctl reads, kills attack options, refuses the rest", "[seccomp]") {
+  constexpr auto gate = SeccompProfile::runner_agent_gate;
+  // Reads and no_new_privs pass.
+  CHECK(in_child(gate, [] { char name[32]; return outcome(prctl(PR_GET_NAME, name, 0, 0, 0)); }) == 0);
+  CHECK(in_child(gate, [] { int sig = 0; return outcome(prctl(PR_GET_PDEATHSIG, &sig, 0, 0, 0)); }) == 0);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)); }) == 0);
+  // Options off the allowlist answer EPERM (and work without the gate: the test can tell).
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)); }) == 1);
+  CHECK(in_child(SeccompProfile::none, [] { return outcome(prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)); }) == 0);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_NAME, "cuda-EvtHandlr", 0, 0, 0)); }) == 1);
+  // Outliving the server, becoming dumpable/traceable, own filters or syscall dispatch: killed.
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)); }) == -SIGSYS);
+  CHECK(in_child(SeccompProfile::none, [] { return outcome(prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)); }) == 0);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)); }) == -SIGSYS);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_PTRACER, -1L, 0, 0, 0)); }) == -SIGSYS);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_SYSCALL_USER_DISPATCH, 1, 0, 0, 0)); }) == -SIGSYS);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_SECCOMP, 2, 0, 0, 0)); }) == -SIGSYS);
+  // Garbage in the upper half of the option does not slip past (the kernel reads an int).
+  CHECK(in_child(gate, [] { return outcome(syscall(SYS_prctl, (1ul << 32) | PR_SET_PDEATHSIG, 0, 0, 0, 0)); }) == -SIGSYS);
+  // No filter of the agent's own on top.
+  CHECK(in_child(gate, [] {
+          sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+          sock_fprog prog{1, &allow};
+          return outcome(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
+        }) == -SIGSYS);
 }

@@ -1,0 +1,112 @@
+// CPU-only tests of the runner's confinement (sandbox/runner/confine.*) and of the pool's check of
+// spare runners (RunnerProcess::spare_defect). The spare-runner cases start this test binary itself
+// as a stand-in runner: started with `--mode`, it only waits for its job (chatty: says something
+// first), so the cases need no GPU.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "sandbox/eval/runner_process.hpp"
+#include "sandbox/runner/confine.hpp"
+
+namespace {
+
+std::vector<std::string> own_cmdline() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> out;
+  std::string arg;
+  while (std::getline(f, arg, '\0')) out.push_back(arg);
+  return out;
+}
+
+// The stand-in runner: runs before Catch's main when this binary is started with --mode.
+const bool stand_in = [] {
+  const auto args = own_cmdline();
+  if (args.size() < 2 || args[1] != "--mode") return false;
+  if (args[0].find("chatty") != std::string::npos) {
+    const char line[] = "{\"event\":\"timing_begin\",\"workload\":0}\n";
+    if (::write(3, line, sizeof line - 1) < 0) _exit(3);
+  }
+  char buf[256];
+  while (::read(0, buf, sizeof buf) > 0) {
+  }
+  _exit(0);
+}();
+
+std::filesystem::path self_exe() { return std::filesystem::read_symlink("/proc/self/exe"); }
+
+d2k::runner::SpawnSpec stand_in_spec(const std::filesystem::path& exe) {
+  d2k::runner::SpawnSpec s;
+  s.runner = exe;
+  s.isolate = false;
+  return s;
+}
+
+void wait_state(pid_t pid, int options) {
+  siginfo_t info{};
+  REQUIRE(waitid(P_PID, static_cast<id_t>(pid), &info, options | WNOWAIT) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a spare runner is fit only while running, untraced, unchanged and silent", "[runner][confine]") {
+  REQUIRE_FALSE(stand_in);
+  auto p = d2k::runner::RunnerProcess::start(stand_in_spec(self_exe()));
+  CHECK(p->spare_defect().empty());
+  ::kill(p->pid(), SIGSTOP);
+  wait_state(p->pid(), WSTOPPED);
+  CHECK(p->spare_defect() == "state T");
+  ::kill(p->pid(), SIGCONT);
+  wait_state(p->pid(), WCONTINUED);
+  CHECK(p->spare_defect().empty());
+  ::kill(p->pid(), SIGKILL);
+  wait_state(p->pid(), WEXITED);
+  CHECK(p->spare_defect() == "exited");
+}
+
+TEST_CASE("a spare runner that wrote an event before its job is unfit", "[runner][confine]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("d2k-confine-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const auto chatty = dir / "chatty-runner";
+  std::filesystem::create_symlink(self_exe(), chatty);
+  auto p = d2k::runner::RunnerProcess::start(stand_in_spec(chatty));
+  // Its line arrives whenever it arrives; the check must refuse it once it has (bounded wait).
+  std::string why;
+  for (int i = 0; i < 500 && why.empty(); ++i) {
+    why = p->spare_defect();
+    if (why.empty()) ::usleep(10000);
+  }
+  CHECK(why == "unexpected output before its job");
+  p.reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the agent limits bound descriptors and threads", "[runner][confine]") {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    d2k::runner::set_agent_limits(1u << 20, 0);
+    rlimit fds{}, threads{};
+    getrlimit(RLIMIT_NOFILE, &fds);
+    getrlimit(RLIMIT_NPROC, &threads);
+    if (threads.rlim_cur != d2k::runner::kMaxThreads) _exit(10);
+    if (fds.rlim_cur > static_cast<rlim_t>(d2k::runner::highest_open_fd()) + 1 + d2k::runner::kSpareFds) _exit(11);
+    int opened = 0;
+    while (::open("/dev/null", O_RDONLY) >= 0) ++opened;
+    if (errno != EMFILE) _exit(12);
+    _exit(opened >= static_cast<int>(d2k::runner::kSpareFds) && static_cast<rlim_t>(opened) < fds.rlim_cur ? 0 : 13);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
