@@ -143,9 +143,7 @@ constexpr Rule kRunnerAgentLayerRules[] = {
     {"open", Act::eperm, arg_masked_eq(1, O_CREAT, O_CREAT)},
     {"openat", Act::eperm, arg_masked_eq(2, O_CREAT, O_CREAT)},
     {"openat2", Act::enosys},  // its flags are in memory; glibc falls back to openat
-    // Thread names stay as the driver set them (the runner tells agent threads from driver
-    // threads by name).
-    {"prctl", Act::eperm, arg_eq(0, PR_SET_NAME)},
+    // prctl: the gate's allowlist (runner_agent_gate).
 };
 
 // `runner_agent_gate`: a hand-built classic BPF program (see build_gate_program).
@@ -258,11 +256,11 @@ Ctx build_ctx(SeccompProfile profile, const FilterOptions& options) {
 
 }  // namespace
 
-// Reads, and settings that only restrict the caller (no_new_privs), plus PR_SET_VMA (names of
-// anonymous mappings, which allocators set). Thread names are refused: the driver's names are
-// kept as they are.
+// Reads, and settings that only restrict the caller (no_new_privs), plus thread names (the runner
+// tells threads apart by id, never by name; CUDA names the threads it starts lazily) and
+// PR_SET_VMA (names of anonymous mappings, which allocators set).
 const int kGatePrctlAllowed[] = {
-    PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_GET_KEEPCAPS,   PR_GET_NAME,          PR_GET_SECCOMP,
+    PR_SET_NAME,      PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_GET_KEEPCAPS,   PR_GET_NAME,          PR_GET_SECCOMP,
     PR_CAPBSET_READ,  PR_GET_SECUREBITS, PR_GET_TIMERSLACK, PR_MCE_KILL_GET,    PR_GET_CHILD_SUBREAPER,
     PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS, PR_GET_TID_ADDRESS, PR_GET_THP_DISABLE, PR_GET_FP_MODE,
     PR_GET_SPECULATION_CTRL, PR_SET_VMA,

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <cuda_runtime_api.h>
+
 #include "sandbox/jail.hpp"
 #include "sandbox/process.hpp"
 
@@ -96,11 +98,7 @@ std::set<std::string> all_threads() {
 
 std::set<std::string> foreign_threads(const std::set<std::string>& baseline) {
   std::set<std::string> out;
-  DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    const std::string tid = e->d_name;
+  for (const std::string& tid : all_threads()) {
     if (baseline.count(tid) != 0) continue;
     char comm[64] = {};
     const std::string path = "/proc/self/task/" + tid + "/comm";
@@ -108,13 +106,21 @@ std::set<std::string> foreign_threads(const std::set<std::string>& baseline) {
       if (std::fgets(comm, sizeof comm, f) == nullptr) comm[0] = 0;
       std::fclose(f);
     }
-    if (std::strncmp(comm, "cuda", 4) != 0) {
-      comm[std::strcspn(comm, "\n")] = 0;
-      out.insert(tid + " (" + comm + ")");
-    }
+    comm[std::strcspn(comm, "\n")] = 0;
+    out.insert(tid + " (" + comm + ")");  // the name is only reported: any thread may set it
   }
-  closedir(d);
   return out;
+}
+
+namespace {
+void CUDART_CB no_op(void*) {}
+}  // namespace
+
+void start_callback_thread(cudaStream_t stream) {
+  for (cudaStream_t s : {stream, static_cast<cudaStream_t>(nullptr)}) {
+    if (cudaLaunchHostFunc(s, no_op, nullptr) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess)
+      throw ConfineError("starting CUDA's host-callback thread failed");
+  }
 }
 
 }  // namespace d2k::runner

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 namespace d2k::runner {
 
 struct ConfineError : std::runtime_error {
@@ -44,8 +46,13 @@ int highest_open_fd();
 // Thread ids of this process (/proc/self/task).
 std::set<std::string> all_threads();
 
-// Threads not in `baseline` that the CUDA driver did not start, as "tid (name)" (driver threads
-// are named "cuda…"; the filter forbids renaming a thread).
+// Threads not in `baseline`, by thread id, as "tid (name)". Names are reported, never trusted:
+// any thread can rename itself (/proc/self/task/<tid>/comm).
 std::set<std::string> foreign_threads(const std::set<std::string>& baseline);
+
+// Makes CUDA start the thread that runs host callbacks (it does so lazily, on the first
+// cudaLaunchHostFunc / cudaStreamAddCallback), on `stream` and the legacy default stream, so the
+// thread is in the baseline taken next and an honest callback is not foreign.
+void start_callback_thread(cudaStream_t stream);
 
 }  // namespace d2k::runner

@@ -282,6 +282,7 @@ class Runner {
     if (job_.measure_overhead) measure_overhead();
     if (job_.record_launches) start_launch_records();
     if (agent_) confine(so_fd);
+    confine_step([&] { start_callback_thread(gpu_.stream); });
     const auto baseline_threads = all_threads();
 
     const std::string so_path = "/proc/self/fd/" + std::to_string(so_fd);

@@ -8,10 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "catch.hpp"
@@ -109,4 +113,40 @@ TEST_CASE("the agent limits bound descriptors and threads", "[runner][confine]")
   REQUIRE(waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("the thread census goes by thread id: a renamed thread is still foreign", "[runner][confine]") {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool named = false, release = false;
+  std::thread before([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return release; });
+  });
+  const auto baseline = d2k::runner::all_threads();  // `before` is in it
+  pid_t disguised_tid = 0;
+  std::thread disguised([&] {
+    const pid_t tid = gettid();
+    // What an attack does: take a CUDA driver thread's name through /proc (no prctl needed).
+    std::ofstream("/proc/self/task/" + std::to_string(tid) + "/comm") << "cuda-EvtHandlr";
+    std::unique_lock<std::mutex> lock(mu);
+    disguised_tid = tid;
+    named = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return named; });
+  }
+  const auto foreign = d2k::runner::foreign_threads(baseline);
+  CHECK(foreign == std::set<std::string>{std::to_string(disguised_tid) + " (cuda-EvtHandlr)"});
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  disguised.join();
+  before.join();
+  CHECK(d2k::runner::foreign_threads(baseline).empty());
 }
