@@ -26,7 +26,7 @@ namespace {
 // host (tracing, reading other processes' memory, kernel programs, mounts): the attempt ends the
 // job and is reported as a violation. ERRNO where ordinary programs probe and cope with failure
 // (sockets, namespaces, io_uring, keyrings, perf), so a tool that merely tries still works.
-enum class Act { kill, eperm, eacces, enosys };
+enum class Act { kill, eperm, eacces, enosys, enomem };
 
 // At most one argument condition per rule (several rules may name one syscall). Compares are
 // 64-bit: garbage in a register's upper half makes an `ne` match (denied), never slip through.
@@ -143,6 +143,10 @@ constexpr Rule kRunnerAgentLayerRules[] = {
     {"open", Act::eperm, arg_masked_eq(1, O_CREAT, O_CREAT)},
     {"openat", Act::eperm, arg_masked_eq(2, O_CREAT, O_CREAT)},
     {"openat2", Act::enosys},  // its flags are in memory; glibc falls back to openat
+    // Host memory the runner's RLIMIT_DATA does not count: shared anonymous mappings and SysV
+    // segments (ENOMEM/EPERM, as an allocator copes with).
+    {"mmap", Act::enomem, arg_masked_eq(3, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED | MAP_ANONYMOUS)},
+    {"shmget", Act::eperm}, {"shmat", Act::eperm},
     // prctl: the gate's allowlist (runner_agent_gate).
 };
 
@@ -195,6 +199,7 @@ uint32_t action_of(Act act) {
     case Act::eperm: return SCMP_ACT_ERRNO(EPERM);
     case Act::eacces: return SCMP_ACT_ERRNO(EACCES);
     case Act::enosys: return SCMP_ACT_ERRNO(ENOSYS);
+    case Act::enomem: return SCMP_ACT_ERRNO(ENOMEM);
   }
   return SCMP_ACT_KILL_PROCESS;
 }

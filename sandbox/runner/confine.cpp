@@ -52,16 +52,21 @@ void hide_paths(const std::vector<std::string>& paths) {
   }
 }
 
-std::uint64_t vm_size_bytes() {
+namespace {
+std::uint64_t status_kb(const char* format) {
   FILE* f = std::fopen("/proc/self/status", "re");
   if (f == nullptr) return 0;
   char line[256];
   std::uint64_t kb = 0;
   while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "VmSize: %lu kB", &kb) == 1) break;
+    if (std::sscanf(line, format, &kb) == 1) break;
   std::fclose(f);
   return kb * 1024;
 }
+}  // namespace
+
+std::uint64_t vm_size_bytes() { return status_kb("VmSize: %lu kB"); }
+std::uint64_t vm_data_bytes() { return status_kb("VmData: %lu kB"); }
 
 void set_limit(int resource, rlim_t value) {
   const rlimit rl{value, value};
@@ -83,7 +88,12 @@ void set_agent_limits(std::uint64_t output_bytes, std::uint64_t host_memory_byte
   set_limit(RLIMIT_NOFILE, static_cast<rlim_t>(std::max(highest_open_fd(), 2)) + 1 + kSpareFds);
   set_limit(RLIMIT_NPROC, kMaxThreads);
   set_limit(RLIMIT_FSIZE, std::max<rlim_t>(output_bytes, 1u << 20));
-  if (host_memory_bytes > 0) set_limit(RLIMIT_AS, vm_size_bytes() + host_memory_bytes);
+  // RLIMIT_DATA, not RLIMIT_AS: CUDA's virtual reservations (cudaMallocAsync pools, the virtual
+  // memory API, UVM) are PROT_NONE or shared device mappings and count in the address space but
+  // not here; private writable memory (malloc, anonymous mmap, mprotect to writable) counts.
+  // Shared anonymous memory and SysV segments, which RLIMIT_DATA does not see, are refused by
+  // the agent seccomp layer.
+  if (host_memory_bytes > 0) set_limit(RLIMIT_DATA, vm_data_bytes() + host_memory_bytes);
 }
 
 std::set<std::string> all_threads() {

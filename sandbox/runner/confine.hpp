@@ -26,14 +26,16 @@ void enter_namespaces();
 // Covers each existing path the way the jail hides paths (sandbox::mask_path).
 void hide_paths(const std::vector<std::string>& paths);
 
-// The process's current virtual size (VmSize), 0 when unknown.
+// The process's current virtual size (VmSize) and private writable size (VmData), 0 when unknown.
 std::uint64_t vm_size_bytes();
+std::uint64_t vm_data_bytes();
 
 // Sets soft and hard limit of `resource` to `value`.
 void set_limit(int resource, rlim_t value);
 
 // The runner's rlimits before foreign code: no core files, files no larger than the outputs
-// (at least 1 MiB), and (host_memory_bytes > 0) address space = current size + host_memory_bytes;
+// (at least 1 MiB), and (host_memory_bytes > 0) private writable memory (RLIMIT_DATA) = current
+// VmData + host_memory_bytes;
 // descriptors: the highest open one + kSpareFds; threads: kMaxThreads (RLIMIT_NPROC, counted in
 // the runner's own user namespace; the kernel does not apply it to uid 0 outside).
 inline constexpr rlim_t kSpareFds = 256;

@@ -4,11 +4,13 @@
 // first), so the cases need no GPU.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -149,4 +151,27 @@ TEST_CASE("the thread census goes by thread id: a renamed thread is still foreig
   disguised.join();
   before.join();
   CHECK(d2k::runner::foreign_threads(baseline).empty());
+}
+
+TEST_CASE("the host-memory bound counts private memory, not CUDA-style reservations", "[runner][confine]") {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    d2k::runner::set_agent_limits(1u << 20, 256ull << 20);
+    // What cudaMallocAsync pools and the virtual memory API do: reserve address space, no access.
+    void* reserve = mmap(nullptr, 64ull << 30, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (reserve == MAP_FAILED) _exit(10);
+    // A host-memory bomb: private writable memory beyond the bound fails, by either route.
+    if (std::malloc(1ull << 30) != nullptr) _exit(11);
+    if (mprotect(reserve, 1ull << 30, PROT_READ | PROT_WRITE) == 0) _exit(12);
+    // Within the bound it works.
+    void* small = std::malloc(64u << 20);
+    if (small == nullptr) _exit(13);
+    std::memset(small, 1, 64u << 20);
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/prctl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -130,6 +131,13 @@ void agent_layer_rules(scmp_filter_ctx ctx, pid_t pid) {
     rule(SCMP_ACT_ERRNO(EPERM), "openat", 1, &creat2);
     deny("openat2", ENOSYS);
   }
+  // Issue 23 (class 8): host memory outside RLIMIT_DATA.
+  {
+    const scmp_arg_cmp shared_anon = SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED | MAP_ANONYMOUS);
+    rule(SCMP_ACT_ERRNO(ENOMEM), "mmap", 1, &shared_anon);
+    deny("shmget");
+    deny("shmat");
+  }
   // (prctl moved to the hand-built gate, issue 23: allowlisted options only.)
 }
 
@@ -223,4 +231,19 @@ TEST_CASE("the agent gate allows prctl reads, kills attack options, refuses the 
           sock_fprog prog{1, &allow};
           return outcome(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
         }) == -SIGSYS);
+}
+
+TEST_CASE("the agent layer refuses host memory that RLIMIT_DATA does not count", "[seccomp]") {
+  constexpr auto layer = SeccompProfile::runner_agent_layer;
+  auto shared_anon = [] {
+    void* p = mmap(nullptr, 1u << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? (errno == ENOMEM ? 1 : 2) : 0;
+  };
+  CHECK(in_child(layer, shared_anon) == 1);
+  CHECK(in_child(SeccompProfile::none, shared_anon) == 0);
+  CHECK(in_child(layer, [] {
+          void* p = mmap(nullptr, 1u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          return p == MAP_FAILED ? 2 : 0;
+        }) == 0);
+  CHECK(in_child(layer, [] { return outcome(shmget(IPC_PRIVATE, 1u << 20, IPC_CREAT | 0600) < 0 ? -1 : 0); }) == 1);
 }
