@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "catch.hpp"
+#include "sandbox/eval/properties.hpp"
 #include "sandbox/eval/runner_process.hpp"
 #include "sandbox/runner/confine.hpp"
 
@@ -174,4 +175,29 @@ TEST_CASE("the host-memory bound counts private memory, not CUDA-style reservati
   REQUIRE(waitpid(pid, &status, 0) == pid);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("cuobjdump runs jailed: it sees the kernel file and nothing beside it", "[runner][confine]") {
+  // A stand-in cuobjdump (a shell script in a toolkit-like tree outside /usr) that prints the file
+  // it was given and tries to read a file next to the original.
+  const auto root = std::filesystem::temp_directory_path() / ("d2k-cuobjdump-" + std::to_string(getpid()));
+  std::filesystem::create_directories(root / "toolkit" / "bin");
+  std::filesystem::create_directories(root / "work");
+  const auto kernel = root / "work" / "kernel.so";
+  std::ofstream(kernel) << "KERNEL-BYTES\n";
+  std::ofstream(root / "work" / "secret.txt") << "SECRET-OF-THE-SERVER\n";
+  const auto tool = root / "toolkit" / "bin" / "cuobjdump";
+  std::ofstream(tool) << "#!/bin/sh\ncat \"$2\"\ncat " << (root / "work" / "secret.txt").string()
+                      << " 2>&1\necho uid=$(id -u)\n";
+  std::filesystem::permissions(tool, std::filesystem::perms::owner_all | std::filesystem::perms::others_read |
+                                         std::filesystem::perms::others_exec | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::group_exec);
+  std::filesystem::permissions(root, std::filesystem::perms::others_exec | std::filesystem::perms::group_exec,
+                               std::filesystem::perm_options::add);
+  const auto out = d2k::runner::run_cuobjdump(tool, "-sass", kernel);
+  INFO(out.text << out.error);
+  CHECK(out.ok);
+  CHECK(out.text.find("KERNEL-BYTES") != std::string::npos);
+  CHECK(out.text.find("SECRET-OF-THE-SERVER") == std::string::npos);
+  std::filesystem::remove_all(root);
 }
