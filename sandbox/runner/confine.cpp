@@ -5,9 +5,11 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +31,8 @@ void write_file(const char* path, const std::string& text) {
     throw ConfineError(std::string("write ") + path + ": " + std::strerror(errno));
 }
 
+bool g_private_mounts = false;  // enter_namespaces succeeded: mounts stay in our namespace
+
 }  // namespace
 
 void enter_namespaces() {
@@ -41,6 +45,7 @@ void enter_namespaces() {
   write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     throw ConfineError(std::string("mount private: ") + std::strerror(errno));
+  g_private_mounts = true;
 }
 
 void hide_paths(const std::vector<std::string>& paths) {
@@ -131,6 +136,71 @@ void start_callback_thread(cudaStream_t stream) {
     if (cudaLaunchHostFunc(s, no_op, nullptr) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess)
       throw ConfineError("starting CUDA's host-callback thread failed");
   }
+}
+
+std::optional<unsigned> parse_device_minor(const std::string& information) {
+  const auto at = information.find("Device Minor:");
+  if (at == std::string::npos) return std::nullopt;
+  unsigned minor = 0;
+  if (std::sscanf(information.c_str() + at, "Device Minor: %u", &minor) != 1) return std::nullopt;
+  return minor;
+}
+
+std::vector<std::string> other_gpu_nodes(const std::vector<std::pair<std::string, unsigned>>& nodes, unsigned own_minor) {
+  std::vector<std::string> out;
+  for (const auto& [name, minor] : nodes)
+    if (minor != own_minor) out.push_back(name);
+  return out;
+}
+
+namespace {
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+bool gpu_node_name(const char* name) {  // nvidia<digits>
+  if (std::strncmp(name, "nvidia", 6) != 0 || name[6] == 0) return false;
+  for (const char* p = name + 6; *p; ++p)
+    if (!std::isdigit(static_cast<unsigned char>(*p))) return false;
+  return true;
+}
+}  // namespace
+
+void hide_other_gpus(const std::string& pci_bus_id) {
+  if (!g_private_mounts) return;
+  std::vector<std::pair<std::string, unsigned>> nodes;
+  if (DIR* d = opendir("/dev")) {
+    while (dirent* e = readdir(d)) {
+      if (!gpu_node_name(e->d_name)) continue;
+      struct stat st{};
+      const std::string path = std::string("/dev/") + e->d_name;
+      if (::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) nodes.emplace_back(path, minor(st.st_rdev));
+    }
+    closedir(d);
+  }
+  std::optional<unsigned> own;
+  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
+    while (dirent* e = readdir(d)) {
+      if (lower(e->d_name) != lower(pci_bus_id)) continue;
+      std::string text;
+      if (FILE* f = std::fopen((std::string("/proc/driver/nvidia/gpus/") + e->d_name + "/information").c_str(), "re")) {
+        char buf[4096];
+        const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+        text.assign(buf, n);
+        std::fclose(f);
+      }
+      own = parse_device_minor(text);
+    }
+    closedir(d);
+  }
+  if (!own) {
+    if (nodes.size() <= 1) return;  // nothing else to hide
+    throw ConfineError("cannot tell this runner's GPU node (" + pci_bus_id + ") among " +
+                       std::to_string(nodes.size()));
+  }
+  for (const std::string& node : other_gpu_nodes(nodes, *own))
+    if (const int err = sandbox::mask_path(node.c_str(), false))
+      throw ConfineError("cannot hide " + node + ": " + std::strerror(err));
 }
 
 }  // namespace d2k::runner

@@ -6,6 +6,8 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -56,5 +58,16 @@ std::set<std::string> foreign_threads(const std::set<std::string>& baseline);
 // cudaLaunchHostFunc / cudaStreamAddCallback), on `stream` and the legacy default stream, so the
 // thread is in the baseline taken next and an honest callback is not foreign.
 void start_callback_thread(cudaStream_t stream);
+
+// ---- Class 16: only the runner's own GPU's device node ----------------------------------------
+// "Device Minor: N" from /proc/driver/nvidia/gpus/<bus id>/information; nullopt when absent.
+std::optional<unsigned> parse_device_minor(const std::string& information);
+// Of `nodes` (/dev/nvidiaN name → minor number), those that are not `own_minor`.
+std::vector<std::string> other_gpu_nodes(const std::vector<std::pair<std::string, unsigned>>& nodes, unsigned own_minor);
+// Masks every /dev/nvidiaN but the one of the GPU at `pci_bus_id` (as CUDA spells it) in the
+// runner's own mount namespace (nothing is masked outside one: enter_namespaces not called).
+// nvidiactl, nvidia-uvm, nvidia-uvm-tools and nvidia-modeset stay (CUDA needs them). Throws when
+// several GPU nodes exist and the own one cannot be identified.
+void hide_other_gpus(const std::string& pci_bus_id);
 
 }  // namespace d2k::runner

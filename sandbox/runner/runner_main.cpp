@@ -263,6 +263,7 @@ class Runner {
   void confine(int so_fd) {
     (void)so_fd;
     confine_step([&] { hide_paths(job_.hide_paths); });
+    confine_step([&] { hide_other_gpus(device_.pci_bus_id); });
     confine_step([&] { set_agent_limits(layout_.total_bytes, job_.host_memory_bytes); });
     try {
       install_agent_filter();

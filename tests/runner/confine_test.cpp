@@ -201,3 +201,15 @@ TEST_CASE("cuobjdump runs jailed: it sees the kernel file and nothing beside it"
   CHECK(out.text.find("SECRET-OF-THE-SERVER") == std::string::npos);
   std::filesystem::remove_all(root);
 }
+
+TEST_CASE("class 16: the own GPU's node is found by minor number, the others are hidden", "[runner][confine]") {
+  const std::string info =
+      "Model: \t\t NVIDIA H200\nIRQ:   \t\t 0\nGPU UUID: \t GPU-1\nVideo BIOS: \t ??\nBus Type: \t PCIe\n"
+      "DMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t 0000:19:00.0\nDevice Minor: \t 3\n";
+  REQUIRE(d2k::runner::parse_device_minor(info) == 3u);
+  CHECK_FALSE(d2k::runner::parse_device_minor("Model: NVIDIA H200\n"));
+  const std::vector<std::pair<std::string, unsigned>> nodes = {
+      {"/dev/nvidia0", 0}, {"/dev/nvidia1", 1}, {"/dev/nvidia3", 3}, {"/dev/nvidia7", 7}};
+  CHECK(d2k::runner::other_gpu_nodes(nodes, 3) == std::vector<std::string>{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia7"});
+  CHECK(d2k::runner::other_gpu_nodes({{"/dev/nvidia0", 0}}, 0).empty());
+}
