@@ -138,6 +138,28 @@ void start_callback_thread(cudaStream_t stream) {
   }
 }
 
+std::uint64_t max_foreign_device_bytes(std::uint64_t total_bytes) {
+  return std::max<std::uint64_t>(4ull << 30, total_bytes / 10);
+}
+
+void check_clean_device() {
+  const cudaError_t sticky = cudaGetLastError();
+  if (sticky != cudaSuccess) throw ConfineError(std::string("unclean device: pending error ") + cudaGetErrorName(sticky));
+  std::size_t limit = 0;
+  if (cudaDeviceGetLimit(&limit, cudaLimitPersistingL2CacheSize) != cudaSuccess)
+    throw ConfineError("unclean device: cannot read the persisting L2 limit");
+  if (limit != 0 && (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0) != cudaSuccess ||
+                     cudaDeviceGetLimit(&limit, cudaLimitPersistingL2CacheSize) != cudaSuccess || limit != 0))
+    throw ConfineError("unclean device: the persisting L2 limit stays at " + std::to_string(limit) + " bytes");
+  if (cudaCtxResetPersistingL2Cache() != cudaSuccess) throw ConfineError("unclean device: cannot reset persisting L2 lines");
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) throw ConfineError("unclean device: cannot read free memory");
+  const std::uint64_t used = total_bytes - free_bytes;
+  if (used > max_foreign_device_bytes(total_bytes))
+    throw ConfineError("unclean device: " + std::to_string(used >> 20) + " MiB of device memory in use (at most " +
+                       std::to_string(max_foreign_device_bytes(total_bytes) >> 20) + " MiB expected)");
+}
+
 std::optional<unsigned> parse_device_minor(const std::string& information) {
   const auto at = information.find("Device Minor:");
   if (at == std::string::npos) return std::nullopt;

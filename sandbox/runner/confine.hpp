@@ -59,6 +59,16 @@ std::set<std::string> foreign_threads(const std::set<std::string>& baseline);
 // thread is in the baseline taken next and an honest callback is not foreign.
 void start_callback_thread(cudaStream_t stream);
 
+// ---- Class 14: a verified clean device before each job -----------------------------------------
+// Device memory in use by anyone (other pool runners' contexts included) at most this much: the
+// larger of 4 GiB and a tenth of the board. More means something outlived its evaluation.
+std::uint64_t max_foreign_device_bytes(std::uint64_t total_bytes);
+// Checks (and where it can, resets) what an earlier job could have left on the GPU: the persisting
+// L2 limit and lines (reset to 0 and read back), free device memory (max_foreign_device_bytes),
+// no sticky error. Throws ConfineError ("unclean device: ...") otherwise: the job is refused.
+// Called before every job, agent and trusted (calibration) alike.
+void check_clean_device();
+
 // ---- Class 16: only the runner's own GPU's device node ----------------------------------------
 // "Device Minor: N" from /proc/driver/nvidia/gpus/<bus id>/information; nullopt when absent.
 std::optional<unsigned> parse_device_minor(const std::string& information);

@@ -278,6 +278,7 @@ class Runner {
     if (out_fd_ >= 0 && ftruncate(out_fd_, static_cast<off_t>(layout_.total_bytes)) != 0)
       throw Stop{Outcome::setup_error, std::string("sizing the output file: ") + std::strerror(errno)};
     if (out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
+    confine_step([] { check_clean_device(); });  // what an earlier job left behind
     // stdin has done its job; nothing more arrives there.
     if (const sandbox::Fd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC)); null_fd) dup2(null_fd.get(), 0);
     if (job_.measure_overhead) measure_overhead();

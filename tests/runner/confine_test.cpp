@@ -213,3 +213,8 @@ TEST_CASE("class 16: the own GPU's node is found by minor number, the others are
   CHECK(d2k::runner::other_gpu_nodes(nodes, 3) == std::vector<std::string>{"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia7"});
   CHECK(d2k::runner::other_gpu_nodes({{"/dev/nvidia0", 0}}, 0).empty());
 }
+
+TEST_CASE("class 14: the device-memory bound for a clean GPU", "[runner][confine]") {
+  CHECK(d2k::runner::max_foreign_device_bytes(143771ull << 20) == (143771ull << 20) / 10);  // the H200
+  CHECK(d2k::runner::max_foreign_device_bytes(16ull << 30) == 4ull << 30);
+}
