@@ -3,7 +3,11 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <linux/capability.h>
+#include <linux/landlock.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -19,6 +23,10 @@
 
 #include "sandbox/jail.hpp"
 #include "sandbox/process.hpp"
+
+#ifndef LANDLOCK_ACCESS_FS_TRUNCATE  // ABI 3 (Linux 6.2); older headers lack it
+#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
+#endif
 
 namespace d2k::runner {
 namespace {
@@ -41,8 +49,8 @@ void enter_namespaces() {
   if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0)
     throw ConfineError(std::string("unshare: ") + std::strerror(errno));
   write_file("/proc/self/setgroups", "deny");
-  write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1");
-  write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
+  write_file("/proc/self/uid_map", std::to_string(kInsideUid) + " " + std::to_string(uid) + " 1");
+  write_file("/proc/self/gid_map", std::to_string(kInsideGid) + " " + std::to_string(gid) + " 1");
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     throw ConfineError(std::string("mount private: ") + std::strerror(errno));
   g_private_mounts = true;
@@ -136,6 +144,86 @@ void start_callback_thread(cudaStream_t stream) {
     if (cudaLaunchHostFunc(s, no_op, nullptr) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess)
       throw ConfineError("starting CUDA's host-callback thread failed");
   }
+}
+
+FileView agent_file_view(int so_fd) {
+  FileView v;
+  v.read = {"/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc/ld.so.cache", "/etc/ld.so.conf",
+            "/etc/ld.so.conf.d", "/sys", "/proc/self", "/proc/driver/nvidia", "/proc/cpuinfo", "/proc/meminfo",
+            "/proc/stat", "/proc/sys", "/proc/devices", "/proc/filesystems"};
+  if (const char* ld = std::getenv("LD_LIBRARY_PATH")) {
+    std::string rest = ld;
+    for (std::size_t at = 0; at <= rest.size();) {
+      const std::size_t colon = std::min(rest.find(':', at), rest.size());
+      if (colon > at && rest[at] == '/') v.read.push_back(rest.substr(at, colon - at));
+      at = colon + 1;
+    }
+  }
+  v.read_write = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"};
+  if (DIR* d = opendir("/dev")) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "nvidia", 6) == 0) v.read_write.push_back(std::string("/dev/") + e->d_name);
+    closedir(d);
+  }
+  if (so_fd >= 0) v.read_fds.push_back(so_fd);
+  return v;
+}
+
+namespace {
+long landlock(long nr, long a, long b, long c) { return ::syscall(nr, a, b, c, 0L); }  // flags: 0
+}  // namespace
+
+void restrict_files(const FileView& view) {
+  const long abi = landlock(SYS_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  if (abi < 1) throw ConfineError(std::string("Landlock is not available: ") + std::strerror(errno));
+  constexpr std::uint64_t kFileRead = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_EXECUTE;
+  constexpr std::uint64_t kFileWrite = LANDLOCK_ACCESS_FS_WRITE_FILE;
+  std::uint64_t handled = kFileRead | kFileWrite | LANDLOCK_ACCESS_FS_READ_DIR | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+                          LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR |
+                          LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+                          LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
+  if (abi >= 2) handled |= LANDLOCK_ACCESS_FS_REFER;
+  if (abi >= 3) handled |= LANDLOCK_ACCESS_FS_TRUNCATE;
+  landlock_ruleset_attr attr{};
+  attr.handled_access_fs = handled;
+  const sandbox::Fd ruleset(static_cast<int>(landlock(SYS_landlock_create_ruleset, reinterpret_cast<long>(&attr),
+                                                      sizeof attr, 0)));
+  if (!ruleset) throw ConfineError(std::string("landlock_create_ruleset: ") + std::strerror(errno));
+  auto add = [&](int fd, std::uint64_t access, const std::string& what) {
+    landlock_path_beneath_attr rule{};
+    rule.parent_fd = fd;
+    rule.allowed_access = access;
+    if (landlock(SYS_landlock_add_rule, ruleset.get(), LANDLOCK_RULE_PATH_BENEATH, reinterpret_cast<long>(&rule)) != 0)
+      throw ConfineError("landlock_add_rule " + what + ": " + std::strerror(errno));
+  };
+  for (const std::string& p : view.read) {
+    const sandbox::Fd fd(::open(p.c_str(), O_PATH | O_CLOEXEC));
+    if (!fd) continue;  // absent here: nothing to allow
+    struct stat st{};
+    if (fstat(fd.get(), &st) != 0) continue;
+    add(fd.get(), S_ISDIR(st.st_mode) ? kFileRead | LANDLOCK_ACCESS_FS_READ_DIR : kFileRead, p);
+  }
+  for (const std::string& p : view.read_write) {
+    const sandbox::Fd fd(::open(p.c_str(), O_PATH | O_CLOEXEC));
+    struct stat st{};
+    if (!fd || fstat(fd.get(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
+    add(fd.get(), LANDLOCK_ACCESS_FS_READ_FILE | kFileWrite, p);
+  }
+  for (int fd : view.read_fds) add(fd, kFileRead, "fd " + std::to_string(fd));
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) throw ConfineError(std::string("no_new_privs: ") + std::strerror(errno));
+  if (landlock(SYS_landlock_restrict_self, ruleset.get(), 0, 0) != 0)
+    throw ConfineError(std::string("landlock_restrict_self: ") + std::strerror(errno));
+}
+
+void drop_privileges() {
+  for (int cap = 0; cap <= 63; ++cap)
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+      throw ConfineError(std::string("dropping the capability bounding set: ") + std::strerror(errno));
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capset, &header, data) != 0)
+    throw ConfineError(std::string("capset: ") + std::strerror(errno));
 }
 
 std::uint64_t max_foreign_device_bytes(std::uint64_t total_bytes) {

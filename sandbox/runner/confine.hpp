@@ -21,8 +21,11 @@ struct ConfineError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Own user namespace (uid 0 inside mapped to ours), mount namespace (private) and an empty
-// network namespace.
+// Own user namespace (kInsideUid/kInsideGid inside, mapped to our ids: never uid 0 in there),
+// mount namespace (private) and an empty network namespace. The process keeps its capabilities
+// in the new namespace until drop_privileges (the mount steps need them).
+inline constexpr unsigned kInsideUid = 1000;
+inline constexpr unsigned kInsideGid = 1000;
 void enter_namespaces();
 
 // Covers each existing path the way the jail hides paths (sandbox::mask_path).
@@ -58,6 +61,27 @@ std::set<std::string> foreign_threads(const std::set<std::string>& baseline);
 // cudaLaunchHostFunc / cudaStreamAddCallback), on `stream` and the legacy default stream, so the
 // thread is in the baseline taken next and an honest callback is not foreign.
 void start_callback_thread(cudaStream_t stream);
+
+// ---- Class 6: a minimal read-only file view, then no privileges --------------------------------
+// What agent code may open (Landlock; checked on the file an open reaches, so /proc/<pid>/root,
+// /proc/self/fd and symlinks cannot leave the view). Nothing is writable but /dev/null and the
+// GPU device nodes; nothing can be created anywhere.
+struct FileView {
+  std::vector<std::string> read;        // directories or files: read (and map executable)
+  std::vector<std::string> read_write;  // files: read and write (device nodes)
+  std::vector<int> read_fds;            // already open files: read and map executable (the .so)
+};
+// The view for the agent: system libraries, /etc/ld.so.*, /sys, this process's own /proc entry and
+// the driver's /proc files, /dev/{null,zero,random,urandom} and /dev/nvidia* (masked ones resolve
+// to /dev/null), LD_LIBRARY_PATH directories, and `so_fd`.
+FileView agent_file_view(int so_fd);
+// Applies `view` to every later open of this process (Landlock, all threads that exist later too;
+// call before CUDA's threads only matter for opens they make afterwards). Throws when Landlock is
+// unavailable: the runner refuses to run agent code without it.
+void restrict_files(const FileView& view);
+// Drops every capability (effective, permitted, inheritable, ambient, bounding set): from here on
+// the process is an unprivileged uid in its namespace (no mounts, no changes to its view).
+void drop_privileges();
 
 // ---- Class 14: a verified clean device before each job -----------------------------------------
 // Device memory in use by anyone (other pool runners' contexts included) at most this much: the

@@ -261,10 +261,11 @@ class Runner {
 
   // The confinement steps (confine.hpp), in order, before any foreign code is loaded.
   void confine(int so_fd) {
-    (void)so_fd;
     confine_step([&] { hide_paths(job_.hide_paths); });
     confine_step([&] { hide_other_gpus(device_.pci_bus_id); });
     confine_step([&] { set_agent_limits(layout_.total_bytes, job_.host_memory_bytes); });
+    confine_step([&] { restrict_files(agent_file_view(so_fd)); });
+    confine_step([] { drop_privileges(); });
     try {
       install_agent_filter();
     } catch (const std::exception& e) {

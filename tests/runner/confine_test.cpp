@@ -3,6 +3,10 @@
 // as a stand-in runner: started with `--mode`, it only waits for its job (chatty: says something
 // first), so the cases need no GPU.
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -11,6 +15,7 @@
 
 #include <condition_variable>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -217,4 +222,77 @@ TEST_CASE("class 16: the own GPU's node is found by minor number, the others are
 TEST_CASE("class 14: the device-memory bound for a clean GPU", "[runner][confine]") {
   CHECK(d2k::runner::max_foreign_device_bytes(143771ull << 20) == (143771ull << 20) / 10);  // the H200
   CHECK(d2k::runner::max_foreign_device_bytes(16ull << 30) == 4ull << 30);
+}
+
+namespace {
+// Runs `body` in a forked child; its exit status (or 100 + the signal).
+template <class Body>
+int in_child(Body&& body) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    try {
+      _exit(body());
+    } catch (const std::exception& e) {
+      std::ofstream("/tmp/co/child-err.txt") << e.what();
+      _exit(99);
+    }
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+bool can_open(const char* path, int flags) {
+  const int fd = ::open(path, flags | O_CLOEXEC);
+  if (fd >= 0) ::close(fd);
+  return fd >= 0;
+}
+}  // namespace
+
+TEST_CASE("class 6/3: the agent's file view is read-only and minimal", "[runner][confine]") {
+  // A file of "the server" outside the view, and one the .so stands for (allowed by descriptor).
+  const auto dir = std::filesystem::temp_directory_path() / ("d2k-view-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "state.json") << "{}";
+  std::ofstream(dir / "kernel.so") << "ELF";
+  // Without the view, everything below is possible (the test can tell).
+  REQUIRE(can_open((dir / "state.json").c_str(), O_RDWR));
+  REQUIRE(can_open("/proc/self/mem", O_RDWR));
+  const int rc = in_child([&] {
+    const int so_fd = ::open((dir / "kernel.so").c_str(), O_RDONLY | O_CLOEXEC);
+    const auto view = d2k::runner::agent_file_view(so_fd);
+    const std::string so_path = "/proc/self/fd/" + std::to_string(so_fd);
+    d2k::runner::restrict_files(view);
+    if (!can_open("/usr/lib/os-release", O_RDONLY) && !can_open("/etc/ld.so.cache", O_RDONLY)) return 10;
+    if (!can_open("/proc/self/status", O_RDONLY)) return 11;
+    if (!can_open("/dev/null", O_WRONLY)) return 12;
+    if (!can_open(so_path.c_str(), O_RDONLY)) return 13;        // the .so, reopened by dlopen
+    if (can_open(so_path.c_str(), O_RDWR)) return 20;            // ... but not writable
+    if (can_open((dir / "state.json").c_str(), O_RDONLY)) return 21;  // server/task/session files
+    if (can_open("/etc/passwd", O_RDONLY)) return 22;            // host files
+    if (can_open("/proc/self/mem", O_RDWR)) return 23;           // class 3: code writes without mprotect
+    if (can_open("/proc/1/environ", O_RDONLY)) return 24;        // other processes
+    if (can_open("/proc/1/root/etc/hostname", O_RDONLY)) return 25;  // through another's root
+    if (can_open("/usr/lib/os-release", O_RDWR)) return 26;      // system files stay read-only
+    return 0;
+  });
+  CHECK(rc == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("class 6: agent code is not uid 0 in its namespace and holds no capability", "[runner][confine]") {
+  const int rc = in_child([] {
+    d2k::runner::enter_namespaces();
+    if (getuid() != d2k::runner::kInsideUid || getgid() != d2k::runner::kInsideGid) return 10;
+    d2k::runner::drop_privileges();
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    if (syscall(SYS_capget, &header, data) != 0) return 11;
+    if (data[0].effective || data[0].permitted || data[1].effective || data[1].permitted) return 12;
+    if (prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) != 0) return 13;
+    // No changes to its view any more.
+    if (mount("none", "/tmp", "tmpfs", 0, nullptr) == 0) return 14;
+    return 0;
+  });
+  CHECK(rc == 0);
 }
