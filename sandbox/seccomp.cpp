@@ -178,6 +178,26 @@ std::vector<sock_filter> build_gate_program() {
   for (unsigned i = 0; i < kGatePrctlAllowedCount; ++i)
     jeq_ret(static_cast<std::uint32_t>(kGatePrctlAllowed[i]), SECCOMP_RET_ALLOW);
   stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
+  // No new executable memory but private mappings of files (what the loader makes: the agent's
+  // .so, its libraries, the driver's JIT library). Anonymous or shared executable mappings, and
+  // making any mapping executable afterwards (mprotect, pkey_mprotect), kill. Files the agent could
+  // have written are outside its Landlock view (confine.hpp); the prot and flags are ints.
+  constexpr std::uint32_t kArg2 = offsetof(seccomp_data, args[2]);
+  constexpr std::uint32_t kArg3 = offsetof(seccomp_data, args[3]);
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 0, 6));
+  stmt(BPF_LD | BPF_W | BPF_ABS, kArg2);
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 2));
+  stmt(BPF_LD | BPF_W | BPF_ABS, kArg3);
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MAP_ANONYMOUS | MAP_SHARED, 1, 0));
+  stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  for (std::uint32_t nr : {static_cast<std::uint32_t>(__NR_mprotect), static_cast<std::uint32_t>(__NR_pkey_mprotect)}) {
+    p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 4));
+    stmt(BPF_LD | BPF_W | BPF_ABS, kArg2);
+    p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1));
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  }
   stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
   return p;
 }

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/prctl.h>
@@ -246,4 +247,42 @@ TEST_CASE("the agent layer refuses host memory that RLIMIT_DATA does not count",
           return p == MAP_FAILED ? 2 : 0;
         }) == 0);
   CHECK(in_child(layer, [] { return outcome(shmget(IPC_PRIVATE, 1u << 20, IPC_CREAT | 0600) < 0 ? -1 : 0); }) == 1);
+}
+
+TEST_CASE("the agent gate allows no new executable memory but private file mappings", "[seccomp]") {
+  constexpr auto gate = SeccompProfile::runner_agent_gate;
+  auto anon_rwx = [] {
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? 2 : 0;
+  };
+  CHECK(in_child(SeccompProfile::none, anon_rwx) == 0);
+  CHECK(in_child(gate, anon_rwx) == -SIGSYS);
+  // Making existing memory executable (patching the harness's code, or data turned into code).
+  auto make_exec = [] {
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 3;
+    return mprotect(p, 4096, PROT_READ | PROT_EXEC) == 0 ? 0 : 2;
+  };
+  CHECK(in_child(SeccompProfile::none, make_exec) == 0);
+  CHECK(in_child(gate, make_exec) == -SIGSYS);
+  CHECK(in_child(gate, [] {
+          void* p = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          return p == MAP_FAILED ? 3 : (int)syscall(SYS_pkey_mprotect, p, 4096, PROT_READ | PROT_EXEC, -1) == 0 ? 0 : 2;
+        }) == -SIGSYS);
+  // Shared executable file mappings (content another mapping can change) die too.
+  CHECK(in_child(gate, [] {
+          const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+          void* p = mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
+          return p == MAP_FAILED ? 2 : 0;
+        }) == -SIGSYS);
+  // What the loader does stays possible: a private executable mapping of a file; and
+  // non-executable memory is untouched (mprotect to read-only, as RELRO does).
+  CHECK(in_child(gate, [] {
+          const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+          void* p = mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+          if (p == MAP_FAILED) return 2;
+          void* q = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          return q != MAP_FAILED && mprotect(q, 4096, PROT_READ) == 0 ? 0 : 3;
+        }) == 0);
+  CHECK(in_child(gate, [] { return dlopen("libdl.so.2", RTLD_NOW | RTLD_LOCAL) != nullptr ? 0 : 2; }) == 0);
 }
