@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <linux/audit.h>
 #include <linux/seccomp.h>
+#include <stddef.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/mman.h>
@@ -24,7 +26,7 @@ namespace {
 // host (tracing, reading other processes' memory, kernel programs, mounts): the attempt ends the
 // job and is reported as a violation. ERRNO where ordinary programs probe and cope with failure
 // (sockets, namespaces, io_uring, keyrings, perf), so a tool that merely tries still works.
-enum class Act { kill, eperm, eacces, enosys };
+enum class Act { kill, eperm, eacces, enosys, enomem };
 
 // At most one argument condition per rule (several rules may name one syscall). Compares are
 // 64-bit: garbage in a register's upper half makes an `ne` match (denied), never slip through.
@@ -141,10 +143,75 @@ constexpr Rule kRunnerAgentLayerRules[] = {
     {"open", Act::eperm, arg_masked_eq(1, O_CREAT, O_CREAT)},
     {"openat", Act::eperm, arg_masked_eq(2, O_CREAT, O_CREAT)},
     {"openat2", Act::enosys},  // its flags are in memory; glibc falls back to openat
-    // Thread names stay as the driver set them (the runner tells agent threads from driver
-    // threads by name).
-    {"prctl", Act::eperm, arg_eq(0, PR_SET_NAME)},
+    // Host memory the runner's RLIMIT_DATA does not count: shared anonymous mappings and SysV
+    // segments (ENOMEM/EPERM, as an allocator copes with).
+    {"mmap", Act::enomem, arg_masked_eq(3, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED | MAP_ANONYMOUS)},
+    {"shmget", Act::eperm}, {"shmat", Act::eperm},
+    // prctl: the gate's allowlist (runner_agent_gate).
 };
+
+// `runner_agent_gate`: a hand-built classic BPF program (see build_gate_program).
+std::vector<sock_filter> build_gate_program() {
+  std::vector<sock_filter> p;
+  auto stmt = [&](std::uint16_t code, std::uint32_t k) { p.push_back(BPF_STMT(code, k)); };
+  auto jeq_ret = [&](std::uint32_t value, std::uint32_t ret) {  // if A == value: return ret
+    p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, value, 0, 1));
+    stmt(BPF_RET | BPF_K, ret);
+  };
+  constexpr std::uint32_t kNr = offsetof(seccomp_data, nr);
+  constexpr std::uint32_t kArch = offsetof(seccomp_data, arch);
+  constexpr std::uint32_t kArg0 = offsetof(seccomp_data, args[0]);  // low half on x86-64 (little-endian)
+  stmt(BPF_LD | BPF_W | BPF_ABS, kArch);
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0));
+  stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  stmt(BPF_LD | BPF_W | BPF_ABS, kNr);
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1));  // x32 system calls
+  stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  // No filter of the agent's own (it could trap or delay the harness's system calls).
+  jeq_ret(__NR_seccomp, SECCOMP_RET_KILL_PROCESS);
+  // prctl: the option is an int (the kernel reads the low half only).
+  const std::uint32_t block = 2 + 2 * (kGatePrctlKilledCount + kGatePrctlAllowedCount);
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_prctl, 0, static_cast<std::uint8_t>(block)));
+  stmt(BPF_LD | BPF_W | BPF_ABS, kArg0);
+  for (unsigned i = 0; i < kGatePrctlKilledCount; ++i)
+    jeq_ret(static_cast<std::uint32_t>(kGatePrctlKilled[i]), SECCOMP_RET_KILL_PROCESS);
+  for (unsigned i = 0; i < kGatePrctlAllowedCount; ++i)
+    jeq_ret(static_cast<std::uint32_t>(kGatePrctlAllowed[i]), SECCOMP_RET_ALLOW);
+  stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
+  // No new executable memory but private mappings of files (what the loader makes: the agent's
+  // .so, its libraries, the driver's JIT library). Anonymous or shared executable mappings, and
+  // making any mapping executable afterwards (mprotect, pkey_mprotect), kill. Files the agent could
+  // have written are outside its Landlock view (confine.hpp); the prot and flags are ints.
+  constexpr std::uint32_t kArg2 = offsetof(seccomp_data, args[2]);
+  constexpr std::uint32_t kArg3 = offsetof(seccomp_data, args[3]);
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 0, 6));
+  stmt(BPF_LD | BPF_W | BPF_ABS, kArg2);
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 2));
+  stmt(BPF_LD | BPF_W | BPF_ABS, kArg3);
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MAP_ANONYMOUS | MAP_SHARED, 1, 0));
+  stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  for (std::uint32_t nr : {static_cast<std::uint32_t>(__NR_mprotect), static_cast<std::uint32_t>(__NR_pkey_mprotect)}) {
+    p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 4));
+    stmt(BPF_LD | BPF_W | BPF_ABS, kArg2);
+    p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1));
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+    stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  }
+  stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  return p;
+}
+
+int load_program(const sock_filter* program, unsigned short length, bool all_threads) noexcept {
+  if (length == 0) return 0;
+  sock_fprog prog{length, const_cast<sock_filter*>(program)};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  const unsigned flags = all_threads ? SECCOMP_FILTER_FLAG_TSYNC : 0;
+  const long rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+  if (rc < 0) return errno;
+  if (rc > 0) return ESRCH;  // TSYNC: a thread (the id returned) could not be synchronised
+  return 0;
+}
 
 uint32_t action_of(Act act) {
   switch (act) {
@@ -152,6 +219,7 @@ uint32_t action_of(Act act) {
     case Act::eperm: return SCMP_ACT_ERRNO(EPERM);
     case Act::eacces: return SCMP_ACT_ERRNO(EACCES);
     case Act::enosys: return SCMP_ACT_ERRNO(ENOSYS);
+    case Act::enomem: return SCMP_ACT_ERRNO(ENOMEM);
   }
   return SCMP_ACT_KILL_PROCESS;
 }
@@ -206,11 +274,30 @@ Ctx build_ctx(SeccompProfile profile, const FilterOptions& options) {
       add_rules(ctx.get(), kRunnerRules, self);
       break;
     case SeccompProfile::runner_agent_layer: add_rules(ctx.get(), kRunnerAgentLayerRules, self); break;
+    case SeccompProfile::runner_agent_gate: break;  // hand-built: build_gate_program
   }
   return ctx;
 }
 
 }  // namespace
+
+// Reads, and settings that only restrict the caller (no_new_privs), plus thread names (the runner
+// tells threads apart by id, never by name; CUDA names the threads it starts lazily) and
+// PR_SET_VMA (names of anonymous mappings, which allocators set).
+const int kGatePrctlAllowed[] = {
+    PR_SET_NAME,      PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_GET_KEEPCAPS,   PR_GET_NAME,          PR_GET_SECCOMP,
+    PR_CAPBSET_READ,  PR_GET_SECUREBITS, PR_GET_TIMERSLACK, PR_MCE_KILL_GET,    PR_GET_CHILD_SUBREAPER,
+    PR_SET_NO_NEW_PRIVS, PR_GET_NO_NEW_PRIVS, PR_GET_TID_ADDRESS, PR_GET_THP_DISABLE, PR_GET_FP_MODE,
+    PR_GET_SPECULATION_CTRL, PR_SET_VMA,
+};
+const unsigned kGatePrctlAllowedCount = sizeof kGatePrctlAllowed / sizeof kGatePrctlAllowed[0];
+// Outliving the server (parent-death signal), becoming traceable or dumpable by others, a filter
+// or syscall user dispatch of one's own, rewriting the process's memory map description.
+const int kGatePrctlKilled[] = {
+    PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_PTRACER,  PR_SET_SECCOMP, PR_SET_MM,
+    PR_SET_CHILD_SUBREAPER, PR_SET_SYSCALL_USER_DISPATCH, PR_SET_SECUREBITS, PR_SET_KEEPCAPS,
+};
+const unsigned kGatePrctlKilledCount = sizeof kGatePrctlKilled / sizeof kGatePrctlKilled[0];
 
 const char* to_string(SeccompProfile profile) {
   switch (profile) {
@@ -218,12 +305,14 @@ const char* to_string(SeccompProfile profile) {
     case SeccompProfile::compiler: return "compiler";
     case SeccompProfile::runner: return "runner";
     case SeccompProfile::runner_agent_layer: return "runner_agent_layer";
+    case SeccompProfile::runner_agent_gate: return "runner_agent_gate";
   }
   return "?";
 }
 
 std::vector<sock_filter> build_seccomp_program(SeccompProfile profile, const FilterOptions& options) {
   if (profile == SeccompProfile::none) return {};
+  if (profile == SeccompProfile::runner_agent_gate) return build_gate_program();
   Ctx ctx = build_ctx(profile, options);
   int fd = memfd_create("d2k-seccomp", MFD_CLOEXEC);
   if (fd < 0) throw std::runtime_error("seccomp: memfd_create failed");
@@ -245,16 +334,18 @@ std::vector<sock_filter> build_seccomp_program(SeccompProfile profile, const Fil
 }
 
 int load_seccomp_program(const sock_filter* program, unsigned short length) noexcept {
-  if (length == 0) return 0;
-  sock_fprog prog{length, const_cast<sock_filter*>(program)};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
-  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) return errno;
-  return 0;
+  return load_program(program, length, false);
 }
 
 std::string load_seccomp(SeccompProfile profile, const FilterOptions& options) {
   if (profile == SeccompProfile::none) return {};
   try {
+    if (profile == SeccompProfile::runner_agent_gate) {
+      const auto program = build_gate_program();
+      if (const int err = load_program(program.data(), static_cast<unsigned short>(program.size()), options.all_threads))
+        return std::string("loading the gate: ") + strerror(err);
+      return {};
+    }
     Ctx ctx = build_ctx(profile, options);
     int rc = seccomp_load(ctx.get());
     if (rc < 0) return std::string("seccomp_load: ") + strerror(-rc);

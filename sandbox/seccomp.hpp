@@ -16,13 +16,22 @@ enum class SeccompProfile {
   compiler,  // nvcc and its tools: exec allowed; no network, no tracing, no kernel-admin calls
   runner,    // compiler's rules plus: no exec, no fork, threads only, signals to itself only
   runner_agent_layer,  // stacked on `runner` in the agent-mode runner: kills what only an attack
-                       // does, no new files, no AF_UNIX sockets, no thread renaming
+                       // does, no new files, no AF_UNIX sockets
+  runner_agent_gate,   // stacked last (hand-built BPF: libseccomp cannot say "every value but
+                       // these"): prctl only from an allowlist, no further seccomp filters
 };
 
 struct FilterOptions {
   pid_t self_pid = 0;  // runner: the only pid kill/tgkill may target (0: getpid() when built)
   bool all_threads = true;  // in-process load: apply to every thread (SECCOMP_FILTER_FLAG_TSYNC)
 };
+
+// prctl options the agent gate allows (reads, and settings that only restrict the caller), and
+// those it kills (only an attack on the harness sets them); every other option answers EPERM.
+extern const int kGatePrctlAllowed[];
+extern const unsigned kGatePrctlAllowedCount;
+extern const int kGatePrctlKilled[];
+extern const unsigned kGatePrctlKilledCount;
 
 const char* to_string(SeccompProfile profile);
 

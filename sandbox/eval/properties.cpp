@@ -10,6 +10,7 @@
 #include <regex>
 #include <sstream>
 
+#include "sandbox/jail.hpp"
 #include "sandbox/process.hpp"
 
 namespace d2k::runner {
@@ -341,25 +342,41 @@ std::optional<std::filesystem::path> find_cuobjdump(const std::filesystem::path&
   return std::nullopt;
 }
 
+// cuobjdump parses an agent-built file: it runs in the compile jail (sandbox/jail.hpp), seeing
+// the system, the toolkit and that one file read-only at /in/kernel.so, and nothing else (no task
+// folder, no state, no other session's files), with no network and the compiler's seccomp profile.
 ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::string& flag,
                          const std::filesystem::path& file) {
   ToolOutput r;
-  sandbox::RunSpec spec;
-  spec.argv = {cuobjdump.string(), flag, file.string()};
+  sandbox::JailSpec spec;
+  spec.argv = {cuobjdump.string(), flag, "/in/kernel.so"};
+  spec.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/tmp"}, {"LANG", "C"}, {"LC_ALL", "C"}};
   spec.max_output_bytes = 64u << 20;
-  sandbox::RunResult run;
+  spec.deadline = std::chrono::seconds(120);
+  spec.cpu_seconds = 120;
+  spec.seccomp = sandbox::SeccompProfile::compiler;
   try {
-    run = sandbox::run(spec);
+    const auto tool = std::filesystem::canonical(cuobjdump);
+    if (tool.string().rfind("/usr/", 0) != 0) {  // a toolkit outside /usr: its root, read-only
+      const auto root = tool.parent_path().parent_path();
+      spec.mounts.push_back({root, root, false});
+    }
+    spec.argv[0] = tool.string();
+    spec.mounts.push_back({std::filesystem::canonical(file), "/in/kernel.so", false});
   } catch (const std::exception& e) {
     r.error = e.what();
     return r;
   }
-  r.text = std::move(run.out);
-  r.ok = run.exit.ok();
+  const sandbox::JailOutcome run = sandbox::run_jailed(spec);
+  r.text = run.output;
+  r.ok = run.started && !run.timed_out && run.signal == 0 && run.exit_status == 0;
   if (!r.ok)
     r.error = spec.argv[0] + " " + flag + " failed (" +
-              (run.exit.exited ? "exit " + std::to_string(run.exit.status) : std::string("signal")) +
-              "): " + std::string(trim(std::string_view(run.err).substr(0, 500)));
+              (!run.started      ? "jail: " + run.setup_error
+               : run.timed_out   ? std::string("timed out")
+               : run.signal != 0 ? "signal " + std::to_string(run.signal)
+                                 : "exit " + std::to_string(run.exit_status)) +
+              "): " + std::string(trim(std::string_view(run.output).substr(0, 500)));
   return r;
 }
 

@@ -41,10 +41,11 @@ std::optional<std::filesystem::path> find_cuobjdump(const std::filesystem::path&
 
 struct ToolOutput {
   bool ok = false;
-  std::string text;                  // stdout (capped at 64 MiB)
-  std::string error;                 // why not ok (exit status, stderr tail)
+  std::string text;                  // stdout and stderr (capped at 64 MiB)
+  std::string error;                 // why not ok (jail step, exit status, output head)
 };
-// Runs `cuobjdump <flag> <file>` (flag: "-sass" or "-res-usage") without a shell.
+// Runs `cuobjdump <flag> <file>` (flag: "-sass" or "-res-usage") without a shell, in the compile
+// jail: the file (agent-built) is the only thing of ours it sees, read-only.
 ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::string& flag,
                          const std::filesystem::path& file);
 

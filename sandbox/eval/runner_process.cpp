@@ -4,16 +4,24 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 
 namespace d2k::runner {
 namespace {
+
+std::optional<struct stat> stat_of(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return st;
+}
 
 int ms_until(RunnerProcess::Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RunnerProcess::Clock::now());
@@ -90,7 +98,41 @@ std::unique_ptr<RunnerProcess> RunnerProcess::start(const SpawnSpec& spec) {
   fcntl(p->result_.get(), F_SETFL, O_NONBLOCK);
   fcntl(p->log_.get(), F_SETFL, O_NONBLOCK);
   p->started_ = Clock::now();
+  if (const auto st = stat_of("/proc/" + std::to_string(p->child_.pid()) + "/exe"))
+    p->exe_ = FileId{st->st_dev, st->st_ino, st->st_size, st->st_mtim.tv_sec * 1000000000ll + st->st_mtim.tv_nsec};
   return p;
+}
+
+std::string RunnerProcess::spare_defect() {
+  if (exit_ || child_.exited()) return "exited";
+  const std::string proc = "/proc/" + std::to_string(child_.pid());
+  std::ifstream status(proc + "/status");
+  std::string line;
+  bool seen_state = false;
+  while (std::getline(status, line)) {
+    if (line.rfind("State:", 0) == 0) {
+      seen_state = true;
+      const auto c = line.find_first_not_of(" \t", 6);
+      const char state = c == std::string::npos ? '?' : line[c];
+      if (state == 'T' || state == 't' || state == 'Z' || state == 'X') return std::string("state ") + state;
+    } else if (line.rfind("TracerPid:", 0) == 0 && std::atol(line.c_str() + 10) != 0) {
+      return "traced";
+    }
+  }
+  if (!seen_state) return "no /proc status";
+  const auto exe = stat_of(proc + "/exe");
+  if (!exe || !exe_) return "executable unknown";
+  const FileId now{exe->st_dev, exe->st_ino, exe->st_size, exe->st_mtim.tv_sec * 1000000000ll + exe->st_mtim.tv_nsec};
+  if (!(now == *exe_)) return "executable changed since start";
+  const auto disk = stat_of(spec_.runner.string());
+  if (!disk || disk->st_dev != exe_->dev || disk->st_ino != exe_->ino) return "runner binary replaced on disk";
+  pump(0);
+  if (!line_buf_.empty() || lines_.size() > 1) return "unexpected output before its job";
+  if (lines_.size() == 1) {
+    const auto ev = nlohmann::json::parse(lines_.front(), nullptr, false);
+    if (!ev.is_object() || ev.value("event", std::string()) != "ready") return "unexpected output before its job";
+  }
+  return {};
 }
 
 RunnerProcess::~RunnerProcess() {
@@ -304,6 +346,7 @@ std::unique_ptr<RunnerProcess> RunnerPool::take() {
       auto p = std::move(ready_.front());
       ready_.pop_front();
       cv_.notify_all();
+      if (!p->spare_defect().empty()) continue;  // killed and reaped here; the refill replaces it
       return p;
     }
     if (!last_error_.empty()) throw std::runtime_error("cannot start a runner: " + last_error_);

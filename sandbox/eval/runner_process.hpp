@@ -78,6 +78,10 @@ class RunnerProcess {
   pid_t pid() const { return child_.pid(); }
   Mode mode() const { return spec_.mode; }
   Clock::time_point started() const { return started_; }
+  // A spare runner is fit for use: still running, not stopped, traced or a zombie, the same
+  // executable it was started as (same inode, unchanged on disk), and it has said nothing beyond
+  // "ready". Empty when fit, otherwise why not. Never blocks.
+  std::string spare_defect();
 
  private:
   RunnerProcess() = default;
@@ -94,6 +98,14 @@ class RunnerProcess {
   std::optional<Exit> exit_;
   bool killed_ = false;
   Clock::time_point started_{}, job_sent_{};
+  struct FileId {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = 0;
+    std::int64_t mtime_ns = 0;
+    bool operator==(const FileId&) const = default;
+  };
+  std::optional<FileId> exe_;  // /proc/<pid>/exe right after start
 };
 
 // A few runners started ahead per (GPU, mode); take() hands one out and a background thread
@@ -104,7 +116,9 @@ class RunnerPool {
   RunnerPool(const RunnerPool&) = delete;
   RunnerPool& operator=(const RunnerPool&) = delete;
   ~RunnerPool();
-  std::unique_ptr<RunnerProcess> take();  // blocks until one is started; throws when starting fails
+  // Blocks until one is started and passes spare_defect() (an unfit spare is killed and replaced);
+  // throws when starting fails.
+  std::unique_ptr<RunnerProcess> take();
   const SpawnSpec& spec() const { return spec_; }
 
  private:

@@ -16,14 +16,9 @@
 //      outputs handed over;
 //   8. "result" event, then _exit (the agent's static destructors never run).
 // Comparison with the reference happens in the parent, never here.
-#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,9 +36,9 @@
 #include <ffi.h>
 #include <nlohmann/json.hpp>
 
-#include "sandbox/jail.hpp"
 #include "sandbox/outcome.hpp"
 #include "sandbox/process.hpp"
+#include "sandbox/runner/confine.hpp"
 #include "sandbox/runner/launch_records.hpp"
 #include "sandbox/runner/nvml.hpp"
 #include "sandbox/runner/csr_gen.hpp"
@@ -67,6 +62,16 @@ struct Stop {
   Outcome status;
   std::string message;
 };
+
+// Runs one confinement step; its failure ends the run as setup_error.
+template <class Step>
+void confine_step(Step&& step) {
+  try {
+    step();
+  } catch (const ConfineError& e) {
+    throw Stop{Outcome::setup_error, e.what()};
+  }
+}
 
 #define RUNNER_CUDA(call, status)                                                             \
   do {                                                                                        \
@@ -100,90 +105,6 @@ class Emitter {
   int fd_;
   std::uint64_t seq_ = 0;
 };
-
-void write_file(const char* path, const std::string& text) {
-  const sandbox::Fd fd(::open(path, O_WRONLY | O_CLOEXEC));
-  if (!fd) throw Stop{Outcome::setup_error, std::string("open ") + path + ": " + std::strerror(errno)};
-  const ssize_t n = ::write(fd.get(), text.data(), text.size());
-  if (n != static_cast<ssize_t>(text.size()))
-    throw Stop{Outcome::setup_error, std::string("write ") + path + ": " + std::strerror(errno)};
-}
-
-// Own user namespace (uid 0 inside mapped to ours), mount namespace (private) and an empty
-// network namespace.
-void enter_namespaces() {
-  const uid_t uid = getuid();
-  const gid_t gid = getgid();
-  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0)
-    throw Stop{Outcome::setup_error, std::string("unshare: ") + std::strerror(errno)};
-  write_file("/proc/self/setgroups", "deny");
-  write_file("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1");
-  write_file("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1");
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
-    throw Stop{Outcome::setup_error, std::string("mount private: ") + std::strerror(errno)};
-}
-
-// Covers each path the way the jail hides paths (sandbox::mask_path).
-void hide_paths(const std::vector<std::string>& paths) {
-  for (const auto& p : paths) {
-    struct stat st{};
-    if (::stat(p.c_str(), &st) != 0) continue;  // nothing to hide
-    if (const int err = sandbox::mask_path(p.c_str(), S_ISDIR(st.st_mode)))
-      throw Stop{Outcome::setup_error, "cannot hide " + p + ": " + std::strerror(err)};
-  }
-}
-
-std::uint64_t vm_size_bytes() {
-  FILE* f = std::fopen("/proc/self/status", "re");
-  if (f == nullptr) return 0;
-  char line[256];
-  std::uint64_t kb = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr)
-    if (std::sscanf(line, "VmSize: %lu kB", &kb) == 1) break;
-  std::fclose(f);
-  return kb * 1024;
-}
-
-void set_limit(int resource, rlim_t value) {
-  const rlimit rl{value, value};
-  if (setrlimit(resource, &rl) != 0)
-    throw Stop{Outcome::setup_error, std::string("setrlimit: ") + std::strerror(errno)};
-}
-
-// Threads of this process that the CUDA driver did not start (driver threads are named "cuda…";
-// the filter forbids renaming a thread).
-std::set<std::string> foreign_threads(const std::set<std::string>& baseline) {
-  std::set<std::string> out;
-  DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    const std::string tid = e->d_name;
-    if (baseline.count(tid) != 0) continue;
-    char comm[64] = {};
-    const std::string path = "/proc/self/task/" + tid + "/comm";
-    if (FILE* f = std::fopen(path.c_str(), "re")) {
-      if (std::fgets(comm, sizeof comm, f) == nullptr) comm[0] = 0;
-      std::fclose(f);
-    }
-    if (std::strncmp(comm, "cuda", 4) != 0) {
-      comm[std::strcspn(comm, "\n")] = 0;
-      out.insert(tid + " (" + comm + ")");
-    }
-  }
-  closedir(d);
-  return out;
-}
-
-std::set<std::string> all_threads() {
-  std::set<std::string> out;
-  DIR* d = opendir("/proc/self/task");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d))
-    if (e->d_name[0] != '.') out.insert(e->d_name);
-  closedir(d);
-  return out;
-}
 
 void pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t offset) {
   const char* p = static_cast<const char*>(data);
@@ -235,7 +156,7 @@ class Runner {
   int run(bool isolate) {
     const auto t0 = Clock::now();
     try {
-      if (isolate) enter_namespaces();
+      if (isolate) confine_step([] { enter_namespaces(); });
       start_cuda();
     } catch (const Stop& s) {
       emit_.send({{"event", "result"}, {"status", sandbox::to_string(s.status)}, {"message", s.message}});
@@ -362,12 +283,13 @@ class Runner {
     result_.sample_overhead_s = median(whole);
   }
 
+  // The confinement steps (confine.hpp), in order, before any foreign code is loaded.
   void confine(int so_fd) {
-    (void)so_fd;
-    hide_paths(job_.hide_paths);
-    set_limit(RLIMIT_CORE, 0);
-    set_limit(RLIMIT_FSIZE, std::max<rlim_t>(layout_.total_bytes, 1u << 20));
-    if (job_.host_memory_bytes > 0) set_limit(RLIMIT_AS, vm_size_bytes() + job_.host_memory_bytes);
+    confine_step([&] { hide_paths(job_.hide_paths); });
+    confine_step([&] { hide_other_gpus(device_.pci_bus_id); });
+    confine_step([&] { set_agent_limits(layout_.total_bytes, job_.host_memory_bytes); });
+    confine_step([&] { restrict_files(agent_file_view(so_fd)); });
+    confine_step([] { drop_privileges(); });
     try {
       install_agent_filter();
     } catch (const std::exception& e) {
@@ -381,10 +303,12 @@ class Runner {
     if (out_fd_ >= 0 && ftruncate(out_fd_, static_cast<off_t>(layout_.total_bytes)) != 0)
       throw Stop{Outcome::setup_error, std::string("sizing the output file: ") + std::strerror(errno)};
     if (out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
+    confine_step([] { check_clean_device(); });  // what an earlier job left behind
     // stdin stays open: the parent releases each timed phase's key there, just in time.
     if (job_.measure_overhead) measure_overhead();
     if (job_.record_launches) start_launch_records();
     if (agent_) confine(so_fd);
+    confine_step([&] { start_callback_thread(gpu_.stream); });
     const auto baseline_threads = all_threads();
 
     const std::string so_path = "/proc/self/fd/" + std::to_string(so_fd);

@@ -20,6 +20,9 @@ void install_agent_filter() {
     throw std::runtime_error("runner seccomp profile: " + err);
   if (const std::string err = sandbox::load_seccomp(sandbox::SeccompProfile::runner_agent_layer, options); !err.empty())
     throw std::runtime_error("runner agent seccomp layer: " + err);
+  // Last: the gate (prctl allowlist, no filters of the agent's own); after it no filter can be added.
+  if (const std::string err = sandbox::load_seccomp(sandbox::SeccompProfile::runner_agent_gate, options); !err.empty())
+    throw std::runtime_error("runner agent seccomp gate: " + err);
 }
 
 }  // namespace d2k::runner

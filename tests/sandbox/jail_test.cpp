@@ -391,8 +391,9 @@ TEST_CASE("seccomp runner profile, loaded in-process", "[seccomp][runner]") {
 }
 
 TEST_CASE("seccomp runner agent layer, stacked on the runner profile in-process", "[seccomp][runner]") {
-  // What the old imperative layer in runner_seccomp.cpp refused, probed under the table.
-  for (const char* what : {"agent_mkdir", "agent_creat", "agent_socket_unix", "agent_thread_name"}) {
+  // What the old imperative layer in runner_seccomp.cpp refused, probed under the table. (Thread
+  // renaming is allowed since issue 23: the runner's thread census goes by thread id.)
+  for (const char* what : {"agent_mkdir", "agent_creat", "agent_socket_unix"}) {
     auto out = run_jailed(probe({what}));
     INFO(what << ": " << out.output << out.setup_error);
     CHECK(out.exit_status == 0);

@@ -8,9 +8,16 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/prctl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -125,10 +132,14 @@ void agent_layer_rules(scmp_filter_ctx ctx, pid_t pid) {
     rule(SCMP_ACT_ERRNO(EPERM), "openat", 1, &creat2);
     deny("openat2", ENOSYS);
   }
+  // Issue 23 (class 8): host memory outside RLIMIT_DATA.
   {
-    const scmp_arg_cmp set_name = SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME);
-    rule(SCMP_ACT_ERRNO(EPERM), "prctl", 1, &set_name);
+    const scmp_arg_cmp shared_anon = SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED | MAP_ANONYMOUS);
+    rule(SCMP_ACT_ERRNO(ENOMEM), "mmap", 1, &shared_anon);
+    deny("shmget");
+    deny("shmat");
   }
+  // (prctl moved to the hand-built gate, issue 23: allowlisted options only.)
 }
 
 std::vector<sock_filter> program(SeccompProfile profile, pid_t self) {
@@ -172,4 +183,106 @@ TEST_CASE("seccomp tables generate the same programs as the imperative rules the
                    reference::program(SeccompProfile::runner_agent_layer, self)));
   CHECK_FALSE(same(build_seccomp_program(SeccompProfile::runner, {self, true}),
                    reference::program(SeccompProfile::compiler, self)));
+}
+
+// --- The filters at work: each case forks a child, loads the profile there and makes the calls. ---
+namespace {
+
+// How a child ended: its exit status, or minus the signal that killed it.
+int in_child(SeccompProfile profile, int (*body)()) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (profile != SeccompProfile::none && !load_seccomp(profile, {getpid(), false}).empty()) _exit(200);
+    _exit(body());
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+// 0: the call succeeded; 1: EPERM; 2: another failure.
+int outcome(long rc) { return rc == 0 ? 0 : errno == EPERM ? 1 : 2; }
+
+}  // namespace
+
+TEST_CASE("the agent gate allows prctl reads, kills attack options, refuses the rest", "[seccomp]") {
+  constexpr auto gate = SeccompProfile::runner_agent_gate;
+  // Reads and no_new_privs pass.
+  CHECK(in_child(gate, [] { char name[32]; return outcome(prctl(PR_GET_NAME, name, 0, 0, 0)); }) == 0);
+  CHECK(in_child(gate, [] { int sig = 0; return outcome(prctl(PR_GET_PDEATHSIG, &sig, 0, 0, 0)); }) == 0);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)); }) == 0);
+  // Options off the allowlist answer EPERM (and work without the gate: the test can tell).
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)); }) == 1);
+  CHECK(in_child(SeccompProfile::none, [] { return outcome(prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)); }) == 0);
+  // Thread names are free (the census goes by thread id).
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_NAME, "cuda-EvtHandlr", 0, 0, 0)); }) == 0);
+  // Outliving the server, becoming dumpable/traceable, own filters or syscall dispatch: killed.
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)); }) == -SIGSYS);
+  CHECK(in_child(SeccompProfile::none, [] { return outcome(prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0)); }) == 0);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)); }) == -SIGSYS);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_PTRACER, -1L, 0, 0, 0)); }) == -SIGSYS);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_SYSCALL_USER_DISPATCH, 1, 0, 0, 0)); }) == -SIGSYS);
+  CHECK(in_child(gate, [] { return outcome(prctl(PR_SET_SECCOMP, 2, 0, 0, 0)); }) == -SIGSYS);
+  // Garbage in the upper half of the option does not slip past (the kernel reads an int).
+  CHECK(in_child(gate, [] { return outcome(syscall(SYS_prctl, (1ul << 32) | PR_SET_PDEATHSIG, 0, 0, 0, 0)); }) == -SIGSYS);
+  // No filter of the agent's own on top.
+  CHECK(in_child(gate, [] {
+          sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+          sock_fprog prog{1, &allow};
+          return outcome(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
+        }) == -SIGSYS);
+}
+
+TEST_CASE("the agent layer refuses host memory that RLIMIT_DATA does not count", "[seccomp]") {
+  constexpr auto layer = SeccompProfile::runner_agent_layer;
+  auto shared_anon = [] {
+    void* p = mmap(nullptr, 1u << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? (errno == ENOMEM ? 1 : 2) : 0;
+  };
+  CHECK(in_child(layer, shared_anon) == 1);
+  CHECK(in_child(SeccompProfile::none, shared_anon) == 0);
+  CHECK(in_child(layer, [] {
+          void* p = mmap(nullptr, 1u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          return p == MAP_FAILED ? 2 : 0;
+        }) == 0);
+  CHECK(in_child(layer, [] { return outcome(shmget(IPC_PRIVATE, 1u << 20, IPC_CREAT | 0600) < 0 ? -1 : 0); }) == 1);
+}
+
+TEST_CASE("the agent gate allows no new executable memory but private file mappings", "[seccomp]") {
+  constexpr auto gate = SeccompProfile::runner_agent_gate;
+  auto anon_rwx = [] {
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? 2 : 0;
+  };
+  CHECK(in_child(SeccompProfile::none, anon_rwx) == 0);
+  CHECK(in_child(gate, anon_rwx) == -SIGSYS);
+  // Making existing memory executable (patching the harness's code, or data turned into code).
+  auto make_exec = [] {
+    void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 3;
+    return mprotect(p, 4096, PROT_READ | PROT_EXEC) == 0 ? 0 : 2;
+  };
+  CHECK(in_child(SeccompProfile::none, make_exec) == 0);
+  CHECK(in_child(gate, make_exec) == -SIGSYS);
+  CHECK(in_child(gate, [] {
+          void* p = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          return p == MAP_FAILED ? 3 : (int)syscall(SYS_pkey_mprotect, p, 4096, PROT_READ | PROT_EXEC, -1) == 0 ? 0 : 2;
+        }) == -SIGSYS);
+  // Shared executable file mappings (content another mapping can change) die too.
+  CHECK(in_child(gate, [] {
+          const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+          void* p = mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
+          return p == MAP_FAILED ? 2 : 0;
+        }) == -SIGSYS);
+  // What the loader does stays possible: a private executable mapping of a file; and
+  // non-executable memory is untouched (mprotect to read-only, as RELRO does).
+  CHECK(in_child(gate, [] {
+          const int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+          void* p = mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+          if (p == MAP_FAILED) return 2;
+          void* q = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          return q != MAP_FAILED && mprotect(q, 4096, PROT_READ) == 0 ? 0 : 3;
+        }) == 0);
+  CHECK(in_child(gate, [] { return dlopen("libdl.so.2", RTLD_NOW | RTLD_LOCAL) != nullptr ? 0 : 2; }) == 0);
 }

@@ -1,0 +1,316 @@
+#include "sandbox/runner/confine.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <linux/capability.h>
+#include <linux/landlock.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <cuda_runtime_api.h>
+
+#include "sandbox/jail.hpp"
+#include "sandbox/process.hpp"
+
+#ifndef LANDLOCK_ACCESS_FS_TRUNCATE  // ABI 3 (Linux 6.2); older headers lack it
+#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
+#endif
+
+namespace d2k::runner {
+namespace {
+
+void write_file(const char* path, const std::string& text) {
+  const sandbox::Fd fd(::open(path, O_WRONLY | O_CLOEXEC));
+  if (!fd) throw ConfineError(std::string("open ") + path + ": " + std::strerror(errno));
+  const ssize_t n = ::write(fd.get(), text.data(), text.size());
+  if (n != static_cast<ssize_t>(text.size()))
+    throw ConfineError(std::string("write ") + path + ": " + std::strerror(errno));
+}
+
+bool g_private_mounts = false;  // enter_namespaces succeeded: mounts stay in our namespace
+
+}  // namespace
+
+void enter_namespaces() {
+  const uid_t uid = getuid();
+  const gid_t gid = getgid();
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0)
+    throw ConfineError(std::string("unshare: ") + std::strerror(errno));
+  write_file("/proc/self/setgroups", "deny");
+  write_file("/proc/self/uid_map", std::to_string(kInsideUid) + " " + std::to_string(uid) + " 1");
+  write_file("/proc/self/gid_map", std::to_string(kInsideGid) + " " + std::to_string(gid) + " 1");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    throw ConfineError(std::string("mount private: ") + std::strerror(errno));
+  g_private_mounts = true;
+}
+
+void hide_paths(const std::vector<std::string>& paths) {
+  for (const auto& p : paths) {
+    struct stat st{};
+    if (::stat(p.c_str(), &st) != 0) continue;  // nothing to hide
+    if (const int err = sandbox::mask_path(p.c_str(), S_ISDIR(st.st_mode)))
+      throw ConfineError("cannot hide " + p + ": " + std::strerror(err));
+  }
+}
+
+namespace {
+std::uint64_t status_kb(const char* format) {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  std::uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, format, &kb) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
+}
+}  // namespace
+
+std::uint64_t vm_size_bytes() { return status_kb("VmSize: %lu kB"); }
+std::uint64_t vm_data_bytes() { return status_kb("VmData: %lu kB"); }
+
+void set_limit(int resource, rlim_t value) {
+  const rlimit rl{value, value};
+  if (setrlimit(resource, &rl) != 0) throw ConfineError(std::string("setrlimit: ") + std::strerror(errno));
+}
+
+int highest_open_fd() {
+  int high = -1;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return high;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') high = std::max(high, std::atoi(e->d_name));
+  closedir(d);
+  return high;
+}
+
+void set_agent_limits(std::uint64_t output_bytes, std::uint64_t host_memory_bytes) {
+  set_limit(RLIMIT_CORE, 0);
+  set_limit(RLIMIT_NOFILE, static_cast<rlim_t>(std::max(highest_open_fd(), 2)) + 1 + kSpareFds);
+  set_limit(RLIMIT_NPROC, kMaxThreads);
+  set_limit(RLIMIT_FSIZE, std::max<rlim_t>(output_bytes, 1u << 20));
+  // RLIMIT_DATA, not RLIMIT_AS: CUDA's virtual reservations (cudaMallocAsync pools, the virtual
+  // memory API, UVM) are PROT_NONE or shared device mappings and count in the address space but
+  // not here; private writable memory (malloc, anonymous mmap, mprotect to writable) counts.
+  // Shared anonymous memory and SysV segments, which RLIMIT_DATA does not see, are refused by
+  // the agent seccomp layer.
+  if (host_memory_bytes > 0) set_limit(RLIMIT_DATA, vm_data_bytes() + host_memory_bytes);
+}
+
+std::set<std::string> all_threads() {
+  std::set<std::string> out;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') out.insert(e->d_name);
+  closedir(d);
+  return out;
+}
+
+std::set<std::string> foreign_threads(const std::set<std::string>& baseline) {
+  std::set<std::string> out;
+  for (const std::string& tid : all_threads()) {
+    if (baseline.count(tid) != 0) continue;
+    char comm[64] = {};
+    const std::string path = "/proc/self/task/" + tid + "/comm";
+    if (FILE* f = std::fopen(path.c_str(), "re")) {
+      if (std::fgets(comm, sizeof comm, f) == nullptr) comm[0] = 0;
+      std::fclose(f);
+    }
+    comm[std::strcspn(comm, "\n")] = 0;
+    out.insert(tid + " (" + comm + ")");  // the name is only reported: any thread may set it
+  }
+  return out;
+}
+
+namespace {
+void CUDART_CB no_op(void*) {}
+}  // namespace
+
+void start_callback_thread(cudaStream_t stream) {
+  for (cudaStream_t s : {stream, static_cast<cudaStream_t>(nullptr)}) {
+    if (cudaLaunchHostFunc(s, no_op, nullptr) != cudaSuccess || cudaStreamSynchronize(s) != cudaSuccess)
+      throw ConfineError("starting CUDA's host-callback thread failed");
+  }
+}
+
+FileView agent_file_view(int so_fd) {
+  FileView v;
+  v.read = {"/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc/ld.so.cache", "/etc/ld.so.conf",
+            "/etc/ld.so.conf.d", "/sys", "/proc/self", "/proc/driver/nvidia", "/proc/cpuinfo", "/proc/meminfo",
+            "/proc/stat", "/proc/sys", "/proc/devices", "/proc/filesystems"};
+  if (const char* ld = std::getenv("LD_LIBRARY_PATH")) {
+    std::string rest = ld;
+    for (std::size_t at = 0; at <= rest.size();) {
+      const std::size_t colon = std::min(rest.find(':', at), rest.size());
+      if (colon > at && rest[at] == '/') v.read.push_back(rest.substr(at, colon - at));
+      at = colon + 1;
+    }
+  }
+  v.read_write = {"/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"};
+  if (DIR* d = opendir("/dev")) {
+    while (dirent* e = readdir(d))
+      if (std::strncmp(e->d_name, "nvidia", 6) == 0) v.read_write.push_back(std::string("/dev/") + e->d_name);
+    closedir(d);
+  }
+  if (so_fd >= 0) v.read_fds.push_back(so_fd);
+  return v;
+}
+
+namespace {
+long landlock(long nr, long a, long b, long c) { return ::syscall(nr, a, b, c, 0L); }  // flags: 0
+}  // namespace
+
+void restrict_files(const FileView& view) {
+  const long abi = landlock(SYS_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  if (abi < 1) throw ConfineError(std::string("Landlock is not available: ") + std::strerror(errno));
+  constexpr std::uint64_t kFileRead = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_EXECUTE;
+  constexpr std::uint64_t kFileWrite = LANDLOCK_ACCESS_FS_WRITE_FILE;
+  std::uint64_t handled = kFileRead | kFileWrite | LANDLOCK_ACCESS_FS_READ_DIR | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+                          LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR |
+                          LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+                          LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
+  if (abi >= 2) handled |= LANDLOCK_ACCESS_FS_REFER;
+  if (abi >= 3) handled |= LANDLOCK_ACCESS_FS_TRUNCATE;
+  landlock_ruleset_attr attr{};
+  attr.handled_access_fs = handled;
+  const sandbox::Fd ruleset(static_cast<int>(landlock(SYS_landlock_create_ruleset, reinterpret_cast<long>(&attr),
+                                                      sizeof attr, 0)));
+  if (!ruleset) throw ConfineError(std::string("landlock_create_ruleset: ") + std::strerror(errno));
+  auto add = [&](int fd, std::uint64_t access, const std::string& what) {
+    landlock_path_beneath_attr rule{};
+    rule.parent_fd = fd;
+    rule.allowed_access = access;
+    if (landlock(SYS_landlock_add_rule, ruleset.get(), LANDLOCK_RULE_PATH_BENEATH, reinterpret_cast<long>(&rule)) != 0)
+      throw ConfineError("landlock_add_rule " + what + ": " + std::strerror(errno));
+  };
+  for (const std::string& p : view.read) {
+    const sandbox::Fd fd(::open(p.c_str(), O_PATH | O_CLOEXEC));
+    if (!fd) continue;  // absent here: nothing to allow
+    struct stat st{};
+    if (fstat(fd.get(), &st) != 0) continue;
+    add(fd.get(), S_ISDIR(st.st_mode) ? kFileRead | LANDLOCK_ACCESS_FS_READ_DIR : kFileRead, p);
+  }
+  for (const std::string& p : view.read_write) {
+    const sandbox::Fd fd(::open(p.c_str(), O_PATH | O_CLOEXEC));
+    struct stat st{};
+    if (!fd || fstat(fd.get(), &st) != 0 || S_ISDIR(st.st_mode)) continue;
+    add(fd.get(), LANDLOCK_ACCESS_FS_READ_FILE | kFileWrite, p);
+  }
+  for (int fd : view.read_fds) add(fd, kFileRead, "fd " + std::to_string(fd));
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) throw ConfineError(std::string("no_new_privs: ") + std::strerror(errno));
+  if (landlock(SYS_landlock_restrict_self, ruleset.get(), 0, 0) != 0)
+    throw ConfineError(std::string("landlock_restrict_self: ") + std::strerror(errno));
+}
+
+void drop_privileges() {
+  for (int cap = 0; cap <= 63; ++cap)
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+      throw ConfineError(std::string("dropping the capability bounding set: ") + std::strerror(errno));
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capset, &header, data) != 0)
+    throw ConfineError(std::string("capset: ") + std::strerror(errno));
+}
+
+std::uint64_t max_foreign_device_bytes(std::uint64_t total_bytes) {
+  return std::max<std::uint64_t>(4ull << 30, total_bytes / 10);
+}
+
+void check_clean_device() {
+  const cudaError_t sticky = cudaGetLastError();
+  if (sticky != cudaSuccess) throw ConfineError(std::string("unclean device: pending error ") + cudaGetErrorName(sticky));
+  std::size_t limit = 0;
+  if (cudaDeviceGetLimit(&limit, cudaLimitPersistingL2CacheSize) != cudaSuccess)
+    throw ConfineError("unclean device: cannot read the persisting L2 limit");
+  if (limit != 0 && (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0) != cudaSuccess ||
+                     cudaDeviceGetLimit(&limit, cudaLimitPersistingL2CacheSize) != cudaSuccess || limit != 0))
+    throw ConfineError("unclean device: the persisting L2 limit stays at " + std::to_string(limit) + " bytes");
+  if (cudaCtxResetPersistingL2Cache() != cudaSuccess) throw ConfineError("unclean device: cannot reset persisting L2 lines");
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) throw ConfineError("unclean device: cannot read free memory");
+  const std::uint64_t used = total_bytes - free_bytes;
+  if (used > max_foreign_device_bytes(total_bytes))
+    throw ConfineError("unclean device: " + std::to_string(used >> 20) + " MiB of device memory in use (at most " +
+                       std::to_string(max_foreign_device_bytes(total_bytes) >> 20) + " MiB expected)");
+}
+
+std::optional<unsigned> parse_device_minor(const std::string& information) {
+  const auto at = information.find("Device Minor:");
+  if (at == std::string::npos) return std::nullopt;
+  unsigned minor = 0;
+  if (std::sscanf(information.c_str() + at, "Device Minor: %u", &minor) != 1) return std::nullopt;
+  return minor;
+}
+
+std::vector<std::string> other_gpu_nodes(const std::vector<std::pair<std::string, unsigned>>& nodes, unsigned own_minor) {
+  std::vector<std::string> out;
+  for (const auto& [name, minor] : nodes)
+    if (minor != own_minor) out.push_back(name);
+  return out;
+}
+
+namespace {
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+bool gpu_node_name(const char* name) {  // nvidia<digits>
+  if (std::strncmp(name, "nvidia", 6) != 0 || name[6] == 0) return false;
+  for (const char* p = name + 6; *p; ++p)
+    if (!std::isdigit(static_cast<unsigned char>(*p))) return false;
+  return true;
+}
+}  // namespace
+
+void hide_other_gpus(const std::string& pci_bus_id) {
+  if (!g_private_mounts) return;
+  std::vector<std::pair<std::string, unsigned>> nodes;
+  if (DIR* d = opendir("/dev")) {
+    while (dirent* e = readdir(d)) {
+      if (!gpu_node_name(e->d_name)) continue;
+      struct stat st{};
+      const std::string path = std::string("/dev/") + e->d_name;
+      if (::stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode)) nodes.emplace_back(path, minor(st.st_rdev));
+    }
+    closedir(d);
+  }
+  std::optional<unsigned> own;
+  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
+    while (dirent* e = readdir(d)) {
+      if (lower(e->d_name) != lower(pci_bus_id)) continue;
+      std::string text;
+      if (FILE* f = std::fopen((std::string("/proc/driver/nvidia/gpus/") + e->d_name + "/information").c_str(), "re")) {
+        char buf[4096];
+        const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+        text.assign(buf, n);
+        std::fclose(f);
+      }
+      own = parse_device_minor(text);
+    }
+    closedir(d);
+  }
+  if (!own) {
+    if (nodes.size() <= 1) return;  // nothing else to hide
+    throw ConfineError("cannot tell this runner's GPU node (" + pci_bus_id + ") among " +
+                       std::to_string(nodes.size()));
+  }
+  for (const std::string& node : other_gpu_nodes(nodes, *own))
+    if (const int err = sandbox::mask_path(node.c_str(), false))
+      throw ConfineError("cannot hide " + node + ": " + std::strerror(err));
+}
+
+}  // namespace d2k::runner
