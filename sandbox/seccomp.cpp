@@ -28,10 +28,11 @@ namespace {
 // (sockets, namespaces, io_uring, keyrings, perf), so a tool that merely tries still works.
 enum class Act { kill, eperm, eacces, enosys, enomem };
 
-// At most one argument condition per rule (several rules may name one syscall). Compares are
-// 64-bit: garbage in a register's upper half makes an `ne` match (denied), never slip through.
+// At most two argument conditions per rule, both must hold (several rules may name one syscall).
+// Compares are 64-bit: garbage in a register's upper half makes an `ne` match (denied), never slip
+// through.
 struct Arg {
-  enum Op { none, ne, eq, masked_eq } op = none;
+  enum Op { none, ne, eq, masked_eq, gt } op = none;
   unsigned index = 0;
   std::uint64_t mask = 0;   // masked_eq: (arg & mask) == value
   std::uint64_t value = 0;
@@ -42,12 +43,17 @@ struct Rule {
   const char* name;
   Act act;
   Arg arg = {};
+  Arg arg2 = {};  // a second condition on another argument (op none: absent)
 };
 
 constexpr Arg arg_ne(unsigned i, std::uint64_t v) { return {Arg::ne, i, 0, v, false}; }
 constexpr Arg arg_eq(unsigned i, std::uint64_t v) { return {Arg::eq, i, 0, v, false}; }
 constexpr Arg arg_masked_eq(unsigned i, std::uint64_t mask, std::uint64_t v) { return {Arg::masked_eq, i, mask, v, false}; }
 constexpr Arg arg_not_self(unsigned i) { return {Arg::ne, i, 0, 0, true}; }
+constexpr Arg arg_gt(unsigned i, std::uint64_t v) { return {Arg::gt, i, 0, v, false}; }
+
+// The largest shared anonymous mapping agent code may make (pinned staging buffers).
+constexpr std::uint64_t kSharedAnonMax = 256ull << 20;
 
 // `compiler`: nvcc and its tools.
 constexpr Rule kCompilerRules[] = {
@@ -144,8 +150,12 @@ constexpr Rule kRunnerAgentLayerRules[] = {
     {"openat", Act::eperm, arg_masked_eq(2, O_CREAT, O_CREAT)},
     {"openat2", Act::enosys},  // its flags are in memory; glibc falls back to openat
     // Host memory the runner's RLIMIT_DATA does not count: shared anonymous mappings and SysV
-    // segments (ENOMEM/EPERM, as an allocator copes with).
-    {"mmap", Act::enomem, arg_masked_eq(3, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED | MAP_ANONYMOUS)},
+    // segments (ENOMEM/EPERM, as an allocator copes with). Shared anonymous mappings up to
+    // kSharedAnonMax stay allowed: CUDA's pinned host memory (cudaMallocHost) is one (refusing
+    // them all failed that honest control on the H200, 2026-12-01). Many small ones remain a gap
+    // that only a memory cgroup closes (docs/threat-model-confinement.md, class 8).
+    {"mmap", Act::enomem, arg_masked_eq(3, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED | MAP_ANONYMOUS),
+     arg_gt(1, kSharedAnonMax)},
     {"shmget", Act::eperm}, {"shmat", Act::eperm},
     // prctl: the gate's allowlist (runner_agent_gate).
 };
@@ -239,20 +249,24 @@ void add_rules(scmp_filter_ctx ctx, const Rule (&rules)[N], pid_t self) {
   for (const Rule& r : rules) {
     const int nr = seccomp_syscall_resolve_name(r.name);
     if (nr == __NR_SCMP_ERROR) continue;
-    const scmp_datum_t value = r.arg.self ? static_cast<scmp_datum_t>(self) : r.arg.value;
+    const auto cmp = [&](const Arg& a) {
+      const scmp_datum_t value = a.self ? static_cast<scmp_datum_t>(self) : a.value;
+      switch (a.op) {
+        case Arg::ne: return SCMP_CMP(a.index, SCMP_CMP_NE, value);
+        case Arg::eq: return SCMP_CMP(a.index, SCMP_CMP_EQ, value);
+        case Arg::masked_eq: return SCMP_CMP(a.index, SCMP_CMP_MASKED_EQ, a.mask, value);
+        case Arg::gt: return SCMP_CMP(a.index, SCMP_CMP_GT, value);
+        case Arg::none: break;
+      }
+      return SCMP_CMP(0, SCMP_CMP_EQ, 0);  // not reached: callers skip `none`
+    };
     int rc = 0;
-    switch (r.arg.op) {
-      case Arg::none: rc = seccomp_rule_add(ctx, action_of(r.act), nr, 0); break;
-      case Arg::ne:
-        rc = seccomp_rule_add(ctx, action_of(r.act), nr, 1, SCMP_CMP(r.arg.index, SCMP_CMP_NE, value));
-        break;
-      case Arg::eq:
-        rc = seccomp_rule_add(ctx, action_of(r.act), nr, 1, SCMP_CMP(r.arg.index, SCMP_CMP_EQ, value));
-        break;
-      case Arg::masked_eq:
-        rc = seccomp_rule_add(ctx, action_of(r.act), nr, 1, SCMP_CMP(r.arg.index, SCMP_CMP_MASKED_EQ, r.arg.mask, value));
-        break;
-    }
+    if (r.arg.op == Arg::none)
+      rc = seccomp_rule_add(ctx, action_of(r.act), nr, 0);
+    else if (r.arg2.op == Arg::none)
+      rc = seccomp_rule_add(ctx, action_of(r.act), nr, 1, cmp(r.arg));
+    else
+      rc = seccomp_rule_add(ctx, action_of(r.act), nr, 2, cmp(r.arg), cmp(r.arg2));
     check(rc, std::string("rule ") + r.name);
   }
 }

@@ -252,8 +252,9 @@ bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, 
   const double n = claimed.samples;
   const double unexplained = phase_wall_s - n * sample_overhead_s;  // time the calls themselves took
   if (outside_s != nullptr) *outside_s = std::max(0.0, unexplained / n);
-  // More samples than the parent's clock had room for, even for empty calls.
-  if (n * sample_overhead_s > phase_wall_s * 1.05 + 1e-3) return true;
+  // More samples than the parent's clock had room for, even for empty calls. The overhead is the
+  // reference runner's, which may exceed the candidate's by tens of percent (H200, 2026-12-01).
+  if (n * sample_overhead_s > phase_wall_s * 1.5 + 1e-3) return true;
   const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
   return unexplained > factor * n * mean + n * slack_s + fixed_slack_s;
 }

@@ -483,7 +483,7 @@ TEST_CASE("timed calls get distinct seeds from the parent's key; sample counts f
 
 TEST_CASE("the tight bound: a claim below 95% of the parent's clock, less overheads and slack, is flagged",
           "[runner][bound][threat]") {
-  const ParentBound b;  // 0.95, 10 % of the overhead + 20 us per call, 5 ms per phase
+  const ParentBound b;  // 0.95, 50 % of the overhead + 50 us per call, 5 ms per phase
   TimingResult t;
   t.samples = 200;
   t.median_s = t.mean_s = 1e-3;  // 1 ms kernels
@@ -492,13 +492,13 @@ TEST_CASE("the tight bound: a claim below 95% of the parent's clock, less overhe
   // Honest: 200 × (1 ms + 0.3 ms) plus some jitter.
   CHECK_FALSE(claim_below_parent_clock(t, 200 * 1.3e-3 + 2e-3, o, b, &unexplained));
   CHECK(unexplained == 0);
-  // Honest, with overheads 10 % above the reference's: still inside the slack.
-  CHECK_FALSE(claim_below_parent_clock(t, 200 * (1e-3 + 1.1 * o), o, b, nullptr));
-  // Claims 80 % of the real time: 200 × 0.8 ms claimed, 200 × 1 ms done. (90 % passes here: with a
-  // 0.3 ms overhead per 1 ms call the per-call slack is 5 % of the call; the slack is what
+  // Honest, with overheads 40 % above the reference's: still inside the slack.
+  CHECK_FALSE(claim_below_parent_clock(t, 200 * (1e-3 + 1.4 * o), o, b, nullptr));
+  // Claims 70 % of the real time: 200 × 0.7 ms claimed, 200 × 1 ms done. (80 % passes here: with a
+  // 0.3 ms overhead per 1 ms call the per-call slack is 20 % of the call; the slack is what
   // docs/timing-protocol.md lists.)
   TimingResult low = t;
-  low.median_s = low.mean_s = 0.8e-3;
+  low.median_s = low.mean_s = 0.7e-3;
   CHECK(claim_below_parent_clock(low, 200 * 1.3e-3, o, b, &unexplained));
   CHECK(unexplained > 0);
   // Whatever the sample count: 3 samples of a 100 ms kernel claimed at 90 %.

@@ -134,8 +134,9 @@ void agent_layer_rules(scmp_filter_ctx ctx, pid_t pid) {
   }
   // Issue 23 (class 8): host memory outside RLIMIT_DATA.
   {
-    const scmp_arg_cmp shared_anon = SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED | MAP_ANONYMOUS);
-    rule(SCMP_ACT_ERRNO(ENOMEM), "mmap", 1, &shared_anon);
+    const scmp_arg_cmp shared_anon[2] = {SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_SHARED | MAP_ANONYMOUS, MAP_SHARED | MAP_ANONYMOUS),
+                                         SCMP_A1(SCMP_CMP_GT, 256ull << 20)};
+    rule(SCMP_ACT_ERRNO(ENOMEM), "mmap", 2, shared_anon);
     deny("shmget");
     deny("shmat");
   }
@@ -236,12 +237,17 @@ TEST_CASE("the agent gate allows prctl reads, kills attack options, refuses the 
 
 TEST_CASE("the agent layer refuses host memory that RLIMIT_DATA does not count", "[seccomp]") {
   constexpr auto layer = SeccompProfile::runner_agent_layer;
+  // Over 256 MiB refused; smaller shared anonymous mappings (CUDA's pinned host memory) allowed.
   auto shared_anon = [] {
-    void* p = mmap(nullptr, 1u << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    void* p = mmap(nullptr, 512u << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? (errno == ENOMEM ? 1 : 2) : 0;
   };
   CHECK(in_child(layer, shared_anon) == 1);
   CHECK(in_child(SeccompProfile::none, shared_anon) == 0);
+  CHECK(in_child(layer, [] {
+          void* p = mmap(nullptr, 1u << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+          return p == MAP_FAILED ? 2 : 0;
+        }) == 0);
   CHECK(in_child(layer, [] {
           void* p = mmap(nullptr, 1u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
           return p == MAP_FAILED ? 2 : 0;
