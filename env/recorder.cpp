@@ -2,9 +2,12 @@
 
 #include "env/log.hpp"
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <deque>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "env/version.hpp"
 #include "protocol/codec.hpp"
@@ -14,10 +17,15 @@ namespace d2k::env {
 using nlohmann::json;
 
 struct Recorder::Active {
+  struct Waiting {
+    json record, event;  // the log record, and the event published once it is written
+  };
   EpisodeRow row;
   std::unique_ptr<EpisodeLogWriter> writer;  // null when not recording or after a failure
   std::uint64_t next_n = 0;
   std::vector<std::string> layer_properties;  // ids of the design properties for this layer
+  std::deque<Waiting> waiting;                // records the disk refused, oldest first
+  bool refused = false;                       // the last write was refused (logged once per spell)
 };
 
 namespace {
@@ -68,6 +76,14 @@ std::optional<int> properties_met(const json& evaluation, const std::vector<std:
   }
   if (!any) return std::nullopt;
   return count;
+}
+
+// Errors that mean "the disk has no room (now)": worth trying again later.
+bool refused_by_disk(const std::system_error& e) {
+  const int v = e.code().value();
+  return e.code().category() == std::generic_category() || e.code().category() == std::system_category()
+             ? (v == ENOSPC || v == EDQUOT || v == EIO || v == EFBIG)
+             : false;
 }
 
 }  // namespace
@@ -243,6 +259,37 @@ void Recorder::append(Active& a, const json& record) {
   }
 }
 
+bool Recorder::flush(Active& a) {
+  while (!a.waiting.empty()) {
+    if (!a.writer) {  // not recorded, or the log was given up: nothing to wait for
+      a.waiting.clear();
+      return true;
+    }
+    try {
+      a.writer->append(a.waiting.front().record);
+    } catch (const std::exception& e) {
+      if (a.writer->broken()) {  // the file ends in a torn record: no later record can follow it
+        fail_log(a, e.what());
+        a.waiting.clear();
+        return true;
+      }
+      if (!a.refused) log_error("episode log of session " + a.row.session + ": " + e.what() + "; holding replies until it can be written");
+      a.refused = true;
+      return false;
+    }
+    if (a.refused) log_info("episode log of session " + a.row.session + " is written again");
+    a.refused = false;
+    if (!a.waiting.front().event.is_null()) publish(a.row.session, a.waiting.front().event);
+    a.waiting.pop_front();
+  }
+  return true;
+}
+
+bool Recorder::flush(const std::string& session) {
+  auto it = active_.find(session);
+  return it == active_.end() || flush(*it->second);
+}
+
 void Recorder::save_row(Active& a) {
   if (!catalogue_) return;
   try {
@@ -252,7 +299,7 @@ void Recorder::save_row(Active& a) {
   }
 }
 
-void Recorder::begin(const Episode& episode, const json& request, const json& reply, double t_request,
+bool Recorder::begin(const Episode& episode, const json& request, const json& reply, double t_request,
                      double t_reply) {
   try {
     auto a = std::make_unique<Active>();
@@ -292,42 +339,64 @@ void Recorder::begin(const Episode& episode, const json& request, const json& re
       row.log_path = path.string();
       try {
         a->writer = std::make_unique<EpisodeLogWriter>(path, config_.sync);
-        a->writer->append(header);
+      } catch (const std::system_error& e) {
+        if (refused_by_disk(e)) {
+          log_error("episode log of session " + row.session + ": " + e.what() + "; reset refused");
+          return false;
+        }
+        row.log_status = std::string("failed: ") + e.what();
+        log_error("episode log of session " + row.session + " failed: " + e.what());
       } catch (const std::exception& e) {
-        a->writer.reset();
         row.log_status = std::string("failed: ") + e.what();
         log_error("episode log of session " + row.session + " failed: " + e.what());
       }
     }
-    append(*a, {{"k", "exchange"}, {"n", a->next_n++}, {"t_request", t_request}, {"t_reply", t_reply},
-                {"request", request}, {"reply", reply}});
+    a->waiting.push_back({header, json()});
+    a->waiting.push_back({{{"k", "exchange"}, {"n", a->next_n++}, {"t_request", t_request}, {"t_reply", t_reply},
+                           {"request", request}, {"reply", reply}},
+                          {{"kind", "begin"}, {"session", row.session}, {"header", header}, {"n", 0},
+                           {"t_request", t_request}, {"t_reply", t_reply}, {"request", request}, {"reply", reply}}});
+    if (!flush(*a)) {  // the disk is full: no half log, the reset is not done
+      std::filesystem::path path = a->writer->path();
+      a->writer.reset();
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+      return false;
+    }
     summarize_exchange(row, request, reply, a->layer_properties);
     save_row(*a);
-    publish(row.session, {{"kind", "begin"}, {"session", row.session}, {"header", header}, {"n", 0},
-                          {"t_request", t_request}, {"t_reply", t_reply}, {"request", request}, {"reply", reply}});
     active_[row.session] = std::move(a);
   } catch (const std::exception& e) {
     log_error("recorder: begin of session " + episode.id() + " failed: " + e.what());
   }
+  return true;
 }
 
-void Recorder::record(const Episode& episode, const json& request, const json& reply, double t_request,
-                      double t_reply) {
+bool Recorder::record(const Episode& episode, const json& request, const json& reply, double t_request,
+                      double t_reply, bool keep) {
   try {
     auto it = active_.find(episode.id());
-    if (it == active_.end()) return;
+    if (it == active_.end()) return true;
     Active& a = *it->second;
     std::uint64_t n = a.next_n++;
-    append(a, {{"k", "exchange"}, {"n", n}, {"t_request", t_request}, {"t_reply", t_reply}, {"request", request},
-               {"reply", reply}});
+    a.waiting.push_back({{{"k", "exchange"}, {"n", n}, {"t_request", t_request}, {"t_reply", t_reply},
+                          {"request", request}, {"reply", reply}},
+                         {{"kind", "exchange"}, {"session", a.row.session}, {"n", n}, {"t_request", t_request},
+                          {"t_reply", t_reply}, {"request", request}, {"reply", reply}}});
+    if (!flush(a)) {
+      if (!keep) {  // dropped: its reply is not sent either
+        a.waiting.pop_back();
+        --a.next_n;
+      }
+      return false;
+    }
     std::string before = a.row.outcome;
     summarize_exchange(a.row, request, reply, a.layer_properties);
     if (a.row.outcome != before) save_row(a);
-    publish(a.row.session, {{"kind", "exchange"}, {"session", a.row.session}, {"n", n}, {"t_request", t_request},
-                            {"t_reply", t_reply}, {"request", request}, {"reply", reply}});
   } catch (const std::exception& e) {
     log_error("recorder: record for session " + episode.id() + " failed: " + e.what());
   }
+  return true;
 }
 
 void Recorder::end(const Episode& episode, const std::string& reason) {
@@ -342,6 +411,7 @@ void Recorder::end(const Episode& episode, const std::string& reason) {
     a.row.total_reward = episode.total_reward();
     a.row.end_reason = episode.end_reason().value_or(reason);
     if (a.row.outcome == "running") a.row.outcome = "unsubmitted";
+    flush(a);  // best effort: a session that goes while the disk is full loses what still waits
     json record = {{"k", "end"}, {"reason", reason}, {"end_reason", a.row.end_reason}, {"steps", a.row.steps},
                    {"total_reward", a.row.total_reward}, {"outcome", a.row.outcome}, {"t", now}};
     append(a, record);

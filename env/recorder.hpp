@@ -1,7 +1,10 @@
 // The Recorder: writes one episode log per session (env/episode_log.hpp), keeps the catalogue row
 // of each episode (env/catalogue.hpp) and publishes episode events for `d2k watch` on a ZeroMQ PUB
-// socket (topic = session id). Called only from the server loop thread. Write errors never escape:
-// they go to stderr and mark the episode's log as failed in the catalogue.
+// socket (topic = session id). Called only from the server loop thread. Write errors never escape.
+// A record the disk refuses (full, quota, I/O error) is kept and written again, in order, before
+// anything later of its session: begin/record/flush say whether the session's records are all on
+// disk, so the server replies nothing as done that is not logged (PROTOCOL.md `storage_unavailable`).
+// Other failures (a log dir that cannot be made) go to stderr and mark the log failed in the catalogue.
 #pragma once
 
 #include <filesystem>
@@ -39,11 +42,18 @@ class Recorder {
   Recorder& operator=(const Recorder&) = delete;
 
   // After a successful reset; `request`/`reply` are the decoded maps. Honors request.options.record == false.
-  void begin(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
+  // False when the disk refused the log's first records: nothing of the session is kept (no file,
+  // no row) and the reset must not be answered as done.
+  bool begin(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
              double t_reply);
   // Every later request/reply of that session (step, observe, close), in the order replies are sent.
-  void record(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
-              double t_reply);
+  // True when it and every earlier record of the session are on disk (or the session is not logged).
+  // When the disk refuses it: with `keep`, it waits (and is written before anything later of the
+  // session, by the next record or flush); without, it is dropped (a reply that will not be sent).
+  bool record(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
+              double t_reply, bool keep = true);
+  // Writes the session's waiting records; true when none is left waiting (or it is not recorded).
+  bool flush(const std::string& session);
   // The session is gone (closed, idle_timeout, server_shutdown): final record + catalogue row.
   void end(const Episode& episode, const std::string& reason);
   std::string events_endpoint() const;  // the bound PUB endpoint ("" if none)
@@ -57,6 +67,7 @@ class Recorder {
   struct Active;
   void publish(const std::string& session, const nlohmann::json& event);
   void append(Active& a, const nlohmann::json& record);
+  bool flush(Active& a);
   void save_row(Active& a);
   void fail_log(Active& a, const std::string& why);
 

@@ -3,6 +3,7 @@
 #include "env/log.hpp"
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,6 +75,21 @@ json outcome_error_json(sandbox::Outcome outcome, const std::string& message) {
 constexpr std::size_t kHardCapFactor = 16;  // ZeroMQ's frame cap, in units of max_message_bytes
 
 json error_json(const Error& e) { return {{"code", protocol::to_string(e.code)}, {"message", e.what()}}; }
+
+Error storage_error() {
+  return Error(ErrorCode::storage_unavailable,
+               "the server cannot write its records (its disk is full); resend this request with the same id "
+               "later: a step that ran is held, not lost, and is answered once it is logged");
+}
+
+// A compile needs room for sources, nvcc's temporaries and the artifact: below this much free space
+// on the state filesystem, a failed compile is the server's problem, not the agent's.
+constexpr std::uint64_t kCompileMinFreeBytes = 16ull << 20;
+
+bool says_disk_full(const std::string& text) {
+  return text.find("No space left on device") != std::string::npos ||
+         text.find("Disk quota exceeded") != std::string::npos;
+}
 
 }  // namespace
 
@@ -300,6 +316,11 @@ void Server::handle(const Route& route, std::string_view payload) {
     if (envelope.op == "close") global_key = ReplyCache::close_key(request.session, envelope.id);
     if (!global_key.empty())
       if (ReplyBytes hit = replies_.find_global(global_key)) {
+        if (envelope.op == "close" && recorder_) {  // a close whose record waited for the disk
+          if (!recorder_->flush(request.session)) throw storage_error();
+          if (Session* s = sessions_.find(request.session); s && s->closing && !s->in_flight)
+            erase_session(request.session, "closed");
+        }
         send(route, *hit);
         return;
       }
@@ -312,8 +333,16 @@ void Server::handle(const Route& route, std::string_view payload) {
     reply = std::move(answer.reply);
     if (!global_key.empty()) {
       auto bytes = std::make_shared<const std::string>(protocol::encode(reply));
-      replies_.remember_global(global_key, bytes);
-      record_exchange(request, reply);  // logged before it is sent (as below)
+      if (envelope.op == "reset") {
+        if (!record_exchange(request, reply)) {  // logged before it is sent (as below); else undone
+          sessions_.erase(reply.value("session", ""), "storage_unavailable");
+          throw storage_error();
+        }
+        replies_.remember_global(global_key, bytes);
+      } else {  // close: done, and its reply waits for the log when the disk refuses it now
+        replies_.remember_global(global_key, bytes);
+        if (!record_exchange(request, reply)) throw storage_error();
+      }
       send(route, *bytes);
       return;
     }
@@ -329,27 +358,52 @@ void Server::handle(const Route& route, std::string_view payload) {
     reply = protocol::make_error_reply(id, Error(ErrorCode::internal, std::string("internal error: ") + e.what()));
   }
   // Recorded before it is sent: a client holding a reply can rely on its exchange being in the log
-  // (a kill -9 right after the send used to lose the last exchange).
-  if (parsed) record_exchange(request, reply);
+  // (a kill -9 right after the send used to lose the last exchange). A reply the disk refused to
+  // log does not go out: the client gets storage_unavailable (the one reply that is never logged).
+  if (parsed && !record_exchange(request, reply)) reply = protocol::make_error_reply(id, storage_error());
   send(route, protocol::encode(reply));
 }
 
-void Server::record_exchange(const Request& request, const Value& reply) try {
+bool Server::record_exchange(const Request& request, const Value& reply) try {
   const protocol::Envelope& envelope = request.envelope;
   if (envelope.op == "reset") {
-    if (!recorder_ || !reply.value("ok", false)) return;
+    if (!recorder_ || !reply.value("ok", false)) return true;
     if (Session* s = sessions_.find(reply.value("session", "")))
-      recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now());
-    return;
+      return recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now());
+    return true;
   }
-  if (request.session.empty()) return;  // not a session's op, or its session field was invalid
+  if (request.session.empty()) return true;  // not a session's op, or its session field was invalid
   Session* s = sessions_.find(request.session);
-  if (!s) return;
-  if (recorder_) recorder_->record(*s->episode, envelope.body, reply, request.t, unix_now());
+  if (!s) return true;
+  // A step or close that ran waits for the disk (its reply is cached for the retry); anything else
+  // had no effect and is simply not answered as it was.
+  const bool keep = reply.value("ok", false) && (envelope.op == "step" || envelope.op == "close");
+  if (recorder_ && !recorder_->record(*s->episode, envelope.body, reply, request.t, unix_now(), keep)) return false;
   // A close answered here ends the session once nothing is in flight.
   if (envelope.op == "close" && s->closing && !s->in_flight) erase_session(request.session, "closed");
+  return true;
 } catch (const std::exception& e) {
   log_error(std::string("recording failed: ") + e.what());  // never the server's end
+  return true;
+}
+
+bool Server::low_on_disk() const {
+  struct statvfs fs {};
+  if (::statvfs(config_.state_dir.c_str(), &fs) != 0) return false;
+  return static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize < kCompileMinFreeBytes;
+}
+
+std::string Server::scrub_paths(std::string s) const {
+  const std::pair<std::string, const char*> paths[] = {{config_.log_dir.string(), "<log_dir>"},
+                                                       {config_.catalogue.string(), "<catalogue>"},
+                                                       {config_.state_dir.string(), "<state_dir>"},
+                                                       {config_.tasks_dir.string(), "<tasks>"}};
+  for (const auto& [path, name] : paths) {
+    if (path.size() < 2) continue;
+    for (std::size_t at = s.find(path); at != std::string::npos; at = s.find(path, at + std::strlen(name)))
+      s.replace(at, path.size(), name);
+  }
+  return s;
 }
 
 Server::Answer Server::dispatch(const Route& route, const Request& request) {
@@ -442,6 +496,8 @@ Server::Answer Server::op_step(const Route& route, const Request& request) {
   const std::uint64_t id = request.envelope.id;
   const protocol::Action action = protocol::parse_step(request.envelope, config_.limits).action;
   Session& s = sessions_.find_open(request.session);
+  // Nothing of the session goes out, cached or new, while an earlier record waits for the disk.
+  if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   if (ReplyBytes hit = replies_.find(request.session, id)) return {{}, hit};
   if (s.in_flight) {
     if (*s.in_flight == id) {  // a retry of the request in flight: answered when it lands
@@ -533,11 +589,22 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
   // Compile on the CPU pool; for evaluate and submit, then queue the timed run on the session's GPU.
   compile_pool_->submit([this, req = std::move(req), job, work, session_id = request.session, route, id]() mutable {
     sandbox::CompileOutcome outcome;
+    bool threw = false;
     try {
       outcome = compiler_->compile(req);
     } catch (const std::exception& e) {
+      threw = true;
       outcome.ok = false;
-      outcome.log = std::string("internal error running the compiler: ") + e.what();
+      outcome.log = scrub_paths(std::string("internal error running the compiler: ") + e.what());
+    }
+    // A compile the server's full disk broke is not the agent's compile_error: nothing is charged
+    // and the client is told to retry (storage_unavailable).
+    const bool disk_full = says_disk_full(outcome.log) || ((threw || !outcome.timed_out) && low_on_disk());
+    if (!outcome.ok && !outcome.sandbox_violation && disk_full) {
+      Landed done;
+      done.storage = true;
+      land(session_id, id, route, std::move(done));
+      return;
     }
     if (work == Work::compile) {
       Landed done;
@@ -595,6 +662,22 @@ void Server::land(const std::string& session_id, std::uint64_t id, const Route& 
       return;
     }
     Episode& ep = *s->episode;
+    if (landed.storage) {  // not a step: undo what starting it counted, answer with a retryable error
+      --deferred_in_flight_;
+      const std::string action = s->in_flight_request.is_object()
+                                     ? s->in_flight_request.value("action", json::object()).value("type", "")
+                                     : std::string();
+      if (action == "compile") ep.refund_compile();
+      if (action == "evaluate") ep.refund_evaluation();
+      s->in_flight.reset();
+      s->in_flight_request = nullptr;
+      const std::string bytes = protocol::encode(protocol::make_error_reply(id, storage_error()));
+      send(route, bytes);
+      for (const auto& w : s->waiters) send(w, bytes);
+      s->waiters.clear();
+      if (s->closing) erase_session(session_id, "closed");
+      return;
+    }
     ep.record_step(landed.last, landed.reward);
     if (landed.submit) ep.end("submitted");
     json extra = json::object();
@@ -610,17 +693,20 @@ void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Va
   if (!s) return;
   s->in_flight.reset();
   replies_.remember(session_id, id, bytes);
-  if (recorder_ && !s->in_flight_request.is_null())  // in the log before any client has the reply
-    recorder_->record(*s->episode, s->in_flight_request, reply, s->in_flight_t, unix_now());
+  bool logged = true;  // in the log before any client has the reply; else held for the retry
+  if (recorder_ && !s->in_flight_request.is_null())
+    logged = recorder_->record(*s->episode, s->in_flight_request, reply, s->in_flight_t, unix_now());
   s->in_flight_request = nullptr;
-  send(route, *bytes);
-  for (const auto& w : s->waiters) send(w, *bytes);
+  const std::string out = logged ? *bytes : protocol::encode(protocol::make_error_reply(id, storage_error()));
+  send(route, out);
+  for (const auto& w : s->waiters) send(w, out);
   s->waiters.clear();
   if (s->closing) erase_session(session_id, "closed");
 }
 
 Value Server::op_observe(const Request& request) {
   Session& s = sessions_.find_open(request.session);
+  if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   s.episode->touch();
   return {{"observation", s.episode->observation()}, {"info", s.episode->info()}};
 }

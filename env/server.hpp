@@ -74,6 +74,7 @@ class Server {
     double reward = 0;
     nlohmann::json breakdown;  // info.reward (evaluations only)
     bool submit = false;       // ends the episode
+    bool storage = false;      // the server's disk refused the work: not a step, nothing charged
   };
 
   void on_frames(std::vector<zmq::message_t>& frames);
@@ -97,7 +98,13 @@ class Server {
                        const Route& route);
 
   void send(const Route& route, const std::string& bytes);
-  void record_exchange(const Request& request, const protocol::Value& reply);
+  // Logs the exchange; false when the disk refused it, so its reply must not go out as done (a
+  // storage_unavailable error goes out instead; a state-changing reply waits for its retry).
+  bool record_exchange(const Request& request, const protocol::Value& reply);
+  // True when the server's state filesystem has less room than a compile needs.
+  bool low_on_disk() const;
+  // `s` with the server's own paths (state dir, logs, tasks) replaced by placeholders: for text a client sees.
+  std::string scrub_paths(std::string s) const;
   void reap_idle();
   void erase_session(const std::string& id, const std::string& reason);
 

@@ -1,8 +1,21 @@
 // Many tenants on one server (issue 22): what one client can do to another, and the limits that
 // hold per session and per server. Real servers on real ZeroMQ ipc sockets; no nvcc needed.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <string>
 
 #include "catch.hpp"
+#include "env/episode_log.hpp"
+#include "skip.hpp"
 #include "server_fixture.hpp"
 
 using d2k::protocol::Value;
@@ -40,6 +53,65 @@ Value req(std::uint64_t id, const std::string& op, Value fields = Value::object(
   return r;
 }
 
+// Runs `body` in a child process that has its own mount namespace with a tmpfs of `size` (e.g.
+// "48m") mounted on a fresh folder: a real small filesystem that can be filled. Returns what the
+// child reports: "" when `body` found nothing wrong, "skip: ..." when it cannot be set up, else
+// what went wrong. Needs CAP_SYS_ADMIN (root, as in the CI container): inside an unprivileged user
+// namespace the server's compile jail cannot drop its groups (setgroups is denied there), and from
+// outside, the child's mount is only reachable through /proc/<pid>/root, which the compiler's
+// canonical paths resolve away.
+std::string on_small_filesystem(const std::string& size, const std::function<std::string(const std::filesystem::path&)>& body) {
+  if (::geteuid() != 0) return "skip: mounting a small tmpfs for the server needs root";
+  const std::filesystem::path dir = d2k::test::temp_dir("d2k-tenants-fs");
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string report;
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      report = std::string("skip: a mount namespace: ") + std::strerror(errno);
+    } else if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) != 0) {
+      report = std::string("skip: mount tmpfs: ") + std::strerror(errno);
+    } else {
+      try {
+        report = body(dir);
+      } catch (const std::exception& e) {
+        report = std::string("exception: ") + e.what();
+      }
+    }
+    [[maybe_unused]] auto n = ::write(fds[1], report.data(), report.size());
+    ::close(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string report;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::filesystem::remove_all(dir);
+  if (!WIFEXITED(status)) report += " (the child ended by signal " + std::to_string(WTERMSIG(status)) + ")";
+  return report;
+}
+
+// Fills the filesystem of `dir` with one file until the kernel says ENOSPC.
+void fill(const std::filesystem::path& file) {
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create the filler");
+  std::string block(1 << 16, 'f');
+  for (;;) {
+    ssize_t n = ::write(fd, block.data(), block.size());
+    if (n <= 0) break;
+  }
+  for (std::size_t chunk = 4096; chunk > 0; chunk /= 2)  // the last partial pages too
+    while (::write(fd, block.data(), chunk) > 0) {
+    }
+  ::close(fd);
+}
+
 }  // namespace
 
 TEST_CASE("a reset retried with the same id from a reconnected socket gets the same session", "[tenants]") {
@@ -61,7 +133,7 @@ TEST_CASE("a reset retried with the same id from a reconnected socket gets the s
   CHECK(again["session"] == session);  // the cached reply, not a second session
   // A step retried across a reconnect is answered once too.
   Value w = req(42, "step", {{"session", session},
-                             {"action", {{"type", "write_file"}, {"path", "notes.md"}, {"content", "x"}}}});
+                             {"action", {{"type", "write_file"}, {"path", "notes.h"}, {"content", "x"}}}});
   Value s1 = b.call(w);
   REQUIRE(s1["ok"] == true);
   Dealer c(ctx, srv.endpoint, rid);
@@ -73,4 +145,80 @@ TEST_CASE("a reset retried with the same id from a reconnected socket gets the s
   Value o = other.call(req(41, "reset", {{"task", "vector_add"}, {"layer", 1}}));
   REQUIRE(o["ok"] == true);
   CHECK(o["session"] != session);
+}
+
+TEST_CASE("on a full disk nothing is replied as done that is not logged, and the episode goes on after", "[tenants][storage]") {
+  // Issue 22.7, on a real 48 MiB tmpfs: replies whose records the disk refuses do not go out as done
+  // (storage_unavailable, retryable); the step is held and answered, logged, once space returns; a
+  // compile the full disk breaks is not the agent's compile_error and shows no host path.
+  const std::string report = on_small_filesystem("48m", [](const std::filesystem::path& dir) -> std::string {
+    std::ostringstream bad;
+    auto expect = [&](bool ok, const std::string& what) {
+      if (!ok) bad << what << "\n";
+    };
+    d2k::env::Config c = d2k::test::test_config();
+    c.state_dir = dir / "state";
+    c.log_dir.clear();
+    c.catalogue.clear();
+    c.record = true;
+    c.events_endpoint = "none";
+    c.finalize();
+    d2k::test::TestServer srv(c);
+    zmq::context_t ctx;
+    Dealer a(ctx, srv.endpoint, "storage-client");
+    auto write_step = [](std::uint64_t id, const std::string& session, const std::string& content) {
+      return req(id, "step", {{"session", session},
+                              {"action", {{"type", "write_file"}, {"path", "notes.h"}, {"content", content}}}});
+    };
+    Value r = a.call(req(1, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    if (r["ok"] != true) return "reset failed: " + r.dump();
+    const std::string s1 = r["session"];
+    Value r2 = a.call(req(2, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    const std::string s2 = r2["session"];
+    expect(a.call(write_step(3, s1, "one"))["ok"] == true, "first step");
+    a.call(req(4, "step", {{"session", s2}, {"action", {{"type", "write_file"}, {"path", "kernel.cu"},
+                                                        {"content", d2k::test::kGoodKernel}}}}));
+
+    fill(dir / "filler");
+    // Bigger than the slack of the log file's last page, which a tmpfs does not count as used.
+    const std::string two(16384, '2');
+    Value held = a.call(write_step(5, s1, two));
+    expect(held["ok"] == false && held["error"]["code"] == "storage_unavailable" && held["error"]["retryable"] == true,
+           "a step on a full disk: " + held.dump());
+    Value fresh = a.call(write_step(6, s1, "three"));
+    expect(fresh["error"]["code"] == "storage_unavailable", "a new step while one is held: " + fresh.dump());
+    Value obs = a.call(req(7, "observe", {{"session", s1}}));
+    expect(obs["error"]["code"] == "storage_unavailable", "observe while a step is held: " + obs.dump());
+    Value nr = a.call(req(8, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    expect(nr["error"]["code"] == "storage_unavailable", "a reset on a full disk: " + nr.dump());
+    Value comp = a.call(req(9, "step", {{"session", s2}, {"action", {{"type", "compile"}}}}));
+    expect(comp["ok"] == false && comp["error"]["code"] == "storage_unavailable",
+           "a compile on a full disk: " + comp.dump().substr(0, 2000));
+    expect(comp.dump().find(dir.string()) == std::string::npos, "a host path in the reply: " + comp.dump().substr(0, 2000));
+
+    std::filesystem::remove(dir / "filler");  // space returns
+    Value done = a.call(write_step(5, s1, two));  // the same id: the held step's reply, now logged
+    expect(done["ok"] == true && done["observation"]["step"] == 2, "the held step after space returned: " + done.dump());
+    Value again = a.call(write_step(6, s1, "three"));  // refused before: it never ran, so it runs now
+    expect(again["ok"] == true && again["observation"]["step"] == 3, "the next step: " + again.dump());
+    Value comp2 = a.call(req(10, "step", {{"session", s2}, {"action", {{"type", "compile"}}}}));
+    expect(comp2["ok"] == true && comp2["observation"]["last"]["action"] == "compile", "compile after: " + comp2.dump().substr(0, 2000));
+    expect(comp2["observation"]["budget"]["compiles_used"] == 1,
+           "the refused compile was charged: " + comp2["info"].dump() + comp2["observation"].dump().substr(0, 600));
+    const std::filesystem::path log = c.log_dir / (s1 + ".d2klog");
+    expect(a.call(req(11, "close", {{"session", s1}}))["ok"] == true, "close");
+    d2k::env::EpisodeLog l = d2k::env::read_episode_log(log);
+    expect(!l.torn_tail.has_value(), "the log has a torn tail");
+    std::vector<std::uint64_t> ids;
+    for (std::size_t i = 0; i < l.exchanges.size(); ++i) {
+      expect(l.exchanges[i].n == i, "exchange numbers are not consecutive");
+      expect(l.exchanges[i].reply.value("ok", false), "a logged error reply: " + l.exchanges[i].reply.dump());
+      ids.push_back(l.exchanges[i].request.value("id", std::uint64_t{0}));
+    }
+    expect(ids == std::vector<std::uint64_t>{1, 3, 5, 6, 11}, "logged request ids: " + d2k::protocol::Value(ids).dump());
+    if (l.exchanges.size() == 5) expect(l.exchanges[2].reply == done, "the logged reply differs from the one sent");
+    return bad.str();
+  });
+  if (report.rfind("skip:", 0) == 0) return d2k::test::skip(report);
+  CHECK(report == "");
 }
