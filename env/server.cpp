@@ -1,6 +1,7 @@
 #include "env/server.hpp"
 
 #include "env/log.hpp"
+#include <malloc.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -143,7 +144,8 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
       gpu_(std::move(gpu)),
       gpu_info_(gpu_ ? gpu_->gpus() : std::vector<GpuInfo>{}),
       sessions_(gpu_info_.size()),
-      replies_(config_.reply_cache_per_session, config_.reply_cache_global) {
+      replies_(config_.reply_cache_per_session, config_.reply_cache_global, config_.reply_cache_session_bytes,
+               config_.reply_cache_bytes) {
   if (!config_.finalized()) throw std::logic_error("Server: the Config was not finalized (Config::finalize)");
   // Each open episode holds its log file; many sessions need more than the usual 1024 descriptors.
   if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
@@ -733,8 +735,16 @@ void Server::erase_session(const std::string& id, const std::string& reason) {
       log_error(std::string("recorder: ") + e.what());
     }
   }
+  const std::size_t before = replies_.bytes();
   replies_.forget_session(id);
   sessions_.erase(id, reason);
+  // Give freed cache memory back to the system, not only to malloc's free lists (issue 22.3:
+  // the resident size stayed high after many sessions closed).
+  freed_since_trim_ += before - replies_.bytes();
+  if (freed_since_trim_ > (32u << 20)) {
+    ::malloc_trim(0);
+    freed_since_trim_ = 0;
+  }
 }
 
 void Server::reap_idle() {
@@ -763,6 +773,7 @@ Value Server::op_stats() const {
           {"requests", requests_},
           {"errors", errors_},
           {"in_flight", deferred_in_flight_},
+          {"reply_cache_bytes", replies_.bytes()},
           {"compile",
            {{"workers", compile_pool_->workers()},
             {"queued", compile_pool_->queued()},

@@ -130,6 +130,7 @@ class Server {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::uint64_t requests_ = 0, errors_ = 0;
   std::size_t deferred_in_flight_ = 0;
+  std::size_t freed_since_trim_ = 0;  // reply-cache bytes freed since the last malloc_trim
 };
 
 }  // namespace d2k::env
