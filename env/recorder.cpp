@@ -164,8 +164,18 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+bool local_endpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
+  if (endpoint.rfind("tcp://", 0) != 0) return false;
+  const std::string host = endpoint.substr(6, endpoint.rfind(':') > 6 ? endpoint.rfind(':') - 6 : std::string::npos);
+  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+std::string watch_id(const std::string& session) { return session.substr(0, 8); }
+
 std::string default_events_endpoint(const std::string& server_endpoint) {
   if (server_endpoint.rfind("ipc://", 0) == 0) return server_endpoint + ".events";
+  if (!local_endpoint(server_endpoint)) return "";  // events carry agent source: never beyond this host by default
   if (server_endpoint.rfind("tcp://", 0) == 0) {
     auto colon = server_endpoint.rfind(':');
     if (colon == std::string::npos || colon < 6) return "";
@@ -209,6 +219,10 @@ Recorder::Recorder(RecorderConfig config) : config_(std::move(config)) {
     }
   }
   if (!config_.events_endpoint.empty()) {
+    if (!local_endpoint(config_.events_endpoint))
+      throw std::runtime_error("the episode events endpoint " + config_.events_endpoint +
+                               " is not loopback or ipc: events carry agent source and anyone who can connect "
+                               "may subscribe (there is no authentication yet); use tcp://127.0.0.1:PORT or ipc://");
     pub_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pub);
     pub_->set(zmq::sockopt::linger, 0);
     pub_->set(zmq::sockopt::sndhwm, 10000);
@@ -232,11 +246,29 @@ std::filesystem::path Recorder::log_path(const std::string& session) const {
   return it->second->writer->path();
 }
 
+namespace {
+
+// Every string equal to `secret` (the session id, wherever a request or reply names it) → `shown`.
+void redact(json& j, const std::string& secret, const std::string& shown) {
+  if (j.is_string()) {
+    if (j.get_ref<const std::string&>() == secret) j = shown;
+  } else if (j.is_structured()) {
+    for (auto& item : j) redact(item, secret, shown);
+  }
+}
+
+}  // namespace
+
 void Recorder::publish(const std::string& session, const json& event) {
   if (!pub_) return;
   try {
-    std::vector<std::uint8_t> bytes = json::to_msgpack(event);
-    pub_->send(zmq::buffer(session), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    // Subscribers are not authenticated: the session id (the capability to act on a session) never
+    // goes out; events name a session by its watch id, the id's first 8 hex digits.
+    const std::string topic = watch_id(session);
+    json shown = event;
+    redact(shown, session, topic);
+    std::vector<std::uint8_t> bytes = json::to_msgpack(shown);
+    pub_->send(zmq::buffer(topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     pub_->send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait);
   } catch (const std::exception& e) {
     log_warn(std::string("episode event dropped: ") + e.what());
@@ -262,6 +294,8 @@ void Recorder::append(Active& a, const json& record) {
 bool Recorder::flush(Active& a) {
   while (!a.waiting.empty()) {
     if (!a.writer) {  // not recorded, or the log was given up: nothing to wait for
+      for (const auto& w : a.waiting)
+        if (!w.event.is_null()) publish(a.row.session, w.event);
       a.waiting.clear();
       return true;
     }

@@ -1,6 +1,6 @@
 // The Recorder: writes one episode log per session (env/episode_log.hpp), keeps the catalogue row
 // of each episode (env/catalogue.hpp) and publishes episode events for `d2k watch` on a ZeroMQ PUB
-// socket (topic = session id). Called only from the server loop thread. Write errors never escape.
+// socket (topic = the session's watch id, never the id itself). Called only from the server loop thread. Write errors never escape.
 // A record the disk refuses (full, quota, I/O error) is kept and written again, in order, before
 // anything later of its session: begin/record/flush say whether the session's records are all on
 // disk, so the server replies nothing as done that is not logged (PROTOCOL.md `storage_unavailable`).
@@ -34,8 +34,8 @@ struct RecorderConfig {
 class Recorder {
  public:
   // Creates log_dir, opens the catalogue and binds the PUB socket. A log dir or catalogue that
-  // cannot be used is reported on stderr and left off; an events endpoint that cannot be bound
-  // throws std::runtime_error (a start-up configuration error).
+  // cannot be used is reported on stderr and left off; an events endpoint that cannot be bound, or
+  // that is not loopback/ipc, throws std::runtime_error (a start-up configuration error).
   explicit Recorder(RecorderConfig config);
   ~Recorder();
   Recorder(const Recorder&) = delete;
@@ -80,9 +80,14 @@ class Recorder {
   std::map<std::string, std::unique_ptr<Active>> active_;
 };
 
-// events endpoint = tcp port+1 of the server endpoint, or "<ipc path>.events" for ipc; "" when the
-// endpoint is neither (or its port is not a number).
+// events endpoint = tcp port+1 of a loopback server endpoint, or "<ipc path>.events" for ipc; "" when
+// the endpoint is neither (not loopback, or its port is not a number): events stay on this host.
 std::string default_events_endpoint(const std::string& server_endpoint);
+// ipc://, inproc:// or tcp on a loopback address (127.x, localhost, [::1]).
+bool local_endpoint(const std::string& endpoint);
+// How events name a session (their topic, and in place of the id in every request and reply): the
+// id's first 8 hex digits. The id itself is a capability and never goes to a subscriber.
+std::string watch_id(const std::string& session);
 
 // The header's `server` block for a server: {server, version, protocol, toolchain, driver, gpus,
 // config}; `config` is Config::to_json() (what affects results: budgets, reward, limits).
