@@ -3,6 +3,7 @@
 #include "env/log.hpp"
 #include <malloc.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -152,6 +153,16 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
     nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, 1u << 16);
     ::setrlimit(RLIMIT_NOFILE, &nofile);
   }
+  {
+    unsigned char raw[8];
+    if (::getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw))
+      throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    static const char* hex = "0123456789abcdef";
+    for (unsigned char b : raw) {
+      instance_ += hex[b >> 4];
+      instance_ += hex[b & 15];
+    }
+  }
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
 
@@ -191,6 +202,11 @@ void Server::bind() {
     throw std::runtime_error("cannot bind " + config_.endpoint + ": " + e.what());
   }
   bound_endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+  if (!local_endpoint(bound_endpoint_))
+    log_warn("serving on " + bound_endpoint_ + ", beyond this host, without authentication: anyone who can connect "
+             "may open sessions, and a session id is all it takes to act on one (docs/multi-tenant.md)");
+  if (config_.events_endpoint.empty() && default_events_endpoint(bound_endpoint_).empty())
+    log_info("no live episode events: they stay on loopback or ipc (--events tcp://127.0.0.1:PORT)");
   if (config_.record || (!config_.events_endpoint.empty() && config_.events_endpoint != "none")) {
     RecorderConfig rc;
     if (config_.record) {
@@ -353,7 +369,7 @@ void Server::handle(const Route& route, std::string_view payload) {
     // Over a decoding limit, the id was not read yet: find it in the frame, so the client can tell
     // which request failed (and stop resending it).
     if (!id && e.code == ErrorCode::too_large) id = protocol::peek_request_id(payload);
-    reply = protocol::make_error_reply(id, e);
+    reply = error_reply(id, e);
   } catch (const std::exception& e) {
     ++errors_;
     log_error(std::string("internal error: ") + e.what());
@@ -362,7 +378,9 @@ void Server::handle(const Route& route, std::string_view payload) {
   // Recorded before it is sent: a client holding a reply can rely on its exchange being in the log
   // (a kill -9 right after the send used to lose the last exchange). A reply the disk refused to
   // log does not go out: the client gets storage_unavailable (the one reply that is never logged).
-  if (parsed && !record_exchange(request, reply)) reply = protocol::make_error_reply(id, storage_error());
+  if (parsed && !record_exchange(request, reply)) {
+    reply = error_reply(id, storage_error());
+  }
   send(route, protocol::encode(reply));
 }
 
@@ -443,7 +461,23 @@ Value Server::op_hello() const {
             {"max_total_items", l.max_total_items},
             {"max_label_bytes", l.max_label_bytes},
             {"max_workspace_bytes", config_.max_workspace_bytes}}},
-          {"config", config_.to_json()}};
+          {"instance", instance_},
+          {"config", public_config()}};
+}
+
+Value Server::error_reply(std::optional<std::uint64_t> id, const Error& e) const {
+  Value reply = protocol::make_error_reply(id, e);
+  reply["error"]["instance"] = instance_;
+  return reply;
+}
+
+json Server::public_config() const {
+  // What a client may know of the configuration: no paths of this host (issue 22.10).
+  json c = config_.to_json();
+  for (const char* key : {"tasks_dir", "state_dir", "log_dir", "catalogue"}) c.erase(key);
+  for (const char* key : {"endpoint", "events_endpoint"})
+    if (c.contains(key) && c[key].is_string() && c[key].get<std::string>().rfind("ipc://", 0) == 0) c[key] = "ipc";
+  return c;
 }
 
 Value Server::op_list_tasks() const {
@@ -480,7 +514,10 @@ Value Server::op_reset(const protocol::Envelope& request) {
   std::uint64_t seed = r.seed ? *r.seed : rng_();
   std::string id = sessions_.new_id();
   Session& session = sessions_.open(std::make_unique<Episode>(id, *task, r.layer, seed, b, r.label, wl));
-  return {{"session", id}, {"observation", session.episode->observation()}, {"info", session.episode->info()}};
+  return {{"session", id},
+          {"instance", instance_},
+          {"observation", session.episode->observation()},
+          {"info", session.episode->info()}};
 }
 
 Value Server::step_reply(const Episode& episode, double reward, Value extra_info) const {
@@ -673,7 +710,7 @@ void Server::land(const std::string& session_id, std::uint64_t id, const Route& 
       if (action == "evaluate") ep.refund_evaluation();
       s->in_flight.reset();
       s->in_flight_request = nullptr;
-      const std::string bytes = protocol::encode(protocol::make_error_reply(id, storage_error()));
+      const std::string bytes = protocol::encode(error_reply(id, storage_error()));
       send(route, bytes);
       for (const auto& w : s->waiters) send(w, bytes);
       s->waiters.clear();
@@ -699,7 +736,7 @@ void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Va
   if (recorder_ && !s->in_flight_request.is_null())
     logged = recorder_->record(*s->episode, s->in_flight_request, reply, s->in_flight_t, unix_now());
   s->in_flight_request = nullptr;
-  const std::string out = logged ? *bytes : protocol::encode(protocol::make_error_reply(id, storage_error()));
+  const std::string out = logged ? *bytes : protocol::encode(error_reply(id, storage_error()));
   send(route, out);
   for (const auto& w : s->waiters) send(w, out);
   s->waiters.clear();

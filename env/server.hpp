@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -51,6 +52,10 @@ class Server {
   // The PUB endpoint of episode events (`d2k watch`), "" when off.
   std::string events_endpoint() const { return recorder_ ? recorder_->events_endpoint() : std::string(); }
   const Config& config() const { return config_; }
+  // This run of the server: 16 hex digits from getrandom(2), new at every start. hello and reset
+  // replies carry it, and every error reply (error.instance), so a client that gets
+  // unknown_session for a session it opened under another instance knows the server restarted.
+  const std::string& instance() const { return instance_; }
 
  private:
   // A request as the parser typed it, and when it arrived.
@@ -81,6 +86,8 @@ class Server {
   void handle(const Route& route, std::string_view payload);
   Answer dispatch(const Route& route, const Request& request);
   protocol::Value op_hello() const;
+  nlohmann::json public_config() const;  // hello.config: Config::to_json without host paths
+  protocol::Value error_reply(std::optional<std::uint64_t> id, const protocol::Error& e) const;  // with error.instance
   protocol::Value op_list_tasks() const;
   protocol::Value op_reset(const protocol::Envelope& request);
   Answer op_step(const Route& route, const Request& request);
@@ -130,7 +137,8 @@ class Server {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::uint64_t requests_ = 0, errors_ = 0;
   std::size_t deferred_in_flight_ = 0;
-  std::size_t freed_since_trim_ = 0;  // reply-cache bytes freed since the last malloc_trim
+  std::size_t freed_since_trim_ = 0;
+  std::string instance_;  // reply-cache bytes freed since the last malloc_trim
 };
 
 }  // namespace d2k::env

@@ -9,12 +9,14 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <chrono>
 #include <functional>
 #include <sstream>
 #include <string>
 
 #include "catch.hpp"
 #include "env/episode_log.hpp"
+#include "env/workspace.hpp"
 #include "skip.hpp"
 #include "server_fixture.hpp"
 
@@ -221,4 +223,56 @@ TEST_CASE("on a full disk nothing is replied as done that is not logged, and the
   });
   if (report.rfind("skip:", 0) == 0) return d2k::test::skip(report);
   CHECK(report == "");
+}
+
+TEST_CASE("replies carry the server instance; hello.config shows no host paths", "[tenants]") {
+  // Issue 22.10: after a restart, unknown_session gave no hint that the server had restarted, and
+  // hello.config showed the server's state, log, catalogue and tasks paths.
+  std::string first_instance, session;
+  d2k::env::Config config = d2k::test::test_config();
+  {
+    d2k::test::TestServer srv(config);
+    zmq::context_t ctx;
+    Dealer a(ctx, srv.endpoint, "");
+    Value hello = a.call(req(1, "hello"));
+    REQUIRE(hello["ok"] == true);
+    first_instance = hello["instance"].get<std::string>();
+    CHECK(first_instance.size() == 16);
+    const std::string cfg = hello["config"].dump();
+    for (const auto& p : {config.state_dir, config.log_dir, config.catalogue, config.tasks_dir})
+      CHECK(cfg.find(p.string()) == std::string::npos);
+    Value r = a.call(req(2, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    REQUIRE(r["ok"] == true);
+    CHECK(r["instance"] == first_instance);
+    session = r["session"].get<std::string>();
+    Value e = a.call(req(3, "observe", {{"session", "nope"}}));
+    CHECK(e["error"]["code"] == "unknown_session");
+    CHECK(e["error"]["instance"] == first_instance);
+  }
+  d2k::test::TestServer again(config);  // the same endpoint, a new run
+  zmq::context_t ctx;
+  Dealer b(ctx, again.endpoint, "");
+  Value e = b.call(req(4, "observe", {{"session", session}}));
+  CHECK(e["error"]["code"] == "unknown_session");
+  REQUIRE(e["error"]["instance"].is_string());
+  CHECK(e["error"]["instance"] != first_instance);  // the client can tell the server restarted
+}
+
+TEST_CASE("find_occurrences counts overlapping matches in linear time", "[tenants]") {
+  using d2k::env::find_occurrences;
+  CHECK(find_occurrences("abcabc", "bc") == std::pair<std::size_t, std::size_t>{1, 2});
+  CHECK(find_occurrences("aaaa", "aa") == std::pair<std::size_t, std::size_t>{0, 3});
+  CHECK(find_occurrences("abc", "x").second == 0);
+  CHECK(find_occurrences("ab", "abc").second == 0);
+  CHECK(find_occurrences("abababx", "ababx") == std::pair<std::size_t, std::size_t>{2, 1});
+  // Issue 22.6: the pathological edit (a 256 KiB run of one letter, and half of it as `old`) took
+  // O(n * m) (~0.5 s on the server loop, for every client). Linear now: a generous bound, 100x the
+  // linear cost on a loaded machine, that the quadratic search misses by far.
+  const std::string hay(256 * 1024, 'a'), needle(128 * 1024, 'a');
+  const auto start = std::chrono::steady_clock::now();
+  const auto [first, count] = find_occurrences(hay, needle);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(first == 0);
+  CHECK(count == 128 * 1024 + 1);
+  CHECK(seconds < 1.0);
 }
