@@ -219,7 +219,7 @@ enum class FieldClass { exact, measured, ignored };
 FieldClass classify(const std::string& key, FieldClass parent) {
   if (parent != FieldClass::exact) return parent;
   if (key == "seconds" || key == "seconds_used" || key == "cached" || ends_with(key, "_s") || key == "samples" ||
-      key == "cv" || key == "rse")
+      key == "cv" || key == "rse" || key == "instance")
     return FieldClass::ignored;
   if (ends_with(key, "_us") || ends_with(key, "_ms") || key.rfind("median", 0) == 0 || key == "score" ||
       key == "speedup_vs_baseline" || key == "fraction_of_expert" || key == "reward" || key == "total_reward" ||

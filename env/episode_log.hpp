@@ -94,7 +94,7 @@ EpisodeLog read_episode_log(const std::filesystem::path& path);
 void write_episode_log(const std::filesystem::path& path, const EpisodeLog& log);
 
 // Replay comparison (d2k replay --verify). Fields compared by their key name:
-//  - wall-clock and cache state, never compared: "seconds", "seconds_used", "cached", keys ending in
+//  - wall-clock, cache state and the server run, never compared: "seconds", "seconds_used", "cached", "instance", keys ending in
 //    "_s", "samples", "cv", "rse" (compile time and timing-sample counts depend on machine load);
 //  - measured GPU times and what derives from them, compared within `tolerance` (|a-b| <= tolerance *
 //    max(1, |a|, |b|)): keys ending in "_us" or "_ms", starting with "median", "score",

@@ -163,6 +163,8 @@ TEST_CASE("compare_recorded: exact fields, ignored wall-clock fields, measured f
   b["observation"]["budget"]["seconds_used"] = 99.0;
   b["observation"]["last"]["compile"]["seconds"] = 0.001;
   b["observation"]["last"]["compile"]["cached"] = true;
+  a["instance"] = "0011223344556677";  // the server run (reset replies): differs on every replay
+  b["instance"] = "8899aabbccddeeff";
   b["info"]["reward"]["t_agent_us"] = 110.0;
   CHECK_FALSE(compare_recorded(a, b, 0.25));
   auto d = compare_recorded(a, b, 0.05);
