@@ -63,6 +63,7 @@ struct Config {
   double compile_deadline_s = 120;                   // wall clock of one nvcc run
   bool record = true;                                // write episode logs and the catalogue
   std::filesystem::path log_dir;                     // episode logs; default state_dir/episodes
+  std::uint64_t log_budget_bytes = 16ull << 30;      // episode logs kept; the oldest finished go first; 0 = no bound
   std::filesystem::path catalogue;                   // SQLite index of episodes; default state_dir/catalogue.sqlite
   std::string events_endpoint;                       // PUB socket for `d2k watch`; default: port+1 / <ipc>.events; "none" = off
   std::string log_level = "info";                    // server log: one of kLogLevels
@@ -122,6 +123,7 @@ void Config::for_each_key(Visit&& visit) {
   D2K_CONFIG_KEY(compile_deadline_s, "", "Wall-clock seconds of one nvcc run");
   D2K_CONFIG_KEY(record, "--record", "Write episode logs and the catalogue; --no-record writes none (a session can also opt out: reset options.record=false)");
   D2K_CONFIG_KEY(log_dir, "--log-dir", "Episode logs (default: <state-dir>/episodes)");
+  D2K_CONFIG_KEY(log_budget_bytes, "", "Bytes of episode logs kept in the log dir; beyond it the oldest finished logs are deleted (0 = keep all)");
   D2K_CONFIG_KEY(catalogue, "--catalogue", "SQLite episode catalogue (default: <state-dir>/catalogue.sqlite)");
   D2K_CONFIG_KEY(events_endpoint, "--events", "PUB endpoint for `d2k watch` (default: the server port + 1, or <ipc path>.events; 'none' = off)");
   D2K_CONFIG_KEY(log_level, "--log-level", "Server log level: trace, debug, info, warn, error or off");

@@ -333,8 +333,45 @@ void Recorder::save_row(Active& a) {
   }
 }
 
+std::size_t Recorder::enforce_log_budget() {
+  if (!logs_ok_ || config_.log_budget_bytes == 0) return 0;
+  struct File {
+    std::filesystem::file_time_type mtime;
+    std::uint64_t bytes;
+    std::filesystem::path path;
+  };
+  std::vector<File> finished;
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(config_.log_dir, ec)) {
+    if (entry.path().extension() != ".d2klog") continue;
+    std::error_code e2;
+    const std::uint64_t bytes = entry.file_size(e2);
+    if (e2) continue;
+    total += bytes;
+    if (!active_.count(entry.path().stem().string())) finished.push_back({entry.last_write_time(e2), bytes, entry.path()});
+  }
+  std::sort(finished.begin(), finished.end(), [](const File& a, const File& b) { return a.mtime < b.mtime; });
+  std::size_t removed = 0;
+  for (const File& f : finished) {
+    if (total <= config_.log_budget_bytes) break;
+    if (std::filesystem::remove(f.path, ec)) {
+      total -= f.bytes;
+      ++removed;
+    }
+  }
+  if (removed) log_info("episode logs over their budget: removed the " + std::to_string(removed) + " oldest");
+  return removed;
+}
+
 bool Recorder::begin(const Episode& episode, const json& request, const json& reply, double t_request,
                      double t_reply) {
+  // Disk use is bounded: before a new log starts, the oldest finished ones go when over the budget.
+  // (The scan is of one folder, at most once per reset.)
+  if (const auto now = std::chrono::steady_clock::now(); now - last_budget_check_ > std::chrono::seconds(5)) {
+    last_budget_check_ = now;
+    enforce_log_budget();
+  }
   try {
     auto a = std::make_unique<Active>();
     EpisodeRow& row = a->row;

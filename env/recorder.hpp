@@ -8,6 +8,8 @@
 #pragma once
 
 #include <filesystem>
+#include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -29,6 +31,7 @@ struct RecorderConfig {
   std::string events_endpoint;       // "" = no PUB socket
   nlohmann::json server_info;        // versions, toolchain, gpus, config that affects results
   bool sync = true;                  // fdatasync after every record (survives power loss, not only kill -9)
+  std::uint64_t log_budget_bytes = 0;  // episode logs kept in log_dir; beyond it the oldest finished go; 0 = no bound
 };
 
 class Recorder {
@@ -62,6 +65,9 @@ class Recorder {
   // The log file of a session being recorded ("" when not recorded or unknown).
   std::filesystem::path log_path(const std::string& session) const;
   std::size_t active() const { return active_.size(); }
+  // Deletes the oldest finished logs in log_dir (by modification time) until what is left fits
+  // log_budget_bytes; logs of sessions still recorded are never deleted. Returns how many went.
+  std::size_t enforce_log_budget();
 
  private:
   struct Active;
@@ -78,6 +84,7 @@ class Recorder {
   std::unique_ptr<zmq::socket_t> pub_;
   std::string bound_events_;
   std::map<std::string, std::unique_ptr<Active>> active_;
+  std::chrono::steady_clock::time_point last_budget_check_{};
 };
 
 // events endpoint = tcp port+1 of a loopback server endpoint, or "<ipc path>.events" for ipc; "" when

@@ -212,6 +212,7 @@ void Server::bind() {
     if (config_.record) {
       rc.log_dir = config_.log_dir;
       rc.catalogue = config_.catalogue;
+      rc.log_budget_bytes = config_.log_budget_bytes;
     }
     rc.events_endpoint = config_.events_endpoint == "none"  ? std::string()
                          : config_.events_endpoint.empty() ? default_events_endpoint(bound_endpoint_)

@@ -471,3 +471,27 @@ TEST_CASE("Recorder: events stay on this host and never carry a session id", "[r
   json event = json::from_msgpack(payload);
   CHECK(event["session"] == "01234567");
 }
+
+TEST_CASE("Recorder: episode logs over their byte budget lose the oldest finished ones", "[recorder]") {
+  // Issue 22.10: disk use had no bound (every observe logged whole, ~6.5 GB/h in the soak).
+  Fixture fx;
+  fs::path dir = temp_dir("d2k-rec-budget");
+  RecorderConfig rc;
+  rc.log_dir = dir / "episodes";
+  rc.sync = false;
+  rc.log_budget_bytes = 1;  // a finished log is always over it
+  Recorder rec(rc);
+  Episode done("old0000000000000000000000000000a", fx.task(), 1, 7, Budget{}, "", Workspace::Limits{});
+  json reply = {{"v", 1}, {"id", 1}, {"ok", true}, {"session", done.id()}, {"observation", done.observation()}};
+  rec.begin(done, reset_request(true), reply, 1.0, 1.1);
+  Episode live("live000000000000000000000000000b", fx.task(), 1, 8, Budget{}, "", Workspace::Limits{});
+  rec.begin(live, reset_request(true), reply, 2.0, 2.1);
+  CHECK(rec.enforce_log_budget() == 0);  // both still recorded: never deleted
+  done.end("closed");
+  rec.end(done, "closed");
+  CHECK(fs::exists(rc.log_dir / (done.id() + ".d2klog")));
+  CHECK(rec.enforce_log_budget() == 1);
+  CHECK_FALSE(fs::exists(rc.log_dir / (done.id() + ".d2klog")));
+  CHECK(fs::exists(rc.log_dir / (live.id() + ".d2klog")));
+  fs::remove_all(dir);
+}
