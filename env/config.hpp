@@ -58,9 +58,12 @@ struct Config {
   std::size_t max_workspace_bytes = 2u << 20;        // all files of one workspace
   std::size_t reply_cache_per_session = 16;          // retried ids answered from here
   std::size_t reply_cache_global = 4096;             // for ops without a session
+  std::size_t reply_cache_session_bytes = 8u << 20;  // step replies one session keeps (its latest always)
+  std::size_t reply_cache_bytes = 256u << 20;        // all cached replies of the server together
   double compile_deadline_s = 120;                   // wall clock of one nvcc run
   bool record = true;                                // write episode logs and the catalogue
   std::filesystem::path log_dir;                     // episode logs; default state_dir/episodes
+  std::uint64_t log_budget_bytes = 16ull << 30;      // episode logs kept; the oldest finished go first; 0 = no bound
   std::filesystem::path catalogue;                   // SQLite index of episodes; default state_dir/catalogue.sqlite
   std::string events_endpoint;                       // PUB socket for `d2k watch`; default: port+1 / <ipc>.events; "none" = off
   std::string log_level = "info";                    // server log: one of kLogLevels
@@ -115,9 +118,12 @@ void Config::for_each_key(Visit&& visit) {
   D2K_CONFIG_KEY(max_workspace_bytes, "", "Bytes of all files of one workspace");
   D2K_CONFIG_KEY(reply_cache_per_session, "", "Replies kept per session to answer retried request ids");
   D2K_CONFIG_KEY(reply_cache_global, "", "Replies kept for retried requests without a session");
+  D2K_CONFIG_KEY(reply_cache_session_bytes, "", "Bytes of step replies one session keeps for retries (its latest reply always stays)");
+  D2K_CONFIG_KEY(reply_cache_bytes, "", "Bytes of all cached replies together; the oldest go first, never a session's latest step reply");
   D2K_CONFIG_KEY(compile_deadline_s, "", "Wall-clock seconds of one nvcc run");
   D2K_CONFIG_KEY(record, "--record", "Write episode logs and the catalogue; --no-record writes none (a session can also opt out: reset options.record=false)");
   D2K_CONFIG_KEY(log_dir, "--log-dir", "Episode logs (default: <state-dir>/episodes)");
+  D2K_CONFIG_KEY(log_budget_bytes, "", "Bytes of episode logs kept in the log dir; beyond it the oldest finished logs are deleted (0 = keep all)");
   D2K_CONFIG_KEY(catalogue, "--catalogue", "SQLite episode catalogue (default: <state-dir>/catalogue.sqlite)");
   D2K_CONFIG_KEY(events_endpoint, "--events", "PUB endpoint for `d2k watch` (default: the server port + 1, or <ipc path>.events; 'none' = off)");
   D2K_CONFIG_KEY(log_level, "--log-level", "Server log level: trace, debug, info, warn, error or off");

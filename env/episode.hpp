@@ -52,6 +52,9 @@ class Episode {
   void record_step(nlohmann::json last, double reward);
   void count_compile() { ++compiles_; }
   void count_evaluation() { ++evaluations_; }
+  // The server could not run the counted action (its disk was full): the agent is not charged.
+  void refund_compile() { compiles_ -= compiles_ > 0 ? 1 : 0; }
+  void refund_evaluation() { evaluations_ -= evaluations_ > 0 ? 1 : 0; }
 
   double total_reward() const { return total_reward_; }
   double last_reward() const { return last_reward_; }

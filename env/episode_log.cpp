@@ -58,7 +58,15 @@ std::string encode_log_record(const json& record) {
 EpisodeLogWriter::EpisodeLogWriter(const std::filesystem::path& path, bool sync) : path_(path), sync_(sync) {
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (fd_ < 0) throw sys_error("cannot create episode log", path);
-  write_all(log_preamble());
+  try {
+    write_all(log_preamble());
+  } catch (...) {  // no writer: leave no file behind
+    ::close(fd_);
+    fd_ = -1;
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    throw;
+  }
 }
 
 EpisodeLogWriter::~EpisodeLogWriter() {
@@ -67,16 +75,30 @@ EpisodeLogWriter::~EpisodeLogWriter() {
 
 void EpisodeLogWriter::write_all(const std::string& bytes) {
   if (fd_ < 0) throw std::system_error(EBADF, std::generic_category(), "episode log closed " + path_.string());
+  if (broken_) throw std::system_error(EIO, std::generic_category(), "episode log ends in a torn record " + path_.string());
+  // On failure, cut the file back to its last complete record, so a later append of the same record
+  // (once the disk has room) leaves a well-formed log.
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    while (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+      if (errno == EINTR) continue;
+      broken_ = true;
+      break;
+    }
+    errno = err;
+    throw sys_error(what, path_);
+  };
   std::size_t done = 0;
   while (done < bytes.size()) {
     ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw sys_error("cannot write episode log", path_);
+      fail("cannot write episode log");
     }
     done += static_cast<std::size_t>(n);
   }
-  if (sync_ && ::fdatasync(fd_) != 0) throw sys_error("cannot sync episode log", path_);
+  if (sync_ && ::fdatasync(fd_) != 0) fail("cannot sync episode log");
+  size_ += bytes.size();
 }
 
 void EpisodeLogWriter::append(const json& record) { write_all(encode_log_record(record)); }
@@ -197,7 +219,7 @@ enum class FieldClass { exact, measured, ignored };
 FieldClass classify(const std::string& key, FieldClass parent) {
   if (parent != FieldClass::exact) return parent;
   if (key == "seconds" || key == "seconds_used" || key == "cached" || ends_with(key, "_s") || key == "samples" ||
-      key == "cv" || key == "rse")
+      key == "cv" || key == "rse" || key == "instance")
     return FieldClass::ignored;
   if (ends_with(key, "_us") || ends_with(key, "_ms") || key.rfind("median", 0) == 0 || key == "score" ||
       key == "speedup_vs_baseline" || key == "fraction_of_expert" || key == "reward" || key == "total_reward" ||

@@ -37,7 +37,10 @@ std::string encode_log_record(const nlohmann::json& record);
 std::string log_preamble();
 
 // Appends records to a log file. Every append is one write(2) (plus fdatasync when `sync`).
-// Throws std::system_error on I/O errors; the Recorder turns those into a failed log.
+// Throws std::system_error on I/O errors (ENOSPC, EDQUOT, EIO, ...). A failed append leaves the
+// file as it was before it (what was written of it is cut off again), so the same record can be
+// appended again once the disk has room; broken() is true when even that cut failed (the file now
+// ends in a torn record: the Recorder gives the log up).
 class EpisodeLogWriter {
  public:
   // Creates `path` (fails if it exists) and writes the preamble.
@@ -49,12 +52,16 @@ class EpisodeLogWriter {
   void append(const nlohmann::json& record);
   void close();
   const std::filesystem::path& path() const { return path_; }
+  bool broken() const { return broken_; }
+  std::uint64_t bytes() const { return size_; }  // the file's length: preamble + complete records
 
  private:
   void write_all(const std::string& bytes);
   std::filesystem::path path_;
   int fd_ = -1;
   bool sync_;
+  bool broken_ = false;
+  std::uint64_t size_ = 0;
 };
 
 struct TornTail {
@@ -87,7 +94,7 @@ EpisodeLog read_episode_log(const std::filesystem::path& path);
 void write_episode_log(const std::filesystem::path& path, const EpisodeLog& log);
 
 // Replay comparison (d2k replay --verify). Fields compared by their key name:
-//  - wall-clock and cache state, never compared: "seconds", "seconds_used", "cached", keys ending in
+//  - wall-clock, cache state and the server run, never compared: "seconds", "seconds_used", "cached", "instance", keys ending in
 //    "_s", "samples", "cv", "rse" (compile time and timing-sample counts depend on machine load);
 //  - measured GPU times and what derives from them, compared within `tolerance` (|a-b| <= tolerance *
 //    max(1, |a|, |b|)): keys ending in "_us" or "_ms", starting with "median", "score",

@@ -84,8 +84,16 @@ class DiffReader {
       if (starts_with(line, "@@")) fail_line("a hunk (@@) outside a file section; each file needs '--- ' and '+++ ' lines first");
       if (starts_with(line, "Binary files ") || starts_with(line, "GIT binary patch"))
         fail_line("binary diffs are not supported");
-      if (starts_with(line, "rename from ") || starts_with(line, "copy from "))
+      if (starts_with(line, "rename from ") || starts_with(line, "rename to ") || starts_with(line, "copy from ") ||
+          starts_with(line, "copy to "))
         fail_line("renames and copies are not supported; create the new file and delete the old one instead");
+      // A git extended header that sets a mode: a symbolic link (120000) or a mode change. Applied
+      // as a plain edit it would silently make a regular file of a link (issue 22.10).
+      if ((starts_with(line, "new file mode ") || starts_with(line, "deleted file mode ")) &&
+          line.find("120000") != std::string_view::npos)
+        fail_line("symbolic links (mode 120000) are not supported; a workspace holds regular files only");
+      if (starts_with(line, "old mode ") || starts_with(line, "new mode "))
+        fail_line("mode changes are not supported; a workspace holds regular files only");
       if (starts_with(line, "diff --git ")) {
         check_git_header();
         git_header = pos_;
@@ -130,6 +138,10 @@ class DiffReader {
     if (old_prefixed && new_prefixed) {
       if (starts_with(old_path, "a/")) old_path.erase(0, 2);
       if (starts_with(new_path, "b/")) new_path.erase(0, 2);
+      // git names one file on both sides; two names there are a rename (issue 22.10).
+      if (!old_null && !new_null && old_path != new_path)
+        fail_line("the header renames '" + old_path + "' to '" + new_path +
+                  "'; renames are not supported: create the new file and delete the old one instead");
     }
     fp.old_path = old_path;
     fp.new_path = new_path;

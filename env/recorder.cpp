@@ -2,9 +2,12 @@
 
 #include "env/log.hpp"
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <deque>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "env/version.hpp"
 #include "protocol/codec.hpp"
@@ -14,10 +17,15 @@ namespace d2k::env {
 using nlohmann::json;
 
 struct Recorder::Active {
+  struct Waiting {
+    json record, event;  // the log record, and the event published once it is written
+  };
   EpisodeRow row;
   std::unique_ptr<EpisodeLogWriter> writer;  // null when not recording or after a failure
   std::uint64_t next_n = 0;
   std::vector<std::string> layer_properties;  // ids of the design properties for this layer
+  std::deque<Waiting> waiting;                // records the disk refused, oldest first
+  bool refused = false;                       // the last write was refused (logged once per spell)
 };
 
 namespace {
@@ -68,6 +76,14 @@ std::optional<int> properties_met(const json& evaluation, const std::vector<std:
   }
   if (!any) return std::nullopt;
   return count;
+}
+
+// Errors that mean "the disk has no room (now)": worth trying again later.
+bool refused_by_disk(const std::system_error& e) {
+  const int v = e.code().value();
+  return e.code().category() == std::generic_category() || e.code().category() == std::system_category()
+             ? (v == ENOSPC || v == EDQUOT || v == EIO || v == EFBIG)
+             : false;
 }
 
 }  // namespace
@@ -148,8 +164,18 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+bool local_endpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
+  if (endpoint.rfind("tcp://", 0) != 0) return false;
+  const std::string host = endpoint.substr(6, endpoint.rfind(':') > 6 ? endpoint.rfind(':') - 6 : std::string::npos);
+  return host == "localhost" || host == "[::1]" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+std::string watch_id(const std::string& session) { return session.substr(0, 8); }
+
 std::string default_events_endpoint(const std::string& server_endpoint) {
   if (server_endpoint.rfind("ipc://", 0) == 0) return server_endpoint + ".events";
+  if (!local_endpoint(server_endpoint)) return "";  // events carry agent source: never beyond this host by default
   if (server_endpoint.rfind("tcp://", 0) == 0) {
     auto colon = server_endpoint.rfind(':');
     if (colon == std::string::npos || colon < 6) return "";
@@ -193,6 +219,10 @@ Recorder::Recorder(RecorderConfig config) : config_(std::move(config)) {
     }
   }
   if (!config_.events_endpoint.empty()) {
+    if (!local_endpoint(config_.events_endpoint))
+      throw std::runtime_error("the episode events endpoint " + config_.events_endpoint +
+                               " is not loopback or ipc: events carry agent source and anyone who can connect "
+                               "may subscribe (there is no authentication yet); use tcp://127.0.0.1:PORT or ipc://");
     pub_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pub);
     pub_->set(zmq::sockopt::linger, 0);
     pub_->set(zmq::sockopt::sndhwm, 10000);
@@ -216,11 +246,29 @@ std::filesystem::path Recorder::log_path(const std::string& session) const {
   return it->second->writer->path();
 }
 
+namespace {
+
+// Every string equal to `secret` (the session id, wherever a request or reply names it) → `shown`.
+void redact(json& j, const std::string& secret, const std::string& shown) {
+  if (j.is_string()) {
+    if (j.get_ref<const std::string&>() == secret) j = shown;
+  } else if (j.is_structured()) {
+    for (auto& item : j) redact(item, secret, shown);
+  }
+}
+
+}  // namespace
+
 void Recorder::publish(const std::string& session, const json& event) {
   if (!pub_) return;
   try {
-    std::vector<std::uint8_t> bytes = json::to_msgpack(event);
-    pub_->send(zmq::buffer(session), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    // Subscribers are not authenticated: the session id (the capability to act on a session) never
+    // goes out; events name a session by its watch id, the id's first 8 hex digits.
+    const std::string topic = watch_id(session);
+    json shown = event;
+    redact(shown, session, topic);
+    std::vector<std::uint8_t> bytes = json::to_msgpack(shown);
+    pub_->send(zmq::buffer(topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
     pub_->send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait);
   } catch (const std::exception& e) {
     log_warn(std::string("episode event dropped: ") + e.what());
@@ -243,6 +291,39 @@ void Recorder::append(Active& a, const json& record) {
   }
 }
 
+bool Recorder::flush(Active& a) {
+  while (!a.waiting.empty()) {
+    if (!a.writer) {  // not recorded, or the log was given up: nothing to wait for
+      for (const auto& w : a.waiting)
+        if (!w.event.is_null()) publish(a.row.session, w.event);
+      a.waiting.clear();
+      return true;
+    }
+    try {
+      a.writer->append(a.waiting.front().record);
+    } catch (const std::exception& e) {
+      if (a.writer->broken()) {  // the file ends in a torn record: no later record can follow it
+        fail_log(a, e.what());
+        a.waiting.clear();
+        return true;
+      }
+      if (!a.refused) log_error("episode log of session " + a.row.session + ": " + e.what() + "; holding replies until it can be written");
+      a.refused = true;
+      return false;
+    }
+    if (a.refused) log_info("episode log of session " + a.row.session + " is written again");
+    a.refused = false;
+    if (!a.waiting.front().event.is_null()) publish(a.row.session, a.waiting.front().event);
+    a.waiting.pop_front();
+  }
+  return true;
+}
+
+bool Recorder::flush(const std::string& session) {
+  auto it = active_.find(session);
+  return it == active_.end() || flush(*it->second);
+}
+
 void Recorder::save_row(Active& a) {
   if (!catalogue_) return;
   try {
@@ -252,8 +333,45 @@ void Recorder::save_row(Active& a) {
   }
 }
 
-void Recorder::begin(const Episode& episode, const json& request, const json& reply, double t_request,
+std::size_t Recorder::enforce_log_budget() {
+  if (!logs_ok_ || config_.log_budget_bytes == 0) return 0;
+  struct File {
+    std::filesystem::file_time_type mtime;
+    std::uint64_t bytes;
+    std::filesystem::path path;
+  };
+  std::vector<File> finished;
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(config_.log_dir, ec)) {
+    if (entry.path().extension() != ".d2klog") continue;
+    std::error_code e2;
+    const std::uint64_t bytes = entry.file_size(e2);
+    if (e2) continue;
+    total += bytes;
+    if (!active_.count(entry.path().stem().string())) finished.push_back({entry.last_write_time(e2), bytes, entry.path()});
+  }
+  std::sort(finished.begin(), finished.end(), [](const File& a, const File& b) { return a.mtime < b.mtime; });
+  std::size_t removed = 0;
+  for (const File& f : finished) {
+    if (total <= config_.log_budget_bytes) break;
+    if (std::filesystem::remove(f.path, ec)) {
+      total -= f.bytes;
+      ++removed;
+    }
+  }
+  if (removed) log_info("episode logs over their budget: removed the " + std::to_string(removed) + " oldest");
+  return removed;
+}
+
+bool Recorder::begin(const Episode& episode, const json& request, const json& reply, double t_request,
                      double t_reply) {
+  // Disk use is bounded: before a new log starts, the oldest finished ones go when over the budget.
+  // (The scan is of one folder, at most once per reset.)
+  if (const auto now = std::chrono::steady_clock::now(); now - last_budget_check_ > std::chrono::seconds(5)) {
+    last_budget_check_ = now;
+    enforce_log_budget();
+  }
   try {
     auto a = std::make_unique<Active>();
     EpisodeRow& row = a->row;
@@ -292,42 +410,64 @@ void Recorder::begin(const Episode& episode, const json& request, const json& re
       row.log_path = path.string();
       try {
         a->writer = std::make_unique<EpisodeLogWriter>(path, config_.sync);
-        a->writer->append(header);
+      } catch (const std::system_error& e) {
+        if (refused_by_disk(e)) {
+          log_error("episode log of session " + row.session + ": " + e.what() + "; reset refused");
+          return false;
+        }
+        row.log_status = std::string("failed: ") + e.what();
+        log_error("episode log of session " + row.session + " failed: " + e.what());
       } catch (const std::exception& e) {
-        a->writer.reset();
         row.log_status = std::string("failed: ") + e.what();
         log_error("episode log of session " + row.session + " failed: " + e.what());
       }
     }
-    append(*a, {{"k", "exchange"}, {"n", a->next_n++}, {"t_request", t_request}, {"t_reply", t_reply},
-                {"request", request}, {"reply", reply}});
+    a->waiting.push_back({header, json()});
+    a->waiting.push_back({{{"k", "exchange"}, {"n", a->next_n++}, {"t_request", t_request}, {"t_reply", t_reply},
+                           {"request", request}, {"reply", reply}},
+                          {{"kind", "begin"}, {"session", row.session}, {"header", header}, {"n", 0},
+                           {"t_request", t_request}, {"t_reply", t_reply}, {"request", request}, {"reply", reply}}});
+    if (!flush(*a)) {  // the disk is full: no half log, the reset is not done
+      std::filesystem::path path = a->writer->path();
+      a->writer.reset();
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+      return false;
+    }
     summarize_exchange(row, request, reply, a->layer_properties);
     save_row(*a);
-    publish(row.session, {{"kind", "begin"}, {"session", row.session}, {"header", header}, {"n", 0},
-                          {"t_request", t_request}, {"t_reply", t_reply}, {"request", request}, {"reply", reply}});
     active_[row.session] = std::move(a);
   } catch (const std::exception& e) {
     log_error("recorder: begin of session " + episode.id() + " failed: " + e.what());
   }
+  return true;
 }
 
-void Recorder::record(const Episode& episode, const json& request, const json& reply, double t_request,
-                      double t_reply) {
+bool Recorder::record(const Episode& episode, const json& request, const json& reply, double t_request,
+                      double t_reply, bool keep) {
   try {
     auto it = active_.find(episode.id());
-    if (it == active_.end()) return;
+    if (it == active_.end()) return true;
     Active& a = *it->second;
     std::uint64_t n = a.next_n++;
-    append(a, {{"k", "exchange"}, {"n", n}, {"t_request", t_request}, {"t_reply", t_reply}, {"request", request},
-               {"reply", reply}});
+    a.waiting.push_back({{{"k", "exchange"}, {"n", n}, {"t_request", t_request}, {"t_reply", t_reply},
+                          {"request", request}, {"reply", reply}},
+                         {{"kind", "exchange"}, {"session", a.row.session}, {"n", n}, {"t_request", t_request},
+                          {"t_reply", t_reply}, {"request", request}, {"reply", reply}}});
+    if (!flush(a)) {
+      if (!keep) {  // dropped: its reply is not sent either
+        a.waiting.pop_back();
+        --a.next_n;
+      }
+      return false;
+    }
     std::string before = a.row.outcome;
     summarize_exchange(a.row, request, reply, a.layer_properties);
     if (a.row.outcome != before) save_row(a);
-    publish(a.row.session, {{"kind", "exchange"}, {"session", a.row.session}, {"n", n}, {"t_request", t_request},
-                            {"t_reply", t_reply}, {"request", request}, {"reply", reply}});
   } catch (const std::exception& e) {
     log_error("recorder: record for session " + episode.id() + " failed: " + e.what());
   }
+  return true;
 }
 
 void Recorder::end(const Episode& episode, const std::string& reason) {
@@ -342,6 +482,7 @@ void Recorder::end(const Episode& episode, const std::string& reason) {
     a.row.total_reward = episode.total_reward();
     a.row.end_reason = episode.end_reason().value_or(reason);
     if (a.row.outcome == "running") a.row.outcome = "unsubmitted";
+    flush(a);  // best effort: a session that goes while the disk is full loses what still waits
     json record = {{"k", "end"}, {"reason", reason}, {"end_reason", a.row.end_reason}, {"steps", a.row.steps},
                    {"total_reward", a.row.total_reward}, {"outcome", a.row.outcome}, {"t", now}};
     append(a, record);

@@ -1,10 +1,15 @@
 // The Recorder: writes one episode log per session (env/episode_log.hpp), keeps the catalogue row
 // of each episode (env/catalogue.hpp) and publishes episode events for `d2k watch` on a ZeroMQ PUB
-// socket (topic = session id). Called only from the server loop thread. Write errors never escape:
-// they go to stderr and mark the episode's log as failed in the catalogue.
+// socket (topic = the session's watch id, never the id itself). Called only from the server loop thread. Write errors never escape.
+// A record the disk refuses (full, quota, I/O error) is kept and written again, in order, before
+// anything later of its session: begin/record/flush say whether the session's records are all on
+// disk, so the server replies nothing as done that is not logged (PROTOCOL.md `storage_unavailable`).
+// Other failures (a log dir that cannot be made) go to stderr and mark the log failed in the catalogue.
 #pragma once
 
 #include <filesystem>
+#include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -26,24 +31,32 @@ struct RecorderConfig {
   std::string events_endpoint;       // "" = no PUB socket
   nlohmann::json server_info;        // versions, toolchain, gpus, config that affects results
   bool sync = true;                  // fdatasync after every record (survives power loss, not only kill -9)
+  std::uint64_t log_budget_bytes = 0;  // episode logs kept in log_dir; beyond it the oldest finished go; 0 = no bound
 };
 
 class Recorder {
  public:
   // Creates log_dir, opens the catalogue and binds the PUB socket. A log dir or catalogue that
-  // cannot be used is reported on stderr and left off; an events endpoint that cannot be bound
-  // throws std::runtime_error (a start-up configuration error).
+  // cannot be used is reported on stderr and left off; an events endpoint that cannot be bound, or
+  // that is not loopback/ipc, throws std::runtime_error (a start-up configuration error).
   explicit Recorder(RecorderConfig config);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
   // After a successful reset; `request`/`reply` are the decoded maps. Honors request.options.record == false.
-  void begin(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
+  // False when the disk refused the log's first records: nothing of the session is kept (no file,
+  // no row) and the reset must not be answered as done.
+  bool begin(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
              double t_reply);
   // Every later request/reply of that session (step, observe, close), in the order replies are sent.
-  void record(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
-              double t_reply);
+  // True when it and every earlier record of the session are on disk (or the session is not logged).
+  // When the disk refuses it: with `keep`, it waits (and is written before anything later of the
+  // session, by the next record or flush); without, it is dropped (a reply that will not be sent).
+  bool record(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
+              double t_reply, bool keep = true);
+  // Writes the session's waiting records; true when none is left waiting (or it is not recorded).
+  bool flush(const std::string& session);
   // The session is gone (closed, idle_timeout, server_shutdown): final record + catalogue row.
   void end(const Episode& episode, const std::string& reason);
   std::string events_endpoint() const;  // the bound PUB endpoint ("" if none)
@@ -52,11 +65,15 @@ class Recorder {
   // The log file of a session being recorded ("" when not recorded or unknown).
   std::filesystem::path log_path(const std::string& session) const;
   std::size_t active() const { return active_.size(); }
+  // Deletes the oldest finished logs in log_dir (by modification time) until what is left fits
+  // log_budget_bytes; logs of sessions still recorded are never deleted. Returns how many went.
+  std::size_t enforce_log_budget();
 
  private:
   struct Active;
   void publish(const std::string& session, const nlohmann::json& event);
   void append(Active& a, const nlohmann::json& record);
+  bool flush(Active& a);
   void save_row(Active& a);
   void fail_log(Active& a, const std::string& why);
 
@@ -67,11 +84,17 @@ class Recorder {
   std::unique_ptr<zmq::socket_t> pub_;
   std::string bound_events_;
   std::map<std::string, std::unique_ptr<Active>> active_;
+  std::chrono::steady_clock::time_point last_budget_check_{};
 };
 
-// events endpoint = tcp port+1 of the server endpoint, or "<ipc path>.events" for ipc; "" when the
-// endpoint is neither (or its port is not a number).
+// events endpoint = tcp port+1 of a loopback server endpoint, or "<ipc path>.events" for ipc; "" when
+// the endpoint is neither (not loopback, or its port is not a number): events stay on this host.
 std::string default_events_endpoint(const std::string& server_endpoint);
+// ipc://, inproc:// or tcp on a loopback address (127.x, localhost, [::1]).
+bool local_endpoint(const std::string& endpoint);
+// How events name a session (their topic, and in place of the id in every request and reply): the
+// id's first 8 hex digits. The id itself is a capability and never goes to a subscriber.
+std::string watch_id(const std::string& session);
 
 // The header's `server` block for a server: {server, version, protocol, toolchain, driver, gpus,
 // config}; `config` is Config::to_json() (what affects results: budgets, reward, limits).

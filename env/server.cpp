@@ -1,8 +1,11 @@
 #include "env/server.hpp"
 
 #include "env/log.hpp"
+#include <malloc.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,6 +78,21 @@ constexpr std::size_t kHardCapFactor = 16;  // ZeroMQ's frame cap, in units of m
 
 json error_json(const Error& e) { return {{"code", protocol::to_string(e.code)}, {"message", e.what()}}; }
 
+Error storage_error() {
+  return Error(ErrorCode::storage_unavailable,
+               "the server cannot write its records (its disk is full); resend this request with the same id "
+               "later: a step that ran is held, not lost, and is answered once it is logged");
+}
+
+// A compile needs room for sources, nvcc's temporaries and the artifact: below this much free space
+// on the state filesystem, a failed compile is the server's problem, not the agent's.
+constexpr std::uint64_t kCompileMinFreeBytes = 16ull << 20;
+
+bool says_disk_full(const std::string& text) {
+  return text.find("No space left on device") != std::string::npos ||
+         text.find("Disk quota exceeded") != std::string::npos;
+}
+
 }  // namespace
 
 json toolchain_json(std::string_view banner) {
@@ -127,12 +145,23 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
       gpu_(std::move(gpu)),
       gpu_info_(gpu_ ? gpu_->gpus() : std::vector<GpuInfo>{}),
       sessions_(gpu_info_.size()),
-      replies_(config_.reply_cache_per_session, config_.reply_cache_global) {
+      replies_(config_.reply_cache_per_session, config_.reply_cache_global, config_.reply_cache_session_bytes,
+               config_.reply_cache_bytes) {
   if (!config_.finalized()) throw std::logic_error("Server: the Config was not finalized (Config::finalize)");
   // Each open episode holds its log file; many sessions need more than the usual 1024 descriptors.
   if (rlimit nofile{}; ::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
     nofile.rlim_cur = std::min<rlim_t>(nofile.rlim_max, 1u << 16);
     ::setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+  {
+    unsigned char raw[8];
+    if (::getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw))
+      throw std::runtime_error(std::string("getrandom: ") + std::strerror(errno));
+    static const char* hex = "0123456789abcdef";
+    for (unsigned char b : raw) {
+      instance_ += hex[b >> 4];
+      instance_ += hex[b & 15];
+    }
   }
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
@@ -174,11 +203,17 @@ void Server::bind() {
     throw std::runtime_error("cannot bind " + config_.endpoint + ": " + e.what());
   }
   bound_endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+  if (!local_endpoint(bound_endpoint_))
+    log_warn("serving on " + bound_endpoint_ + ", beyond this host, without authentication: anyone who can connect "
+             "may open sessions, and a session id is all it takes to act on one (docs/multi-tenant.md)");
+  if (config_.events_endpoint.empty() && default_events_endpoint(bound_endpoint_).empty())
+    log_info("no live episode events: they stay on loopback or ipc (--events tcp://127.0.0.1:PORT)");
   if (config_.record || (!config_.events_endpoint.empty() && config_.events_endpoint != "none")) {
     RecorderConfig rc;
     if (config_.record) {
       rc.log_dir = config_.log_dir;
       rc.catalogue = config_.catalogue;
+      rc.log_budget_bytes = config_.log_budget_bytes;
     }
     rc.events_endpoint = config_.events_endpoint == "none"  ? std::string()
                          : config_.events_endpoint.empty() ? default_events_endpoint(bound_endpoint_)
@@ -301,6 +336,11 @@ void Server::handle(const Route& route, std::string_view payload) {
     if (envelope.op == "close") global_key = ReplyCache::close_key(request.session, envelope.id);
     if (!global_key.empty())
       if (ReplyBytes hit = replies_.find_global(global_key)) {
+        if (envelope.op == "close" && recorder_) {  // a close whose record waited for the disk
+          if (!recorder_->flush(request.session)) throw storage_error();
+          if (Session* s = sessions_.find(request.session); s && s->closing && !s->in_flight)
+            erase_session(request.session, "closed");
+        }
         send(route, *hit);
         return;
       }
@@ -313,8 +353,16 @@ void Server::handle(const Route& route, std::string_view payload) {
     reply = std::move(answer.reply);
     if (!global_key.empty()) {
       auto bytes = std::make_shared<const std::string>(protocol::encode(reply));
-      replies_.remember_global(global_key, bytes);
-      record_exchange(request, reply);  // logged before it is sent (as below)
+      if (envelope.op == "reset") {
+        if (!record_exchange(request, reply)) {  // logged before it is sent (as below); else undone
+          sessions_.erase(reply.value("session", ""), "storage_unavailable");
+          throw storage_error();
+        }
+        replies_.remember_global(global_key, bytes);
+      } else {  // close: done, and its reply waits for the log when the disk refuses it now
+        replies_.remember_global(global_key, bytes);
+        if (!record_exchange(request, reply)) throw storage_error();
+      }
       send(route, *bytes);
       return;
     }
@@ -323,34 +371,61 @@ void Server::handle(const Route& route, std::string_view payload) {
     // Over a decoding limit, the id was not read yet: find it in the frame, so the client can tell
     // which request failed (and stop resending it).
     if (!id && e.code == ErrorCode::too_large) id = protocol::peek_request_id(payload);
-    reply = protocol::make_error_reply(id, e);
+    reply = error_reply(id, e);
   } catch (const std::exception& e) {
     ++errors_;
     log_error(std::string("internal error: ") + e.what());
     reply = protocol::make_error_reply(id, Error(ErrorCode::internal, std::string("internal error: ") + e.what()));
   }
   // Recorded before it is sent: a client holding a reply can rely on its exchange being in the log
-  // (a kill -9 right after the send used to lose the last exchange).
-  if (parsed) record_exchange(request, reply);
+  // (a kill -9 right after the send used to lose the last exchange). A reply the disk refused to
+  // log does not go out: the client gets storage_unavailable (the one reply that is never logged).
+  if (parsed && !record_exchange(request, reply)) {
+    reply = error_reply(id, storage_error());
+  }
   send(route, protocol::encode(reply));
 }
 
-void Server::record_exchange(const Request& request, const Value& reply) try {
+bool Server::record_exchange(const Request& request, const Value& reply) try {
   const protocol::Envelope& envelope = request.envelope;
   if (envelope.op == "reset") {
-    if (!recorder_ || !reply.value("ok", false)) return;
+    if (!recorder_ || !reply.value("ok", false)) return true;
     if (Session* s = sessions_.find(reply.value("session", "")))
-      recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now());
-    return;
+      return recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now());
+    return true;
   }
-  if (request.session.empty()) return;  // not a session's op, or its session field was invalid
+  if (request.session.empty()) return true;  // not a session's op, or its session field was invalid
   Session* s = sessions_.find(request.session);
-  if (!s) return;
-  if (recorder_) recorder_->record(*s->episode, envelope.body, reply, request.t, unix_now());
+  if (!s) return true;
+  // A step or close that ran waits for the disk (its reply is cached for the retry); anything else
+  // had no effect and is simply not answered as it was.
+  const bool keep = reply.value("ok", false) && (envelope.op == "step" || envelope.op == "close");
+  if (recorder_ && !recorder_->record(*s->episode, envelope.body, reply, request.t, unix_now(), keep)) return false;
   // A close answered here ends the session once nothing is in flight.
   if (envelope.op == "close" && s->closing && !s->in_flight) erase_session(request.session, "closed");
+  return true;
 } catch (const std::exception& e) {
   log_error(std::string("recording failed: ") + e.what());  // never the server's end
+  return true;
+}
+
+bool Server::low_on_disk() const {
+  struct statvfs fs {};
+  if (::statvfs(config_.state_dir.c_str(), &fs) != 0) return false;
+  return static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize < kCompileMinFreeBytes;
+}
+
+std::string Server::scrub_paths(std::string s) const {
+  const std::pair<std::string, const char*> paths[] = {{config_.log_dir.string(), "<log_dir>"},
+                                                       {config_.catalogue.string(), "<catalogue>"},
+                                                       {config_.state_dir.string(), "<state_dir>"},
+                                                       {config_.tasks_dir.string(), "<tasks>"}};
+  for (const auto& [path, name] : paths) {
+    if (path.size() < 2) continue;
+    for (std::size_t at = s.find(path); at != std::string::npos; at = s.find(path, at + std::strlen(name)))
+      s.replace(at, path.size(), name);
+  }
+  return s;
 }
 
 Server::Answer Server::dispatch(const Route& route, const Request& request) {
@@ -388,7 +463,23 @@ Value Server::op_hello() const {
             {"max_total_items", l.max_total_items},
             {"max_label_bytes", l.max_label_bytes},
             {"max_workspace_bytes", config_.max_workspace_bytes}}},
-          {"config", config_.to_json()}};
+          {"instance", instance_},
+          {"config", public_config()}};
+}
+
+Value Server::error_reply(std::optional<std::uint64_t> id, const Error& e) const {
+  Value reply = protocol::make_error_reply(id, e);
+  reply["error"]["instance"] = instance_;
+  return reply;
+}
+
+json Server::public_config() const {
+  // What a client may know of the configuration: no paths of this host (issue 22.10).
+  json c = config_.to_json();
+  for (const char* key : {"tasks_dir", "state_dir", "log_dir", "catalogue"}) c.erase(key);
+  for (const char* key : {"endpoint", "events_endpoint"})
+    if (c.contains(key) && c[key].is_string() && c[key].get<std::string>().rfind("ipc://", 0) == 0) c[key] = "ipc";
+  return c;
 }
 
 Value Server::op_list_tasks() const {
@@ -425,7 +516,10 @@ Value Server::op_reset(const protocol::Envelope& request) {
   std::uint64_t seed = r.seed ? *r.seed : rng_();
   std::string id = sessions_.new_id();
   Session& session = sessions_.open(std::make_unique<Episode>(id, *task, r.layer, seed, b, r.label, wl));
-  return {{"session", id}, {"observation", session.episode->observation()}, {"info", session.episode->info()}};
+  return {{"session", id},
+          {"instance", instance_},
+          {"observation", session.episode->observation()},
+          {"info", session.episode->info()}};
 }
 
 Value Server::step_reply(const Episode& episode, double reward, Value extra_info) const {
@@ -443,6 +537,8 @@ Server::Answer Server::op_step(const Route& route, const Request& request) {
   const std::uint64_t id = request.envelope.id;
   const protocol::Action action = protocol::parse_step(request.envelope, config_.limits).action;
   Session& s = sessions_.find_open(request.session);
+  // Nothing of the session goes out, cached or new, while an earlier record waits for the disk.
+  if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   if (ReplyBytes hit = replies_.find(request.session, id)) return {{}, hit};
   if (s.in_flight) {
     if (*s.in_flight == id) {  // a retry of the request in flight: answered when it lands
@@ -534,11 +630,22 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
   // Compile on the CPU pool; for evaluate and submit, then queue the timed run on the session's GPU.
   compile_pool_->submit([this, req = std::move(req), job, work, session_id = request.session, route, id]() mutable {
     sandbox::CompileOutcome outcome;
+    bool threw = false;
     try {
       outcome = compiler_->compile(req);
     } catch (const std::exception& e) {
+      threw = true;
       outcome.ok = false;
-      outcome.log = std::string("internal error running the compiler: ") + e.what();
+      outcome.log = scrub_paths(std::string("internal error running the compiler: ") + e.what());
+    }
+    // A compile the server's full disk broke is not the agent's compile_error: nothing is charged
+    // and the client is told to retry (storage_unavailable).
+    const bool disk_full = says_disk_full(outcome.log) || ((threw || !outcome.timed_out) && low_on_disk());
+    if (!outcome.ok && !outcome.sandbox_violation && disk_full) {
+      Landed done;
+      done.storage = true;
+      land(session_id, id, route, std::move(done));
+      return;
     }
     if (work == Work::compile) {
       Landed done;
@@ -596,6 +703,22 @@ void Server::land(const std::string& session_id, std::uint64_t id, const Route& 
       return;
     }
     Episode& ep = *s->episode;
+    if (landed.storage) {  // not a step: undo what starting it counted, answer with a retryable error
+      --deferred_in_flight_;
+      const std::string action = s->in_flight_request.is_object()
+                                     ? s->in_flight_request.value("action", json::object()).value("type", "")
+                                     : std::string();
+      if (action == "compile") ep.refund_compile();
+      if (action == "evaluate") ep.refund_evaluation();
+      s->in_flight.reset();
+      s->in_flight_request = nullptr;
+      const std::string bytes = protocol::encode(error_reply(id, storage_error()));
+      send(route, bytes);
+      for (const auto& w : s->waiters) send(w, bytes);
+      s->waiters.clear();
+      if (s->closing) erase_session(session_id, "closed");
+      return;
+    }
     ep.record_step(landed.last, landed.reward);
     if (landed.submit) ep.end("submitted");
     json extra = json::object();
@@ -611,17 +734,20 @@ void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Va
   if (!s) return;
   s->in_flight.reset();
   replies_.remember(session_id, id, bytes);
-  if (recorder_ && !s->in_flight_request.is_null())  // in the log before any client has the reply
-    recorder_->record(*s->episode, s->in_flight_request, reply, s->in_flight_t, unix_now());
+  bool logged = true;  // in the log before any client has the reply; else held for the retry
+  if (recorder_ && !s->in_flight_request.is_null())
+    logged = recorder_->record(*s->episode, s->in_flight_request, reply, s->in_flight_t, unix_now());
   s->in_flight_request = nullptr;
-  send(route, *bytes);
-  for (const auto& w : s->waiters) send(w, *bytes);
+  const std::string out = logged ? *bytes : protocol::encode(error_reply(id, storage_error()));
+  send(route, out);
+  for (const auto& w : s->waiters) send(w, out);
   s->waiters.clear();
   if (s->closing) erase_session(session_id, "closed");
 }
 
 Value Server::op_observe(const Request& request) {
   Session& s = sessions_.find_open(request.session);
+  if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   s.episode->touch();
   return {{"observation", s.episode->observation()}, {"info", s.episode->info()}};
 }
@@ -648,8 +774,16 @@ void Server::erase_session(const std::string& id, const std::string& reason) {
       log_error(std::string("recorder: ") + e.what());
     }
   }
+  const std::size_t before = replies_.bytes();
   replies_.forget_session(id);
   sessions_.erase(id, reason);
+  // Give freed cache memory back to the system, not only to malloc's free lists (issue 22.3:
+  // the resident size stayed high after many sessions closed).
+  freed_since_trim_ += before - replies_.bytes();
+  if (freed_since_trim_ > (32u << 20)) {
+    ::malloc_trim(0);
+    freed_since_trim_ = 0;
+  }
 }
 
 void Server::reap_idle() {
@@ -678,6 +812,7 @@ Value Server::op_stats() const {
           {"requests", requests_},
           {"errors", errors_},
           {"in_flight", deferred_in_flight_},
+          {"reply_cache_bytes", replies_.bytes()},
           {"compile",
            {{"workers", compile_pool_->workers()},
             {"queued", compile_pool_->queued()},

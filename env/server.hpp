@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -51,6 +52,10 @@ class Server {
   // The PUB endpoint of episode events (`d2k watch`), "" when off.
   std::string events_endpoint() const { return recorder_ ? recorder_->events_endpoint() : std::string(); }
   const Config& config() const { return config_; }
+  // This run of the server: 16 hex digits from getrandom(2), new at every start. hello and reset
+  // replies carry it, and every error reply (error.instance), so a client that gets
+  // unknown_session for a session it opened under another instance knows the server restarted.
+  const std::string& instance() const { return instance_; }
 
  private:
   // A request as the parser typed it, and when it arrived.
@@ -74,12 +79,15 @@ class Server {
     double reward = 0;
     nlohmann::json breakdown;  // info.reward (evaluations only)
     bool submit = false;       // ends the episode
+    bool storage = false;      // the server's disk refused the work: not a step, nothing charged
   };
 
   void on_frames(std::vector<zmq::message_t>& frames);
   void handle(const Route& route, std::string_view payload);
   Answer dispatch(const Route& route, const Request& request);
   protocol::Value op_hello() const;
+  nlohmann::json public_config() const;  // hello.config: Config::to_json without host paths
+  protocol::Value error_reply(std::optional<std::uint64_t> id, const protocol::Error& e) const;  // with error.instance
   protocol::Value op_list_tasks() const;
   protocol::Value op_reset(const protocol::Envelope& request);
   Answer op_step(const Route& route, const Request& request);
@@ -97,7 +105,13 @@ class Server {
                        const Route& route);
 
   void send(const Route& route, const std::string& bytes);
-  void record_exchange(const Request& request, const protocol::Value& reply);
+  // Logs the exchange; false when the disk refused it, so its reply must not go out as done (a
+  // storage_unavailable error goes out instead; a state-changing reply waits for its retry).
+  bool record_exchange(const Request& request, const protocol::Value& reply);
+  // True when the server's state filesystem has less room than a compile needs.
+  bool low_on_disk() const;
+  // `s` with the server's own paths (state dir, logs, tasks) replaced by placeholders: for text a client sees.
+  std::string scrub_paths(std::string s) const;
   void reap_idle();
   void erase_session(const std::string& id, const std::string& reason);
 
@@ -123,6 +137,8 @@ class Server {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::uint64_t requests_ = 0, errors_ = 0;
   std::size_t deferred_in_flight_ = 0;
+  std::size_t freed_since_trim_ = 0;
+  std::string instance_;  // reply-cache bytes freed since the last malloc_trim
 };
 
 }  // namespace d2k::env

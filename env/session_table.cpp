@@ -1,18 +1,44 @@
 #include "env/session_table.hpp"
 
+#include <sys/random.h>
+
+#include <cerrno>
+#include <system_error>
+
 #include "protocol/codec.hpp"
 
 namespace d2k::env {
 
-SessionTable::SessionTable(std::size_t gpus, std::uint64_t id_seed) : gpu_load_(gpus, 0), rng_(id_seed) {}
+SessionTable::SessionTable(std::size_t gpus) : gpu_load_(gpus, 0) {}
+
+namespace {
+
+// 16 bytes from the kernel's CSPRNG. getrandom(2) with no flags blocks only until the pool is
+// first initialised (early boot) and never returns short reads for 16 bytes.
+void os_random(unsigned char (&out)[16]) {
+  std::size_t got = 0;
+  while (got < sizeof out) {
+    const ssize_t n = ::getrandom(out + got, sizeof out - got, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::system_error(errno, std::generic_category(), "getrandom");
+    }
+    got += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
 
 std::string SessionTable::new_id() {
   static const char* hex = "0123456789abcdef";
   for (;;) {
+    unsigned char bytes[16];
+    os_random(bytes);
     std::string id;
-    for (int i = 0; i < 2; ++i) {
-      std::uint64_t v = rng_();
-      for (int j = 0; j < 16; ++j) id += hex[(v >> (j * 4)) & 15];
+    id.reserve(32);
+    for (unsigned char b : bytes) {
+      id += hex[b >> 4];
+      id += hex[b & 15];
     }
     if (!sessions_.count(id)) return id;
   }

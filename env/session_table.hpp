@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,9 +32,12 @@ struct Session {
 class SessionTable {
  public:
   // `gpus`: how many GPUs sessions are spread over (0: none, every session gets slot 0).
-  explicit SessionTable(std::size_t gpus, std::uint64_t id_seed = std::random_device{}());
+  explicit SessionTable(std::size_t gpus);
 
-  // A fresh id: 32 lowercase hex digits, never one that is open.
+  // A fresh id: 32 lowercase hex digits (128 bits read from the kernel's CSPRNG with getrandom(2),
+  // nothing derived from earlier ids, so holding ids says nothing about the next), never one that
+  // is open. An id is the only capability a request shows for its session (docs/multi-tenant.md).
+  // Throws std::system_error when the kernel gives no random bytes.
   std::string new_id();
   // Opens a session for `episode` (whose id is its key) on the GPU with the fewest sessions.
   Session& open(std::unique_ptr<Episode> episode);
@@ -61,7 +63,6 @@ class SessionTable {
  private:
   std::unordered_map<std::string, Session> sessions_;
   std::vector<std::size_t> gpu_load_;  // sessions per GPU
-  std::mt19937_64 rng_;
   std::uint64_t opened_ = 0, ended_ = 0;
   std::map<std::string, std::uint64_t> end_reasons_;
 };

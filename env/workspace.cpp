@@ -1,6 +1,8 @@
 #include "env/workspace.hpp"
 
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "env/patch.hpp"
 
@@ -100,6 +102,29 @@ void Workspace::write(const std::string& path, std::string content) {
   files_ = std::move(next);
 }
 
+std::pair<std::size_t, std::size_t> find_occurrences(std::string_view hay, std::string_view needle) {
+  // Knuth-Morris-Pratt: at most 2(n + m) comparisons whatever the texts, where std::string::find
+  // and a find-again loop take O(n * m) on "aaaa...": one 256 KiB edit held the server loop (and so
+  // every client) for half a second (issue 22.6).
+  std::size_t first = std::string_view::npos, count = 0;
+  if (needle.empty() || needle.size() > hay.size()) return {first, 0};
+  std::vector<std::size_t> fail(needle.size(), 0);  // longest proper border of needle[0..i]
+  for (std::size_t i = 1, k = 0; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = fail[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    fail[i] = k;
+  }
+  for (std::size_t i = 0, k = 0; i < hay.size(); ++i) {
+    while (k > 0 && hay[i] != needle[k]) k = fail[k - 1];
+    if (hay[i] == needle[k]) ++k;
+    if (k == needle.size()) {
+      if (count++ == 0) first = i + 1 - needle.size();
+      k = fail[k - 1];  // overlapping occurrences count too
+    }
+  }
+  return {first, count};
+}
+
 void Workspace::edit(const std::string& path, const std::string& old_text, const std::string& new_text) {
   check_path(path);
   auto it = files_.find(path);
@@ -109,12 +134,10 @@ void Workspace::edit(const std::string& path, const std::string& old_text, const
     throw Error(ErrorCode::invalid_action, "edit: 'old' is empty; use write_file to replace a file",
                 "action.old");
   const std::string& content = it->second;
-  std::size_t first = content.find(old_text);
-  if (first == std::string::npos)
+  const auto [first, count] = find_occurrences(content, old_text);
+  if (count == 0)
     throw Error(ErrorCode::invalid_action, "edit: 'old' text does not occur in '" + path + "'",
                 "action.old");
-  std::size_t count = 0;
-  for (std::size_t pos = first; pos != std::string::npos; pos = content.find(old_text, pos + 1)) ++count;
   if (count > 1)
     throw Error(ErrorCode::invalid_action,
                 "edit: 'old' text occurs " + std::to_string(count) + " times in '" + path +

@@ -4,10 +4,16 @@
 
 #include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "protocol/codec.hpp"
 
 namespace d2k::env {
+
+// Where `needle` occurs in `hay`, overlapping occurrences included: {first position or npos,
+// how many}. Linear in the two sizes whatever their content (edits run on the server loop).
+std::pair<std::size_t, std::size_t> find_occurrences(std::string_view hay, std::string_view needle);
 
 class Workspace {
  public:

@@ -1,6 +1,9 @@
 #include "protocol/client.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <random>
+#include <thread>
 #include <utility>
 
 #include "protocol/messages.hpp"
@@ -112,6 +115,16 @@ Value Client::call_with_id(std::uint64_t id, std::string_view op, Value fields) 
   std::string bytes = protocol::encode(request);
   check_limits(op, request, bytes.size());
   Value reply = exchange(id, bytes);
+  // storage_unavailable: the server holds the result until it can log it; the same request with
+  // the same id gets it then (PROTOCOL.md section 4). Resend, backing off, for up to one timeout.
+  const auto give_up = std::chrono::steady_clock::now() + options_.timeout;
+  for (auto pause = std::chrono::milliseconds(100);
+       !reply.value("ok", false) && reply.contains("error") && reply["error"].is_object() &&
+       reply["error"].value("code", "") == "storage_unavailable" && std::chrono::steady_clock::now() + pause < give_up;
+       pause = std::min(pause * 2, std::chrono::milliseconds(5000))) {
+    std::this_thread::sleep_for(pause);
+    reply = exchange(id, bytes);
+  }
   if (reply.value("ok", false)) return reply;
   const Value& e = reply.contains("error") ? reply["error"] : Value::object();
   auto code = protocol::error_code_from_string(e.value("code", "internal")).value_or(ErrorCode::internal);

@@ -14,7 +14,7 @@ namespace d2k::protocol {
 
 namespace {
 
-constexpr std::array<std::pair<ErrorCode, std::string_view>, 17> kCodeNames{{
+constexpr std::array<std::pair<ErrorCode, std::string_view>, 18> kCodeNames{{
     {ErrorCode::bad_request, "bad_request"},
     {ErrorCode::version_mismatch, "version_mismatch"},
     {ErrorCode::unknown_op, "unknown_op"},
@@ -31,6 +31,7 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, 17> kCodeNames{{
     {ErrorCode::episode_ended, "episode_ended"},
     {ErrorCode::budget_exhausted, "budget_exhausted"},
     {ErrorCode::shutting_down, "shutting_down"},
+    {ErrorCode::storage_unavailable, "storage_unavailable"},
     {ErrorCode::internal, "internal"},
 }};
 
@@ -234,7 +235,7 @@ std::optional<ErrorCode> error_code_from_string(std::string_view name) {
 
 bool is_retryable(ErrorCode code) {
   return code == ErrorCode::busy || code == ErrorCode::capacity || code == ErrorCode::timeout ||
-         code == ErrorCode::shutting_down;
+         code == ErrorCode::shutting_down || code == ErrorCode::storage_unavailable;
 }
 
 namespace {

@@ -35,12 +35,13 @@ enum class ErrorCode {
   episode_ended,      // a step on an episode that has already ended
   budget_exhausted,   // the action's own budget (compiles, evaluations) is used up
   shutting_down,      // the server is stopping and takes no new work
+  storage_unavailable,  // the server could not write its records durably (disk full): resend, same id
   internal,           // a server bug: reported, never a crash
 };
 
 std::string_view to_string(ErrorCode code);
 std::optional<ErrorCode> error_code_from_string(std::string_view name);
-bool is_retryable(ErrorCode code);  // busy, capacity, timeout, shutting_down
+bool is_retryable(ErrorCode code);  // busy, capacity, timeout, shutting_down, storage_unavailable
 
 // The typed error thrown by decode/validation; `field` names the bad field ("action.path").
 struct Error : std::runtime_error {

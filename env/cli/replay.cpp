@@ -2,7 +2,9 @@
 // environment and compares every reply with the recorded one (docs/debugging.md).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -13,6 +15,7 @@
 #include "env/recorder.hpp"
 #include "env/server.hpp"
 #include "protocol/client.hpp"
+#include "protocol/codec.hpp"
 #include "tasks/loader/task.hpp"
 
 namespace d2k::cli {
@@ -262,8 +265,68 @@ int verify(const ReplayOptions& opt, const env::EpisodeLog& log) {
   Client client(endpoint, co);
   std::string recorded_session = s_of(log.header, "session");
   std::string session;
-  std::size_t compared = 0;
-  for (const env::LogExchange& x : log.exchanges) {
+  std::size_t compared = 0, skipped_busy = 0;
+  // The log is in reply order; requests are sent again in the order they arrived, and a request
+  // that arrived while earlier ones were in flight (a close or a busy step during a compile) is
+  // sent while they are in flight again: replies are collected by request id (issue 22.8).
+  std::vector<const env::LogExchange*> by_arrival;
+  for (const env::LogExchange& x : log.exchanges) by_arrival.push_back(&x);
+  std::stable_sort(by_arrival.begin(), by_arrival.end(),
+                   [](const auto* a, const auto* b) { return a->t_request < b->t_request; });
+  zmq::context_t ctx(1);
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 600000);
+  dealer.connect(endpoint);
+  protocol::Limits reply_limits;
+  reply_limits.max_message_bytes = 256u << 20;
+  std::map<std::uint64_t, const env::LogExchange*> outstanding;
+  auto diverged = [&](const env::LogExchange& x, const json& replayed) {
+    json a = x.reply, b = replayed;
+    for (json* r : {&a, &b})
+      if (r->is_object() && r->contains("session")) (*r)["session"] = "(session)";
+    if (auto d = env::compare_recorded(a, b, opt.tolerance)) {
+      const std::string op = s_of(x.request, "op");
+      std::cout << "DIVERGED at exchange #" << x.n << " (" << op
+                << (op == "step" ? " " + s_of(at(x.request, "action"), "type") : std::string()) << ")\n"
+                << "  path:     " << (d->path.empty() ? "/" : d->path) << "\n"
+                << "  recorded: " << d->recorded.dump().substr(0, 400) << "\n"
+                << "  replayed: " << d->replayed.dump().substr(0, 400) << "\n";
+      return true;
+    }
+    ++compared;
+    return false;
+  };
+  // Waits for one reply; false when it diverged or none came.
+  auto collect_one = [&]() -> bool {
+    zmq::message_t m;
+    if (!dealer.recv(m)) {
+      std::cout << "DIVERGED: no reply from the replay server in time\n";
+      return false;
+    }
+    json reply = protocol::decode(std::string_view(static_cast<const char*>(m.data()), m.size()), reply_limits);
+    auto it = outstanding.find(reply.value("id", std::uint64_t{0}));
+    if (it == outstanding.end()) return true;  // not one we wait for
+    const env::LogExchange& x = *it->second;
+    outstanding.erase(it);
+    if (s_of(x.request, "op") == "reset" && reply.value("ok", false)) session = s_of(reply, "session");
+    return !diverged(x, reply);
+  };
+  for (const env::LogExchange* xp : by_arrival) {
+    const env::LogExchange& x = *xp;
+    // A request answered `busy` had no effect and only says an action was in flight: how far that
+    // action had got is a matter of timing, so it is not sent again.
+    if (at(at(x.reply, "error"), "code") == "busy") {
+      ++skipped_busy;
+      continue;
+    }
+    // Everything answered before this request arrived is answered before it is sent again.
+    for (;;) {
+      bool wait = false;
+      for (const auto& [id, earlier] : outstanding) wait = wait || earlier->t_reply <= x.t_request;
+      if (!wait) break;
+      if (!collect_one()) return 1;
+    }
     json request = x.request;
     std::string op = s_of(request, "op");
     if (op == "reset") {
@@ -273,21 +336,11 @@ int verify(const ReplayOptions& opt, const env::EpisodeLog& log) {
     } else if (request.contains("session")) {
       request["session"] = session;
     }
-    json reply = client.raw(protocol::encode(request));
-    if (op == "reset" && reply.value("ok", false)) session = s_of(reply, "session");
-    json a = x.reply, b = reply;
-    for (json* r : {&a, &b})
-      if (r->is_object() && r->contains("session")) (*r)["session"] = "(session)";
-    if (auto d = env::compare_recorded(a, b, opt.tolerance)) {
-      std::cout << "DIVERGED at exchange #" << x.n << " (" << op
-                << (op == "step" ? " " + s_of(at(x.request, "action"), "type") : std::string()) << ")\n"
-                << "  path:     " << (d->path.empty() ? "/" : d->path) << "\n"
-                << "  recorded: " << d->recorded.dump().substr(0, 400) << "\n"
-                << "  replayed: " << d->replayed.dump().substr(0, 400) << "\n";
-      return 1;
-    }
-    ++compared;
+    outstanding[request.value("id", std::uint64_t{0})] = &x;
+    dealer.send(zmq::buffer(protocol::encode(request)), zmq::send_flags::none);
   }
+  while (!outstanding.empty())
+    if (!collect_one()) return 1;
   if (!session.empty() && !log.end) {
     try {
       client.close(session);
@@ -296,6 +349,7 @@ int verify(const ReplayOptions& opt, const env::EpisodeLog& log) {
   }
   std::cout << "verified: " << compared << " exchange(s) of session " << recorded_session
             << " replay identically (timings ignored; measured times within " << opt.tolerance * 100 << "%)"
+            << (skipped_busy ? "; " + std::to_string(skipped_busy) + " busy answer(s) not re-sent (no effect)" : std::string())
             << (log.torn_tail ? "; the log has a torn tail, verified up to it" : "") << "\n";
   return 0;
 }

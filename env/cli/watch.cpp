@@ -1,5 +1,5 @@
 // `d2k watch [SESSION]`: follows running episodes from another terminal through the server's
-// episode-event PUB socket (topic = session id). Read-only: the server never waits for watchers.
+// episode-event PUB socket (topic = the session's watch id: the first 8 hex digits of its id, which never goes out whole). Read-only: the server never waits for watchers.
 #include <iostream>
 
 #include <zmq.hpp>
@@ -55,7 +55,8 @@ void add_watch(CLI::App& app, Runner& run) {
       zmq::context_t ctx{1};
       zmq::socket_t sub(ctx, zmq::socket_type::sub);
       sub.set(zmq::sockopt::linger, 0);
-      sub.set(zmq::sockopt::subscribe, *session);
+      const std::string topic_wanted = session->empty() ? std::string() : d2k::env::watch_id(*session);
+      sub.set(zmq::sockopt::subscribe, topic_wanted);
       sub.connect(where);
       std::cout << "watching " << where << " (" << (session->empty() ? "all sessions" : "session " + *session)
                 << ")" << std::endl;
@@ -66,7 +67,7 @@ void add_watch(CLI::App& app, Runner& run) {
         auto got = zmq::recv_multipart(sub, std::back_inserter(frames));
         if (!got || frames.size() != 2) continue;
         std::string topic = frames[0].to_string();
-        if (!session->empty() && topic != *session) continue;  // a longer id with the same prefix
+        if (!session->empty() && topic != topic_wanted) continue;  // a longer topic with the same prefix
         json ev;
         try {
           const auto* p = static_cast<const std::uint8_t*>(frames[1].data());

@@ -14,7 +14,7 @@ from .aio import AsyncClient, AsyncSession
 from .client import Client, RetryPolicy, Session, StepResult
 from .errors import (BadRequest, Busy, BudgetExhausted, Capacity, ClientTimeout, D2KError,
                      EpisodeEnded, Internal, InvalidAction, NoGpu, PathViolation, ProtocolError,
-                     SandboxViolation, ShuttingDown, Timeout, TooLarge, UnknownOp, UnknownSession,
+                     SandboxViolation, ShuttingDown, StorageUnavailable, Timeout, TooLarge, UnknownOp, UnknownSession,
                      UnknownTask, VersionMismatch, error_from_reply)
 from .gym_env import KernelEnv
 from .local import LocalServer, ServerNotFound, ServerStartError, find_server_binary
@@ -45,7 +45,7 @@ __all__ = [
     "Internal", "InvalidAction", "KernelEnv", "KernelVectorEnv", "LocalServer", "NoGpu",
     "PROTOCOL_VERSION", "ServerNotFound", "ServerStartError", "find_server_binary", "make",
     "PathViolation", "ProtocolError", "RetryPolicy", "SandboxViolation", "Session",
-    "ShuttingDown", "StepResult", "Timeout", "TooLarge", "UnknownOp", "UnknownSession",
+    "ShuttingDown", "StepResult", "StorageUnavailable", "Timeout", "TooLarge", "UnknownOp", "UnknownSession",
     "UnknownTask", "VersionMismatch", "actions", "env_id", "error_from_reply",
     "normalize_action", "parse_observation", "register_envs", "register_task",
 ]

@@ -18,7 +18,7 @@ from .client import RetryPolicy, StepResult, reset_fields, step_result
 from .errors import ClientTimeout, D2KError, UnknownSession
 from .wire import (DEFAULT_LIMITS, PRECHECK_BYTES, IdCounter, check_reply,
                    check_request_limits, decode_reply, default_endpoint, encode_request,
-                   frame_of, is_auto_retry)
+                   frame_of, is_auto_retry, is_same_id_retry)
 
 
 class AsyncClient:
@@ -83,6 +83,13 @@ class AsyncClient:
                 sends += 1
                 try:
                     reply = await asyncio.wait_for(asyncio.shield(fut), min(interval, remaining))
+                    delay = self.policy.backoff_delay(min(sends, 6))
+                    if is_same_id_retry(reply) and time.monotonic() + delay < deadline:
+                        # Held by the server until it can log it: the same frame again, later.
+                        fut = asyncio.get_running_loop().create_future()
+                        self._waiters[rid] = fut
+                        await asyncio.sleep(delay)
+                        continue
                     return check_reply(reply)
                 except asyncio.TimeoutError:
                     interval = min(interval * 2, self.policy.max_resend_interval)

@@ -17,10 +17,10 @@ from typing import Any, Iterable, Mapping
 import zmq
 
 from . import actions as A
-from .errors import ClientTimeout, D2KError, ProtocolError, UnknownSession
+from .errors import ClientTimeout, D2KError, ProtocolError, UnknownSession, error_from_reply
 from .wire import (DEFAULT_LIMITS, DEFAULT_TIMEOUTS, PRECHECK_BYTES, IdCounter,
                    check_reply, check_request_limits, decode_reply, default_endpoint,
-                   encode_request, frame_of, is_auto_retry)
+                   encode_request, frame_of, is_auto_retry, is_same_id_retry)
 
 
 @dataclass
@@ -186,7 +186,9 @@ class Client:
             # the one before it, or the server sees them the other way round.
             for rid in [q.request_id for q in pending if q.request_id in waiting]:
                 p = by_id[rid]
-                if now >= p.deadline:
+                if now >= p.deadline and p.error is not None:  # the last storage_unavailable
+                    waiting.discard(rid)
+                elif now >= p.deadline:
                     p.error = ClientTimeout(
                         f"no reply to {p.op} (id {rid}) from {self.endpoint} after {p.sends} sends")
                     waiting.discard(rid)
@@ -209,6 +211,12 @@ class Client:
                 if rid not in waiting:
                     continue  # a duplicate answer to a resend, or a stale reply
                 p = by_id[rid]
+                if is_same_id_retry(reply) and p.auto_retries < 1000:
+                    # Held by the server until it can log it: the same frame again, later.
+                    p.error = error_from_reply(reply)
+                    p.next_send = time.monotonic() + self.policy.backoff_delay(min(p.auto_retries, 6))
+                    p.auto_retries += 1
+                    continue
                 try:
                     p.reply = check_reply(reply)
                     waiting.discard(rid)

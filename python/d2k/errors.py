@@ -114,6 +114,14 @@ class ShuttingDown(D2KError):
     retryable = True
 
 
+class StorageUnavailable(D2KError):
+    """The server could not log the result durably (disk full). Resend with the SAME id: the
+    clients do so themselves until their deadline."""
+
+    code = "storage_unavailable"
+    retryable = True
+
+
 class Internal(D2KError):
     code = "internal"
 
@@ -129,7 +137,8 @@ ERRORS_BY_CODE: dict[str, type[D2KError]] = {
     cls.code: cls
     for cls in (BadRequest, VersionMismatch, UnknownOp, UnknownSession, UnknownTask,
                 InvalidAction, PathViolation, TooLarge, Busy, Capacity, Timeout,
-                SandboxViolation, NoGpu, EpisodeEnded, BudgetExhausted, ShuttingDown, Internal)
+                SandboxViolation, NoGpu, EpisodeEnded, BudgetExhausted, ShuttingDown, StorageUnavailable,
+                Internal)
 }
 
 

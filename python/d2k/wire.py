@@ -27,6 +27,11 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
 # reports these before running anything, so asking again cannot run an action twice.
 AUTO_RETRY_CODES = frozenset({"busy", "capacity"})
 
+# Errors after which the very same request is resent with the SAME id until the deadline: the
+# server may have run it and holds its reply until it can log it (its disk was full), so a fresh
+# id could run the action twice.
+SAME_ID_RETRY_CODES = frozenset({"storage_unavailable"})
+
 
 # The request limits of protocol/PROTOCOL.md section 5 as `d2k serve` sets them by default; the
 # live values come from hello.limits and replace these once known.
@@ -132,3 +137,9 @@ def frame_of(msg: list[bytes]) -> bytes:
 
 def is_auto_retry(err: D2KError) -> bool:
     return err.code in AUTO_RETRY_CODES
+
+
+def is_same_id_retry(reply: Mapping[str, Any]) -> bool:
+    """True for an error reply whose request must be resent unchanged, with the same id."""
+    err = reply.get("error")
+    return reply.get("ok") is False and isinstance(err, Mapping) and err.get("code") in SAME_ID_RETRY_CODES

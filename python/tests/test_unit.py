@@ -19,6 +19,7 @@ ALL_CODES = {
     "sandbox_violation": (d2k.SandboxViolation, False), "no_gpu": (d2k.NoGpu, False),
     "episode_ended": (d2k.EpisodeEnded, False), "budget_exhausted": (d2k.BudgetExhausted, False),
     "shutting_down": (d2k.ShuttingDown, True), "internal": (d2k.Internal, False),
+    "storage_unavailable": (d2k.StorageUnavailable, True),
 }
 
 

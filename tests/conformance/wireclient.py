@@ -35,6 +35,7 @@ ERROR_CODES: dict[str, bool] = {
     "episode_ended": False,
     "budget_exhausted": False,
     "shutting_down": True,
+    "storage_unavailable": True,
     "internal": False,
 }
 

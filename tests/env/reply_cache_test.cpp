@@ -50,3 +50,33 @@ TEST_CASE("reset keys are per routing identity, close keys per session") {
   CHECK(ReplyCache::close_key("s1", 7) != ReplyCache::close_key("s2", 7));
   CHECK(ReplyCache::close_key("s1", 7) != k1);
 }
+
+TEST_CASE("byte budgets: per session and in all, never a session's latest step reply, freed on close") {
+  // Issue 22.3: 16 replies of a 2 MiB workspace held ~30 MiB per session, with no bound in all.
+  ReplyCache cache(16, 100, /*session_bytes=*/250, /*total_bytes=*/600);
+  const std::string big(100, 'x');
+  for (std::uint64_t id = 1; id <= 5; ++id) cache.remember("s1", id, bytes(big));
+  CHECK(cache.bytes() == 200);  // 250 per session: two of 100 bytes
+  CHECK(cache.find("s1", 3) == nullptr);
+  CHECK(cache.find("s1", 4));
+  CHECK(cache.find("s1", 5));
+  // One reply over the session budget stays: a client that lost it can still retry it.
+  cache.remember("s2", 1, bytes(std::string(400, 'y')));
+  REQUIRE(cache.find("s2", 1));
+  CHECK(cache.bytes() == 600);
+  // Over the total: s1 (stepped least recently) loses its older reply, never its latest.
+  cache.remember("s3", 1, bytes(big));
+  CHECK(cache.bytes() <= 600);
+  CHECK(cache.find("s1", 4) == nullptr);
+  CHECK(cache.find("s1", 5));
+  CHECK(cache.find("s2", 1));
+  CHECK(cache.find("s3", 1));
+  // Reset/close replies count too, and go first.
+  cache.remember_global("g1", bytes(big));
+  CHECK(cache.bytes() <= 600 + 100);
+  cache.forget_session("s1");
+  cache.forget_session("s2");
+  cache.forget_session("s3");
+  CHECK(cache.sessions() == 0);
+  CHECK(cache.bytes() == cache.global_size() * 100);
+}

@@ -349,6 +349,14 @@ TEST_CASE("errors name the file and the hunk, and nothing is applied") {
     CHECK_THAT(error_of("diff --git a/k.cu b/n.cu\nsimilarity index 100%\nrename from k.cu\nrename to n.cu\n"),
                Contains("renames"));
     CHECK_THAT(error_of("diff --git a/k.cu b/k.cu\nold mode 100644\nnew mode 100755\n"), Contains("not supported"));
+    // Issue 22.10: these applied silently as plain edits.
+    CHECK_THAT(error_of("diff --git a/k.cu b/k.cu\nold mode 100644\nnew mode 120000\n--- a/k.cu\n+++ b/k.cu\n"
+                        "@@ -1 +1 @@\n-old\n+/etc/passwd\n"),
+               Contains("mode"));
+    CHECK_THAT(error_of("diff --git a/l.cu b/l.cu\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n"
+                        "+++ b/l.cu\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n"),
+               Contains("120000"));
+    CHECK_THAT(error_of("--- a/k.cu\n+++ b/n.cu\n@@ -1 +1 @@\n-old\n+new\n"), Contains("renames"));
   }
   SECTION("the no-newline marker must be on the last line") {
     // "line 10" is the file's last line and has a newline; a hunk claiming it has none does not match.

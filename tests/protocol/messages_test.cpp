@@ -55,19 +55,19 @@ TEST_CASE("error codes: names round-trip, retryable set is fixed") {
                            ErrorCode::path_violation, ErrorCode::too_large, ErrorCode::busy, ErrorCode::capacity,
                            ErrorCode::timeout, ErrorCode::sandbox_violation, ErrorCode::no_gpu,
                            ErrorCode::episode_ended, ErrorCode::budget_exhausted, ErrorCode::shutting_down,
-                           ErrorCode::internal};
+                           ErrorCode::storage_unavailable, ErrorCode::internal};
   std::set<std::string_view> names;
   for (ErrorCode c : all) {
     names.insert(to_string(c));
     REQUIRE(error_code_from_string(to_string(c)).has_value());
     CHECK(*error_code_from_string(to_string(c)) == c);
   }
-  CHECK(names.size() == 17);
+  CHECK(names.size() == 18);
   CHECK(to_string(ErrorCode::invalid_action) == "invalid_action");
   CHECK_FALSE(error_code_from_string("nope").has_value());
   for (ErrorCode c : all) {
     bool expected = c == ErrorCode::busy || c == ErrorCode::capacity || c == ErrorCode::timeout ||
-                    c == ErrorCode::shutting_down;
+                    c == ErrorCode::shutting_down || c == ErrorCode::storage_unavailable;
     CHECK(is_retryable(c) == expected);
   }
 }

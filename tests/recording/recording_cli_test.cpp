@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "catch.hpp"
@@ -301,6 +302,61 @@ TEST_CASE("replay --verify passes on an honest episode and catches a tampered lo
   CHECK(lines[1]["reward"] == honest.exchanges[2].reply["reward"]);
   CHECK(lines[1]["result"]["ok"] == false);
   CHECK(lines[4]["result"]["error"]["code"] == "invalid_action");
+  fs::remove_all(state);
+}
+
+TEST_CASE("replay --verify accepts a busy answer and a close sent during a compile", "[cli][slow]") {
+  // Issue 22.8: both valid logs failed verification. The close's record comes before the compile's
+  // (replies are logged in the order they go out) and says steps: 1; the compile's later says step 2.
+  fs::path state = temp_dir("d2k-rec-inflight");
+  std::string endpoint = "ipc://" + (state / "s.sock").string();
+  Child server = spawn_server(endpoint, state);
+  wait_hello(endpoint);
+  std::string session;
+  {
+    zmq::context_t ctx;
+    zmq::socket_t d(ctx, zmq::socket_type::dealer);
+    d.set(zmq::sockopt::linger, 0);
+    d.set(zmq::sockopt::rcvtimeo, 300000);
+    d.connect(endpoint);
+    d2k::protocol::Limits l;
+    l.max_message_bytes = 256u << 20;
+    auto send = [&](const json& r) { d.send(zmq::buffer(d2k::protocol::encode(r)), zmq::send_flags::none); };
+    auto recv = [&]() {
+      zmq::message_t m;
+      REQUIRE(d.recv(m));
+      return d2k::protocol::decode(std::string_view(static_cast<const char*>(m.data()), m.size()), l);
+    };
+    send({{"v", 1}, {"id", 1}, {"op", "reset"}, {"task", "vector_add"}, {"layer", 1}});
+    session = recv()["session"].get<std::string>();
+    auto step = [&](std::uint64_t id, const json& action) {
+      return json{{"v", 1}, {"id", id}, {"op", "step"}, {"session", session}, {"action", action}};
+    };
+    send(step(2, write_file(kGoodKernel)));
+    REQUIRE(recv()["ok"] == true);
+    send(step(3, {{"type", "compile"}}));                // in flight for a while (nvcc)
+    send(step(4, write_file(kGoodKernel)));              // → busy
+    send({{"v", 1}, {"id", 5}, {"op", "close"}, {"session", session}});  // → closed while compiling
+    std::map<std::uint64_t, json> replies;
+    for (int i = 0; i < 3; ++i) {
+      json r = recv();
+      replies[r["id"].get<std::uint64_t>()] = r;
+    }
+    REQUIRE(replies[4]["error"]["code"] == "busy");
+    REQUIRE(replies[5]["ok"] == true);
+    REQUIRE(replies[3]["ok"] == true);
+  }
+  ::kill(server.pid, SIGTERM);
+  CHECK(server.wait() == 0);
+  fs::path log = state / "episodes" / (session + ".d2klog");
+  d2k::env::EpisodeLog recorded = d2k::env::read_episode_log(log);
+  REQUIRE(recorded.exchanges.size() == 5);
+  REQUIRE(recorded.exchanges[3].request["op"] == "close");  // logged before the compile's reply
+  Run verified = run("replay --verify -q --tasks " + std::string(D2K_TASKS_DIR) + " " + log.string());
+  INFO(verified.out);
+  CHECK(verified.status == 0);
+  CHECK(verified.out.find("verified: 4 exchange(s)") != std::string::npos);
+  CHECK(verified.out.find("1 busy answer(s) not re-sent") != std::string::npos);
   fs::remove_all(state);
 }
 

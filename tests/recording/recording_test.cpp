@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
 #include "catch.hpp"
 #include "env/catalogue.hpp"
 #include "env/episode_log.hpp"
@@ -160,6 +163,8 @@ TEST_CASE("compare_recorded: exact fields, ignored wall-clock fields, measured f
   b["observation"]["budget"]["seconds_used"] = 99.0;
   b["observation"]["last"]["compile"]["seconds"] = 0.001;
   b["observation"]["last"]["compile"]["cached"] = true;
+  a["instance"] = "0011223344556677";  // the server run (reset replies): differs on every replay
+  b["instance"] = "8899aabbccddeeff";
   b["info"]["reward"]["t_agent_us"] = 110.0;
   CHECK_FALSE(compare_recorded(a, b, 0.25));
   auto d = compare_recorded(a, b, 0.05);
@@ -318,7 +323,10 @@ TEST_CASE("report: numbers match the hand-computed fixture", "[report]") {
 
 TEST_CASE("default_events_endpoint derives port+1 and <ipc>.events", "[recorder]") {
   CHECK(default_events_endpoint("tcp://127.0.0.1:5555") == "tcp://127.0.0.1:5556");
-  CHECK(default_events_endpoint("tcp://*:7000") == "tcp://*:7001");
+  // Events carry agent source: never derived beyond loopback (issue 22.2).
+  CHECK(default_events_endpoint("tcp://*:7000").empty());
+  CHECK(default_events_endpoint("tcp://10.1.2.3:7000").empty());
+  CHECK(default_events_endpoint("tcp://localhost:7000") == "tcp://localhost:7001");
   CHECK(default_events_endpoint("ipc:///tmp/x.sock") == "ipc:///tmp/x.sock.events");
   CHECK(default_events_endpoint("tcp://127.0.0.1:*").empty());
   CHECK(default_events_endpoint("inproc://x").empty());
@@ -431,4 +439,59 @@ TEST_CASE("Recorder: an events endpoint that cannot be bound is a start-up error
   rc.events_endpoint = "ipc:///tmp/d2k-rec-test-" + std::to_string(::getpid()) + ".events";
   Recorder ok(rc);
   CHECK(ok.events_endpoint() == rc.events_endpoint);
+}
+
+TEST_CASE("Recorder: events stay on this host and never carry a session id", "[recorder]") {
+  // Issue 22.2: every session's id went out as the topic and in every request and reply, to anyone.
+  RecorderConfig rc;
+  rc.events_endpoint = "tcp://0.0.0.0:0";
+  CHECK_THROWS_AS(Recorder(rc), std::runtime_error);  // not loopback: refused at start
+  rc.events_endpoint = "ipc:///tmp/d2k-rec-test-" + std::to_string(::getpid()) + "-redact.events";
+  Recorder rec(rc);
+  zmq::context_t ctx;
+  zmq::socket_t sub(ctx, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.set(zmq::sockopt::rcvtimeo, 200);
+  sub.connect(rc.events_endpoint);
+  Fixture fx;
+  const std::string id = "0123456789abcdef0123456789abcdef";
+  Episode ep(id, fx.task(), 1, 7, Budget{}, "", Workspace::Limits{});
+  json reset_reply = {{"v", 1}, {"id", 1}, {"ok", true}, {"session", id}, {"observation", ep.observation()}};
+  json step = {{"v", 1}, {"id", 2}, {"op", "observe"}, {"session", id}};
+  std::vector<zmq::message_t> frames;
+  for (int attempt = 0; attempt < 50 && frames.empty(); ++attempt) {  // until the subscription is up
+    rec.begin(ep, reset_request(true), reset_reply, 1.0, 1.1);
+    rec.record(ep, step, reset_reply, 2.0, 2.1);
+    if (!zmq::recv_multipart(sub, std::back_inserter(frames))) frames.clear();
+  }
+  REQUIRE(frames.size() == 2);
+  CHECK(frames[0].to_string() == "01234567");
+  const std::string payload = frames[1].to_string();
+  CHECK(payload.find(id) == std::string::npos);
+  json event = json::from_msgpack(payload);
+  CHECK(event["session"] == "01234567");
+}
+
+TEST_CASE("Recorder: episode logs over their byte budget lose the oldest finished ones", "[recorder]") {
+  // Issue 22.10: disk use had no bound (every observe logged whole, ~6.5 GB/h in the soak).
+  Fixture fx;
+  fs::path dir = temp_dir("d2k-rec-budget");
+  RecorderConfig rc;
+  rc.log_dir = dir / "episodes";
+  rc.sync = false;
+  rc.log_budget_bytes = 1;  // a finished log is always over it
+  Recorder rec(rc);
+  Episode done("old0000000000000000000000000000a", fx.task(), 1, 7, Budget{}, "", Workspace::Limits{});
+  json reply = {{"v", 1}, {"id", 1}, {"ok", true}, {"session", done.id()}, {"observation", done.observation()}};
+  rec.begin(done, reset_request(true), reply, 1.0, 1.1);
+  Episode live("live000000000000000000000000000b", fx.task(), 1, 8, Budget{}, "", Workspace::Limits{});
+  rec.begin(live, reset_request(true), reply, 2.0, 2.1);
+  CHECK(rec.enforce_log_budget() == 0);  // both still recorded: never deleted
+  done.end("closed");
+  rec.end(done, "closed");
+  CHECK(fs::exists(rc.log_dir / (done.id() + ".d2klog")));
+  CHECK(rec.enforce_log_budget() == 1);
+  CHECK_FALSE(fs::exists(rc.log_dir / (done.id() + ".d2klog")));
+  CHECK(fs::exists(rc.log_dir / (live.id() + ".d2klog")));
+  fs::remove_all(dir);
 }

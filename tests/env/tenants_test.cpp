@@ -1,0 +1,278 @@
+// Many tenants on one server (issue 22): what one client can do to another, and the limits that
+// hold per session and per server. Real servers on real ZeroMQ ipc sockets; no nvcc needed.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <chrono>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "catch.hpp"
+#include "env/episode_log.hpp"
+#include "env/workspace.hpp"
+#include "skip.hpp"
+#include "server_fixture.hpp"
+
+using d2k::protocol::Value;
+
+namespace {
+
+// A DEALER socket with a chosen routing id: one "client connection" that can be dropped and made
+// again, as a client does after a timeout.
+struct Dealer {
+  Dealer(zmq::context_t& ctx, const std::string& endpoint, const std::string& routing_id)
+      : socket(ctx, zmq::socket_type::dealer) {
+    socket.set(zmq::sockopt::linger, 0);
+    if (!routing_id.empty()) socket.set(zmq::sockopt::routing_id, routing_id);
+    socket.set(zmq::sockopt::rcvtimeo, 60000);
+    socket.connect(endpoint);
+  }
+  void send(const Value& request) { socket.send(zmq::buffer(d2k::protocol::encode(request)), zmq::send_flags::none); }
+  Value recv() {
+    zmq::message_t m;
+    REQUIRE(socket.recv(m));
+    d2k::protocol::Limits l;
+    l.max_message_bytes = 256u << 20;
+    return d2k::protocol::decode(std::string_view(static_cast<const char*>(m.data()), m.size()), l);
+  }
+  Value call(const Value& request) {
+    send(request);
+    return recv();
+  }
+  zmq::socket_t socket;
+};
+
+Value req(std::uint64_t id, const std::string& op, Value fields = Value::object()) {
+  Value r = {{"v", 1}, {"id", id}, {"op", op}};
+  for (auto& [k, v] : fields.items()) r[k] = v;
+  return r;
+}
+
+// Runs `body` in a child process that has its own mount namespace with a tmpfs of `size` (e.g.
+// "48m") mounted on a fresh folder: a real small filesystem that can be filled. Returns what the
+// child reports: "" when `body` found nothing wrong, "skip: ..." when it cannot be set up, else
+// what went wrong. Needs CAP_SYS_ADMIN (root, as in the CI container): inside an unprivileged user
+// namespace the server's compile jail cannot drop its groups (setgroups is denied there), and from
+// outside, the child's mount is only reachable through /proc/<pid>/root, which the compiler's
+// canonical paths resolve away.
+std::string on_small_filesystem(const std::string& size, const std::function<std::string(const std::filesystem::path&)>& body) {
+  if (::geteuid() != 0) return "skip: mounting a small tmpfs for the server needs root";
+  const std::filesystem::path dir = d2k::test::temp_dir("d2k-tenants-fs");
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string report;
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      report = std::string("skip: a mount namespace: ") + std::strerror(errno);
+    } else if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) != 0) {
+      report = std::string("skip: mount tmpfs: ") + std::strerror(errno);
+    } else {
+      try {
+        report = body(dir);
+      } catch (const std::exception& e) {
+        report = std::string("exception: ") + e.what();
+      }
+    }
+    [[maybe_unused]] auto n = ::write(fds[1], report.data(), report.size());
+    ::close(fds[1]);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string report;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) report.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::filesystem::remove_all(dir);
+  if (!WIFEXITED(status)) report += " (the child ended by signal " + std::to_string(WTERMSIG(status)) + ")";
+  return report;
+}
+
+// Fills the filesystem of `dir` with one file until the kernel says ENOSPC.
+void fill(const std::filesystem::path& file) {
+  int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create the filler");
+  std::string block(1 << 16, 'f');
+  for (;;) {
+    ssize_t n = ::write(fd, block.data(), block.size());
+    if (n <= 0) break;
+  }
+  for (std::size_t chunk = 4096; chunk > 0; chunk /= 2)  // the last partial pages too
+    while (::write(fd, block.data(), chunk) > 0) {
+    }
+  ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("a reset retried with the same id from a reconnected socket gets the same session", "[tenants]") {
+  // Issue 22.1: ids now come from the kernel's CSPRNG; retries must keep working across reconnects.
+  d2k::test::TestServer srv;
+  zmq::context_t ctx;
+  const std::string rid = "tenant-retry-routing-id";
+  std::string session;
+  {
+    Dealer a(ctx, srv.endpoint, rid);
+    Value r = a.call(req(41, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    REQUIRE(r["ok"] == true);
+    session = r["session"].get<std::string>();
+    CHECK(session.size() == 32);
+  }  // the connection goes away, as after a client-side timeout
+  Dealer b(ctx, srv.endpoint, rid);
+  Value again = b.call(req(41, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+  REQUIRE(again["ok"] == true);
+  CHECK(again["session"] == session);  // the cached reply, not a second session
+  // A step retried across a reconnect is answered once too.
+  Value w = req(42, "step", {{"session", session},
+                             {"action", {{"type", "write_file"}, {"path", "notes.h"}, {"content", "x"}}}});
+  Value s1 = b.call(w);
+  REQUIRE(s1["ok"] == true);
+  Dealer c(ctx, srv.endpoint, rid);
+  Value s2 = c.call(w);
+  CHECK(s2 == s1);
+  CHECK(s2["observation"]["step"] == 1);
+  // Another client's reset with the same id is a new request, so a new session with its own id.
+  Dealer other(ctx, srv.endpoint, "another-client");
+  Value o = other.call(req(41, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+  REQUIRE(o["ok"] == true);
+  CHECK(o["session"] != session);
+}
+
+TEST_CASE("on a full disk nothing is replied as done that is not logged, and the episode goes on after", "[tenants][storage]") {
+  // Issue 22.7, on a real 48 MiB tmpfs: replies whose records the disk refuses do not go out as done
+  // (storage_unavailable, retryable); the step is held and answered, logged, once space returns; a
+  // compile the full disk breaks is not the agent's compile_error and shows no host path.
+  const std::string report = on_small_filesystem("48m", [](const std::filesystem::path& dir) -> std::string {
+    std::ostringstream bad;
+    auto expect = [&](bool ok, const std::string& what) {
+      if (!ok) bad << what << "\n";
+    };
+    d2k::env::Config c = d2k::test::test_config();
+    c.state_dir = dir / "state";
+    c.log_dir.clear();
+    c.catalogue.clear();
+    c.record = true;
+    c.events_endpoint = "none";
+    c.finalize();
+    d2k::test::TestServer srv(c);
+    zmq::context_t ctx;
+    Dealer a(ctx, srv.endpoint, "storage-client");
+    auto write_step = [](std::uint64_t id, const std::string& session, const std::string& content) {
+      return req(id, "step", {{"session", session},
+                              {"action", {{"type", "write_file"}, {"path", "notes.h"}, {"content", content}}}});
+    };
+    Value r = a.call(req(1, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    if (r["ok"] != true) return "reset failed: " + r.dump();
+    const std::string s1 = r["session"];
+    Value r2 = a.call(req(2, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    const std::string s2 = r2["session"];
+    expect(a.call(write_step(3, s1, "one"))["ok"] == true, "first step");
+    a.call(req(4, "step", {{"session", s2}, {"action", {{"type", "write_file"}, {"path", "kernel.cu"},
+                                                        {"content", d2k::test::kGoodKernel}}}}));
+
+    fill(dir / "filler");
+    // Bigger than the slack of the log file's last page, which a tmpfs does not count as used.
+    const std::string two(16384, '2');
+    Value held = a.call(write_step(5, s1, two));
+    expect(held["ok"] == false && held["error"]["code"] == "storage_unavailable" && held["error"]["retryable"] == true,
+           "a step on a full disk: " + held.dump());
+    Value fresh = a.call(write_step(6, s1, "three"));
+    expect(fresh["error"]["code"] == "storage_unavailable", "a new step while one is held: " + fresh.dump());
+    Value obs = a.call(req(7, "observe", {{"session", s1}}));
+    expect(obs["error"]["code"] == "storage_unavailable", "observe while a step is held: " + obs.dump());
+    Value nr = a.call(req(8, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    expect(nr["error"]["code"] == "storage_unavailable", "a reset on a full disk: " + nr.dump());
+    Value comp = a.call(req(9, "step", {{"session", s2}, {"action", {{"type", "compile"}}}}));
+    expect(comp["ok"] == false && comp["error"]["code"] == "storage_unavailable",
+           "a compile on a full disk: " + comp.dump().substr(0, 2000));
+    expect(comp.dump().find(dir.string()) == std::string::npos, "a host path in the reply: " + comp.dump().substr(0, 2000));
+
+    std::filesystem::remove(dir / "filler");  // space returns
+    Value done = a.call(write_step(5, s1, two));  // the same id: the held step's reply, now logged
+    expect(done["ok"] == true && done["observation"]["step"] == 2, "the held step after space returned: " + done.dump());
+    Value again = a.call(write_step(6, s1, "three"));  // refused before: it never ran, so it runs now
+    expect(again["ok"] == true && again["observation"]["step"] == 3, "the next step: " + again.dump());
+    Value comp2 = a.call(req(10, "step", {{"session", s2}, {"action", {{"type", "compile"}}}}));
+    expect(comp2["ok"] == true && comp2["observation"]["last"]["action"] == "compile", "compile after: " + comp2.dump().substr(0, 2000));
+    expect(comp2["observation"]["budget"]["compiles_used"] == 1,
+           "the refused compile was charged: " + comp2["info"].dump() + comp2["observation"].dump().substr(0, 600));
+    const std::filesystem::path log = c.log_dir / (s1 + ".d2klog");
+    expect(a.call(req(11, "close", {{"session", s1}}))["ok"] == true, "close");
+    d2k::env::EpisodeLog l = d2k::env::read_episode_log(log);
+    expect(!l.torn_tail.has_value(), "the log has a torn tail");
+    std::vector<std::uint64_t> ids;
+    for (std::size_t i = 0; i < l.exchanges.size(); ++i) {
+      expect(l.exchanges[i].n == i, "exchange numbers are not consecutive");
+      expect(l.exchanges[i].reply.value("ok", false), "a logged error reply: " + l.exchanges[i].reply.dump());
+      ids.push_back(l.exchanges[i].request.value("id", std::uint64_t{0}));
+    }
+    expect(ids == std::vector<std::uint64_t>{1, 3, 5, 6, 11}, "logged request ids: " + d2k::protocol::Value(ids).dump());
+    if (l.exchanges.size() == 5) expect(l.exchanges[2].reply == done, "the logged reply differs from the one sent");
+    return bad.str();
+  });
+  if (report.rfind("skip:", 0) == 0) return d2k::test::skip(report);
+  CHECK(report == "");
+}
+
+TEST_CASE("replies carry the server instance; hello.config shows no host paths", "[tenants]") {
+  // Issue 22.10: after a restart, unknown_session gave no hint that the server had restarted, and
+  // hello.config showed the server's state, log, catalogue and tasks paths.
+  std::string first_instance, session;
+  d2k::env::Config config = d2k::test::test_config();
+  {
+    d2k::test::TestServer srv(config);
+    zmq::context_t ctx;
+    Dealer a(ctx, srv.endpoint, "");
+    Value hello = a.call(req(1, "hello"));
+    REQUIRE(hello["ok"] == true);
+    first_instance = hello["instance"].get<std::string>();
+    CHECK(first_instance.size() == 16);
+    const std::string cfg = hello["config"].dump();
+    for (const auto& p : {config.state_dir, config.log_dir, config.catalogue, config.tasks_dir})
+      CHECK(cfg.find(p.string()) == std::string::npos);
+    Value r = a.call(req(2, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    REQUIRE(r["ok"] == true);
+    CHECK(r["instance"] == first_instance);
+    session = r["session"].get<std::string>();
+    Value e = a.call(req(3, "observe", {{"session", "nope"}}));
+    CHECK(e["error"]["code"] == "unknown_session");
+    CHECK(e["error"]["instance"] == first_instance);
+  }
+  d2k::test::TestServer again(config);  // the same endpoint, a new run
+  zmq::context_t ctx;
+  Dealer b(ctx, again.endpoint, "");
+  Value e = b.call(req(4, "observe", {{"session", session}}));
+  CHECK(e["error"]["code"] == "unknown_session");
+  REQUIRE(e["error"]["instance"].is_string());
+  CHECK(e["error"]["instance"] != first_instance);  // the client can tell the server restarted
+}
+
+TEST_CASE("find_occurrences counts overlapping matches in linear time", "[tenants]") {
+  using d2k::env::find_occurrences;
+  CHECK(find_occurrences("abcabc", "bc") == std::pair<std::size_t, std::size_t>{1, 2});
+  CHECK(find_occurrences("aaaa", "aa") == std::pair<std::size_t, std::size_t>{0, 3});
+  CHECK(find_occurrences("abc", "x").second == 0);
+  CHECK(find_occurrences("ab", "abc").second == 0);
+  CHECK(find_occurrences("abababx", "ababx") == std::pair<std::size_t, std::size_t>{2, 1});
+  // Issue 22.6: the pathological edit (a 256 KiB run of one letter, and half of it as `old`) took
+  // O(n * m) (~0.5 s on the server loop, for every client). Linear now: a generous bound, 100x the
+  // linear cost on a loaded machine, that the quadratic search misses by far.
+  const std::string hay(256 * 1024, 'a'), needle(128 * 1024, 'a');
+  const auto start = std::chrono::steady_clock::now();
+  const auto [first, count] = find_occurrences(hay, needle);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(first == 0);
+  CHECK(count == 128 * 1024 + 1);
+  CHECK(seconds < 1.0);
+}
