@@ -13,7 +13,8 @@
 #       only `d2k verify-tasks`, one task at a time (each task's report lands in
 #       $OUT/tasks/<task>/RESULTS.md as soon as it is done, so a call cut short keeps what
 #       finished; `cp -r $OUT/tasks/. tasks/` puts each beside its task). Parts: any of
-#       "tests verify demo bench" (default: all).
+#       "kernel tests verify demo bench" (default: all; kernel = the Landlock/seccomp CPU tests run
+#       on the GPU machine's kernel).
 #     The bench part also runs the task workbenches tasks/prefix_sum/bench and
 #     tasks/flash_attention_fwd/bench from what --pack compiled into .carry/bench-* (their logs go
 #     into gpu-check.log); ONLY=... selects their variants.
@@ -38,7 +39,7 @@ if [ "${1:-}" = "--pack" ]; then
   for f in "$BUILD"/bin/*; do
     [ -x "$f" ] || continue
     case "$(basename "$f")" in
-      d2k|d2k-runner|d2k_sandbox_probe|example_*|*gpu*|*exploits*|bench_*) ;;
+      d2k|d2k-runner|d2k_sandbox_probe|example_*|*gpu*|*exploits*|bench_*|d2k_runner_confine_test|d2k_sandbox_seccomp_test) ;;
       *) continue ;;
     esac
     strip -o "$PACK/build/bin/$(basename "$f")" "$f"
@@ -88,8 +89,16 @@ LOG="$OUT/gpu-check.log"
   cp -a "$PACK/build/." "$BUILD/"
   export LD_LIBRARY_PATH="$PACK/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   rc=0
-  PARTS=" ${D2K_GPU_PARTS:-tests verify demo bench} "
+  PARTS=" ${D2K_GPU_PARTS:-kernel tests verify demo bench} "
   part() { [[ "$PARTS" == *" $1 "* ]]; }
+  if part kernel; then
+    # CPU tests whose subject is the kernel (Landlock, seccomp filters): run them on this one's.
+    for t in d2k_runner_confine_test d2k_sandbox_seccomp_test; do
+      [ -x "$BUILD/bin/$t" ] || continue
+      echo "== $t (on $(uname -r))"
+      "$BUILD/bin/$t" || rc=$?
+    done
+  fi
   if part tests; then
     echo "== ctest -L gpu ($BUILD)"
     ctest --test-dir "$BUILD" -L gpu --output-on-failure -V --timeout 600 || rc=$?
