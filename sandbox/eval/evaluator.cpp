@@ -622,9 +622,15 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       // The parent's window: its own write of the phase's key to the arrival of timing_end. It holds
       // the warm-ups and the samples, each with the trusted overhead the reference measured around
       // the same calls (inputs, poison, hand-over) plus the empty sample (flush, syncs, bracket).
-      const double per_call = ref.result->sample_overhead_s + ref.result->workloads[w].replay_overhead_s;
+      // Warm-ups hand nothing over: they carry the empty sample's overhead only (the first H200 run
+      // charged them the hand-over too, and a 256 MiB hand-over per warm-up flagged every honest
+      // kernel of vector_add's pow2_64m). Samples carry both.
+      const double sample_o = ref.result->sample_overhead_s;
+      const double replay_o = ref.result->workloads[w].replay_overhead_s;
       TimingResult all_calls = *we.timing;
       all_calls.samples += cand_job.timing.warmup;
+      const double per_call =
+          (all_calls.samples * sample_o + we.timing->samples * replay_o) / std::max(1, all_calls.samples);
       const double window = e->second - b->second;
       double below = 0;
       if (claimed_time_implausible(all_calls, window, per_call, config_.flag_factor, config_.flag_slack_s,
