@@ -139,7 +139,7 @@ Job job_from_json(const json& j) {
     job.timing.max_samples = get_or<int>(t, "max_samples", 300, c);
     job.timing.rse_target = get_or<double>(t, "rse_target", 0.005, c);
     job.timing.time_cap_s = get_or<double>(t, "time_cap_s", 2.0, c);
-    job.timing.verify_bytes = get_or<std::uint64_t>(t, "verify_bytes", 1ull << 30, c);
+    job.timing.verify_bytes = get_or<std::uint64_t>(t, "verify_bytes", TimingSpec{}.verify_bytes, c);
     if (job.timing.min_samples < 1 || job.timing.max_samples < job.timing.min_samples ||
         job.timing.warmup < 0)
       bad(c, "bad timing sample counts");

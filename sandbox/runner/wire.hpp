@@ -69,7 +69,7 @@ struct TimingSpec {
   // Every timed call's outputs are handed over and verified; this caps the bytes of those outputs
   // per workload, and with them the sample count (at least min(min_samples, 3) samples whatever
   // the size).
-  std::uint64_t verify_bytes = 1ull << 30;
+  std::uint64_t verify_bytes = 3ull << 30;
 };
 
 
