@@ -232,36 +232,50 @@ constexpr long kNrMseal = 462;  // x86-64, Linux 6.10
 #else
 constexpr long kNrMseal = __NR_mseal;
 #endif
-struct ImageRanges {
-  std::vector<std::pair<std::uintptr_t, std::uintptr_t>> ranges;
+struct SealTarget {
+  std::uintptr_t start, end;
+  bool runner;  // the runner's own executable (a failure there is an error; elsewhere it is skipped)
 };
-int collect_main_image(dl_phdr_info* info, std::size_t, void* data) {
-  auto* out = static_cast<ImageRanges*>(data);
+// Libraries the runner's own calls (its clock among them) go through, loaded with it at start and
+// never unloaded; the vDSO holds clock_gettime itself. CUDA's libraries are left alone: the driver
+// and the loader manage their mappings.
+bool sealed_library(const char* path) {
+  const char* base = std::strrchr(path, '/');
+  base = base != nullptr ? base + 1 : path;
+  for (const char* prefix : {"ld-linux", "libc.so", "libm.so", "libstdc++.so", "libgcc_s.so", "libffi.so",
+                             "libseccomp.so", "linux-vdso.so"})
+    if (std::strncmp(base, prefix, std::strlen(prefix)) == 0) return true;
+  return false;
+}
+int collect_image(dl_phdr_info* info, std::size_t, void* data) {
+  auto* out = static_cast<std::vector<SealTarget>*>(data);
+  const bool runner = out->empty() && (info->dlpi_name == nullptr || info->dlpi_name[0] == 0);  // first: the executable
+  if (!runner && (info->dlpi_name == nullptr || !sealed_library(info->dlpi_name))) return 0;
   const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
   auto down = [&](std::uintptr_t a) { return a & ~(page - 1); };
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     const std::uintptr_t start = info->dlpi_addr + ph.p_vaddr;
     if (ph.p_type == PT_LOAD && (ph.p_flags & PF_W) == 0)
-      out->ranges.emplace_back(down(start), down(start + ph.p_memsz + page - 1));
+      out->push_back({down(start), down(start + ph.p_memsz + page - 1), runner});
     if (ph.p_type == PT_GNU_RELRO && down(start + ph.p_memsz) > down(start))  // as the loader protects it
-      out->ranges.emplace_back(down(start), down(start + ph.p_memsz));
+      out->push_back({down(start), down(start + ph.p_memsz), runner});
   }
-  return 1;  // the first object is the executable itself
+  return 0;
 }
 }  // namespace
 
 int seal_runner_image() {
-  ImageRanges image;
-  dl_iterate_phdr(collect_main_image, &image);
+  std::vector<SealTarget> targets;
+  dl_iterate_phdr(collect_image, &targets);
   int sealed = 0;
-  for (const auto& [start, end] : image.ranges) {
-    if (::syscall(kNrMseal, start, end - start, 0UL) == 0) {
+  for (const SealTarget& t : targets) {
+    if (::syscall(kNrMseal, t.start, t.end - t.start, 0UL) == 0) {
       ++sealed;
       continue;
     }
-    if (errno == ENOSYS && sealed == 0) return 0;  // no mseal on this kernel
-    throw ConfineError("mseal of the runner's image: " + std::string(std::strerror(errno)));
+    if (errno == ENOSYS) return 0;  // no mseal on this kernel: nothing is sealed
+    if (t.runner) throw ConfineError("mseal of the runner's image: " + std::string(std::strerror(errno)));
   }
   return sealed;
 }

@@ -77,10 +77,13 @@ std::string limit_pids(std::uint64_t extra_tasks);
 // takes every bit but the owner's write off its mode, so reopening /proc/self/fd/N for reading
 // fails once the capabilities are gone (drop_privileges); the agent gate refuses chmod.
 void make_write_only(int fd);
-// Seals (mseal, Linux 6.10+) the runner's read-only and executable segments and its RELRO region:
-// no mprotect, munmap, mremap or MAP_FIXED mapping over them afterwards, so agent code can neither
-// map other bytes over the runner's code nor make its GOT writable again. Returns the number of
-// ranges sealed, 0 when the kernel has no mseal (then the gate's exec rules are the only guard).
+// Seals (mseal, Linux 6.10+) the read-only and executable segments and the RELRO regions of the
+// runner and of the libraries its own calls go through (the loader, libc, libm, libstdc++,
+// libgcc_s, libffi, libseccomp) and the vDSO (clock_gettime): no mprotect, munmap, mremap or
+// MAP_FIXED mapping over them afterwards, so agent code can neither map other bytes over that code
+// nor make a GOT (or the loader's vDSO pointers) writable again. Returns the number of ranges
+// sealed, 0 when the kernel has no mseal (then the gate's exec rules are the only guard). A range
+// of the runner that cannot be sealed throws; one of a library is skipped.
 int seal_runner_image();
 
 // The highest open descriptor of this process (-1 when none can be read).
