@@ -161,6 +161,11 @@ constexpr Rule kRunnerAgentLayerRules[] = {
 };
 
 // `runner_agent_gate`: a hand-built classic BPF program (see build_gate_program).
+#ifdef __NR_fchmodat2
+constexpr std::uint32_t kNrFchmodat2 = __NR_fchmodat2;
+#else
+constexpr std::uint32_t kNrFchmodat2 = 452;  // x86-64, Linux 6.6
+#endif
 std::vector<sock_filter> build_gate_program() {
   std::vector<sock_filter> p;
   auto stmt = [&](std::uint16_t code, std::uint32_t k) { p.push_back(BPF_STMT(code, k)); };
@@ -188,19 +193,28 @@ std::vector<sock_filter> build_gate_program() {
   for (unsigned i = 0; i < kGatePrctlAllowedCount; ++i)
     jeq_ret(static_cast<std::uint32_t>(kGatePrctlAllowed[i]), SECCOMP_RET_ALLOW);
   stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
-  // No new executable memory but private mappings of files (what the loader makes: the agent's
-  // .so, its libraries, the driver's JIT library). Anonymous or shared executable mappings, and
-  // making any mapping executable afterwards (mprotect, pkey_mprotect), kill. Files the agent could
-  // have written are outside its Landlock view (confine.hpp); the prot and flags are ints.
+  // No new executable memory but private, read-only mappings of files (what the loader makes: the
+  // agent's .so, its libraries, the driver's JIT library). Anonymous or shared executable mappings,
+  // writable and executable ones (a private PROT_WRITE|PROT_EXEC mapping of /dev/zero or of any
+  // readable file is fresh writable code), and making any mapping executable afterwards (mprotect,
+  // pkey_mprotect), kill. Files the agent could have written are outside its Landlock view and the
+  // output file is write-only (confine.hpp); the prot and flags are ints.
   constexpr std::uint32_t kArg2 = offsetof(seccomp_data, args[2]);
   constexpr std::uint32_t kArg3 = offsetof(seccomp_data, args[3]);
-  p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 0, 6));
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_mmap, 0, 7));
   stmt(BPF_LD | BPF_W | BPF_ABS, kArg2);
-  p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 2));
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 3));   // not executable: allow
+  p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_WRITE, 3, 0));  // writable and executable: kill
   stmt(BPF_LD | BPF_W | BPF_ABS, kArg3);
   p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MAP_ANONYMOUS | MAP_SHARED, 1, 0));
   stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
   stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  // No change of a file's mode: the output file's mode is what keeps it from being reopened for
+  // reading and mapped (confine.hpp, make_write_only). By number: fchmodat2 (Linux 6.6) is newer
+  // than some libseccomp name tables.
+  for (std::uint32_t nr : {static_cast<std::uint32_t>(__NR_chmod), static_cast<std::uint32_t>(__NR_fchmod),
+                           static_cast<std::uint32_t>(__NR_fchmodat), kNrFchmodat2})
+    jeq_ret(nr, SECCOMP_RET_ERRNO | EPERM);
   for (std::uint32_t nr : {static_cast<std::uint32_t>(__NR_mprotect), static_cast<std::uint32_t>(__NR_pkey_mprotect)}) {
     p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 4));
     stmt(BPF_LD | BPF_W | BPF_ABS, kArg2);

@@ -39,7 +39,7 @@ if [ "${1:-}" = "--pack" ]; then
   for f in "$BUILD"/bin/*; do
     [ -x "$f" ] || continue
     case "$(basename "$f")" in
-      d2k|d2k-runner|d2k_sandbox_probe|example_*|*gpu*|*exploits*|bench_*|d2k_runner_confine_test|d2k_sandbox_seccomp_test) ;;
+      d2k|d2k-runner|d2k_sandbox_probe|example_*|*gpu*|*exploits*|bench_*|d2k_runner_confine_test|d2k_sandbox_seccomp_test|d2k_runner_hardening_test) ;;
       *) continue ;;
     esac
     strip -o "$PACK/build/bin/$(basename "$f")" "$f"
@@ -93,7 +93,7 @@ LOG="$OUT/gpu-check.log"
   part() { [[ "$PARTS" == *" $1 "* ]]; }
   if part kernel; then
     # CPU tests whose subject is the kernel (Landlock, seccomp filters): run them on this one's.
-    for t in d2k_runner_confine_test d2k_sandbox_seccomp_test; do
+    for t in d2k_runner_confine_test d2k_sandbox_seccomp_test d2k_runner_hardening_test; do
       [ -x "$BUILD/bin/$t" ] || continue
       echo "== $t (on $(uname -r))"
       "$BUILD/bin/$t" || rc=$?

@@ -2,9 +2,12 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <link.h>
+#include <signal.h>
 #include <sched.h>
 #include <linux/capability.h>
 #include <linux/landlock.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -13,6 +16,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -107,6 +112,172 @@ void set_agent_limits(std::uint64_t output_bytes, std::uint64_t host_memory_byte
   // Shared anonymous memory and SysV segments, which RLIMIT_DATA does not see, are refused by
   // the agent seccomp layer.
   if (host_memory_bytes > 0) set_limit(RLIMIT_DATA, vm_data_bytes() + host_memory_bytes);
+}
+
+namespace {
+std::string read_text(const std::string& path) {
+  std::string out;
+  if (FILE* f = std::fopen(path.c_str(), "re")) {
+    char buf[4096];
+    std::size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    std::fclose(f);
+  }
+  return out;
+}
+bool write_text(const std::string& path, const std::string& text) {
+  const sandbox::Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  return fd && ::write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size());
+}
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  for (;;) {
+    const std::size_t next = s.find(sep, at);
+    out.push_back(s.substr(at, next == std::string::npos ? std::string::npos : next - at));
+    if (next == std::string::npos) return out;
+    at = next + 1;
+  }
+}
+std::string join_path(const std::string& a, const std::string& b) {
+  if (b.empty() || b == "/") return a;
+  return (a.size() > 1 && a.back() == '/' ? a.substr(0, a.size() - 1) : a) + (b[0] == '/' ? b : "/" + b);
+}
+constexpr const char* kLeafPrefix = "d2k-runner-";
+
+// Removes leaves of runners that no longer exist (rmdir fails on a cgroup that still has tasks).
+void sweep_leaves(const std::string& parent) {
+  DIR* d = opendir(parent.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    if (std::strncmp(e->d_name, kLeafPrefix, std::strlen(kLeafPrefix)) != 0) continue;
+    const long pid = std::atol(e->d_name + std::strlen(kLeafPrefix));
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      ::rmdir((parent + "/" + e->d_name).c_str());
+  }
+  closedir(d);
+}
+}  // namespace
+
+std::vector<PidsParent> pids_cgroup_parents(const std::string& proc_self_cgroup, const std::string& mountinfo) {
+  // Mount points: cgroup2, and the v1 hierarchy whose super options name pids.
+  std::string v2_mount, v1_pids_mount;
+  for (const std::string& line : split(mountinfo, '\n')) {
+    // "<id> <parent> <maj:min> <root> <mount point> <options> [optional...] - <fstype> <source> <super options>"
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    const auto fields = split(line.substr(0, dash), ' ');
+    const auto tail = split(line.substr(dash + 3), ' ');
+    if (fields.size() < 5 || tail.size() < 3 || fields[3] != "/") continue;  // a bind of a subtree: skip
+    if (tail[0] == "cgroup2" && v2_mount.empty()) v2_mount = fields[4];
+    if (tail[0] == "cgroup" && v1_pids_mount.empty())
+      for (const std::string& opt : split(tail[2], ','))
+        if (opt == "pids") v1_pids_mount = fields[4];
+  }
+  std::vector<PidsParent> out;
+  for (const std::string& line : split(proc_self_cgroup, '\n')) {
+    // "<hierarchy id>:<controllers>:<path>"
+    const auto first = line.find(':');
+    const auto second = first == std::string::npos ? std::string::npos : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string id = line.substr(0, first);
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    if (path.empty() || path[0] != '/') continue;
+    if (id == "0" && controllers.empty() && !v2_mount.empty()) {
+      const std::string own = join_path(v2_mount, path);
+      const std::string parent = path == "/" ? own : own.substr(0, own.find_last_of('/'));
+      out.insert(out.begin(), {parent.empty() ? "/" : parent, "v2"});
+    } else if (!v1_pids_mount.empty()) {
+      for (const std::string& c : split(controllers, ','))
+        if (c == "pids") out.push_back({join_path(v1_pids_mount, path), "v1"});
+    }
+  }
+  return out;
+}
+
+std::string limit_pids(std::uint64_t extra_tasks) {
+  const std::uint64_t tasks = all_threads().size();
+  for (const PidsParent& p : pids_cgroup_parents(read_text("/proc/self/cgroup"), read_text("/proc/self/mountinfo"))) {
+    if (p.version == "v2") {  // only where the parent hands pids to its children (delegated)
+      bool delegated = false;
+      for (const std::string& c : split(read_text(p.dir + "/cgroup.subtree_control"), ' '))
+        if (c == "pids" || c == "pids\n") delegated = true;
+      if (!delegated) continue;
+    }
+    sweep_leaves(p.dir);
+    const std::string leaf = p.dir + "/" + kLeafPrefix + std::to_string(getpid());
+    if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST) continue;
+    if (write_text(leaf + "/pids.max", std::to_string(tasks + extra_tasks)) && write_text(leaf + "/cgroup.procs", "0"))
+      return leaf;
+    ::rmdir(leaf.c_str());  // not usable here: try the next parent
+  }
+  return "";
+}
+
+void make_write_only(int fd) {
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const sandbox::Fd wo(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!wo) throw ConfineError("reopening the output file write-only: " + std::string(std::strerror(errno)));
+  if (::fchmod(wo.get(), S_IWUSR) != 0)
+    throw ConfineError("taking the read bits off the output file: " + std::string(std::strerror(errno)));
+  if (::dup3(wo.get(), fd, 0) < 0)
+    throw ConfineError("replacing the output descriptor: " + std::string(std::strerror(errno)));
+  if ((::fcntl(fd, F_GETFL) & O_ACCMODE) != O_WRONLY) throw ConfineError("the output descriptor is not write-only");
+}
+
+namespace {
+#ifndef __NR_mseal
+constexpr long kNrMseal = 462;  // x86-64, Linux 6.10
+#else
+constexpr long kNrMseal = __NR_mseal;
+#endif
+struct SealTarget {
+  std::uintptr_t start, end;
+  bool runner;  // the runner's own executable (a failure there is an error; elsewhere it is skipped)
+};
+// Libraries the runner's own calls (its clock among them) go through, loaded with it at start and
+// never unloaded; the vDSO holds clock_gettime itself. CUDA's libraries are left alone: the driver
+// and the loader manage their mappings.
+bool sealed_library(const char* path) {
+  const char* base = std::strrchr(path, '/');
+  base = base != nullptr ? base + 1 : path;
+  for (const char* prefix : {"ld-linux", "libc.so", "libm.so", "libstdc++.so", "libgcc_s.so", "libffi.so",
+                             "libseccomp.so", "linux-vdso.so"})
+    if (std::strncmp(base, prefix, std::strlen(prefix)) == 0) return true;
+  return false;
+}
+int collect_image(dl_phdr_info* info, std::size_t, void* data) {
+  auto* out = static_cast<std::vector<SealTarget>*>(data);
+  const bool runner = out->empty() && (info->dlpi_name == nullptr || info->dlpi_name[0] == 0);  // first: the executable
+  if (!runner && (info->dlpi_name == nullptr || !sealed_library(info->dlpi_name))) return 0;
+  const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  auto down = [&](std::uintptr_t a) { return a & ~(page - 1); };
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const std::uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_W) == 0)
+      out->push_back({down(start), down(start + ph.p_memsz + page - 1), runner});
+    if (ph.p_type == PT_GNU_RELRO && down(start + ph.p_memsz) > down(start))  // as the loader protects it
+      out->push_back({down(start), down(start + ph.p_memsz), runner});
+  }
+  return 0;
+}
+}  // namespace
+
+int seal_runner_image() {
+  std::vector<SealTarget> targets;
+  dl_iterate_phdr(collect_image, &targets);
+  int sealed = 0;
+  for (const SealTarget& t : targets) {
+    if (::syscall(kNrMseal, t.start, t.end - t.start, 0UL) == 0) {
+      ++sealed;
+      continue;
+    }
+    if (errno == ENOSYS) return 0;  // no mseal on this kernel: nothing is sealed
+    if (t.runner) throw ConfineError("mseal of the runner's image: " + std::string(std::strerror(errno)));
+  }
+  return sealed;
 }
 
 std::set<std::string> all_threads() {
@@ -246,6 +417,28 @@ void check_clean_device() {
   if (used > max_foreign_device_bytes(total_bytes))
     throw ConfineError("unclean device: " + std::to_string(used >> 20) + " MiB of device memory in use (at most " +
                        std::to_string(max_foreign_device_bytes(total_bytes) >> 20) + " MiB expected)");
+}
+
+double wait_until_cool(const std::function<DeviceCondition()>& read, double max_wait_s,
+                       const std::function<void()>& beat) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  auto last_beat = t0;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  for (;;) {
+    const std::string why = hot_reason(read());
+    if (why.empty()) return since(t0);
+    if (since(t0) >= max_wait_s) {
+      char waited[32];
+      std::snprintf(waited, sizeof waited, "%.0f", since(t0));
+      throw ConfineError("unclean device: " + why + " still after " + waited + " s of waiting");
+    }
+    if (since(last_beat) >= 0.5) {
+      if (beat) beat();
+      last_beat = Clock::now();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 std::optional<unsigned> parse_device_minor(const std::string& information) {

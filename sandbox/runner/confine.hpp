@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <utility>
 #include <set>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include <cuda_runtime_api.h>
+
+#include "sandbox/runner/nvml.hpp"
 
 namespace d2k::runner {
 
@@ -46,6 +49,42 @@ void set_limit(int resource, rlim_t value);
 inline constexpr rlim_t kSpareFds = 256;
 inline constexpr rlim_t kMaxThreads = 256;
 void set_agent_limits(std::uint64_t output_bytes, std::uint64_t host_memory_bytes);
+
+// ---- Class 17: a pids cgroup per runner --------------------------------------------------------
+// RLIMIT_NPROC does not bind a runner whose uid outside is 0 (a root server); a pids cgroup binds
+// every uid. Where the runner's cgroup may go, from /proc/self/cgroup and /proc/self/mountinfo:
+//   v2: the parent of the runner's own cgroup, when that parent hands `pids` to its children
+//       (`pids` in its cgroup.subtree_control: delegated by the operator, docs/threat-model-
+//       confinement.md says how) — the runner's cgroup is a sibling of the server's;
+//   v1: the runner's own cgroup in a `pids` hierarchy (cgroup v1 or hybrid hosts).
+// Each is a directory to create "d2k-runner-<pid>" in; v2 comes first. Pure: unit-tested.
+struct PidsParent {
+  std::string dir;
+  std::string version;  // "v2" or "v1"
+};
+std::vector<PidsParent> pids_cgroup_parents(const std::string& proc_self_cgroup, const std::string& mountinfo);
+// Creates "<parent>/d2k-runner-<pid>" in the first usable parent (removing empty leaves of runners
+// that are gone), sets pids.max = tasks now + `extra_tasks` and moves this process into it.
+// Returns the cgroup's directory, or "" when no parent is usable (the fallback: RLIMIT_NPROC,
+// which binds a non-root server, and the thread census). Never throws.
+std::string limit_pids(std::uint64_t extra_tasks);
+
+// ---- Class 3: the output file and the runner's own image ---------------------------------------
+// The output memfd (written with pwrite) is the one file agent code could fill with machine code
+// and then map private+executable: MFD_NOEXEC_SEAL and F_SEAL_EXEC only guard execve and the mode's
+// x bits (on Linux 6.18 a private PROT_EXEC mapping of such a memfd still works). Replaces `fd` by
+// a write-only open of the same file (no mapping of any kind needs less than read access) and
+// takes every bit but the owner's write off its mode, so reopening /proc/self/fd/N for reading
+// fails once the capabilities are gone (drop_privileges); the agent gate refuses chmod.
+void make_write_only(int fd);
+// Seals (mseal, Linux 6.10+) the read-only and executable segments and the RELRO regions of the
+// runner and of the libraries its own calls go through (the loader, libc, libm, libstdc++,
+// libgcc_s, libffi, libseccomp) and the vDSO (clock_gettime): no mprotect, munmap, mremap or
+// MAP_FIXED mapping over them afterwards, so agent code can neither map other bytes over that code
+// nor make a GOT (or the loader's vDSO pointers) writable again. Returns the number of ranges
+// sealed, 0 when the kernel has no mseal (then the gate's exec rules are the only guard). A range
+// of the runner that cannot be sealed throws; one of a library is skipped.
+int seal_runner_image();
 
 // The highest open descriptor of this process (-1 when none can be read).
 int highest_open_fd();
@@ -92,6 +131,15 @@ std::uint64_t max_foreign_device_bytes(std::uint64_t total_bytes);
 // no sticky error. Throws ConfineError ("unclean device: ...") otherwise: the job is refused.
 // Called before every job, agent and trusted (calibration) alike.
 void check_clean_device();
+// The thermal half (nvml.hpp hot_reason on `read()`, Nvml::condition in the runner): waits, polling
+// every 100 ms and calling `beat` about every 0.5 s (the parent's silence deadline), until the GPU
+// is more than kThermalMarginC below its slowdown temperature and no heat or power slowdown holds
+// its clocks down; at most `max_wait_s`, then ConfineError ("unclean device: ... still after N s").
+// Returns the seconds waited. Without NVML the reading is empty and it returns at once (the
+// throttle flag around the samples remains the clock check).
+inline constexpr double kMaxCoolWaitS = 20;
+double wait_until_cool(const std::function<DeviceCondition()>& read, double max_wait_s,
+                       const std::function<void()>& beat);
 
 // ---- Class 16: only the runner's own GPU's device node ----------------------------------------
 // "Device Minor: N" from /proc/driver/nvidia/gpus/<bus id>/information; nullopt when absent.

@@ -288,8 +288,11 @@ class Runner {
     confine_step([&] { hide_paths(job_.hide_paths); });
     confine_step([&] { hide_other_gpus(device_.pci_bus_id); });
     confine_step([&] { set_agent_limits(layout_.total_bytes, job_.host_memory_bytes); });
+    confine_step([] { limit_pids(kMaxThreads); });  // a pids cgroup where the host allows one
+    confine_step([&] { if (out_fd_ >= 0) make_write_only(out_fd_); });
     confine_step([&] { restrict_files(agent_file_view(so_fd)); });
     confine_step([] { drop_privileges(); });
+    confine_step([] { seal_runner_image(); });
     try {
       install_agent_filter();
     } catch (const std::exception& e) {
@@ -304,6 +307,9 @@ class Runner {
       throw Stop{Outcome::setup_error, std::string("sizing the output file: ") + std::strerror(errno)};
     if (out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
     confine_step([] { check_clean_device(); });  // what an earlier job left behind
+    confine_step([&] {  // a GPU left hot or slowed down is waited out (heartbeats) or refused
+      wait_until_cool([&] { return nvml_.condition(); }, kMaxCoolWaitS, [&] { emit_.send({{"event", "heartbeat"}}); });
+    });
     // stdin stays open: the parent releases each timed phase's key there, just in time.
     if (job_.measure_overhead) measure_overhead();
     if (job_.record_launches) start_launch_records();
