@@ -134,3 +134,14 @@ def test_router_join_and_drain(servers):
             wait_for(lambda: [x["name"] for x in router.status()["servers"]] == ["b"], 10, "a to leave")
             s2.close()
             s3.close()
+
+
+def test_cluster_addresses():
+    from d2k.cluster.address import is_cluster_address, resolve_endpoint, split_address
+
+    assert resolve_endpoint("tcp://127.0.0.1:5600") == "tcp://127.0.0.1:5600"  # unchanged
+    assert resolve_endpoint(None) is None
+    assert not is_cluster_address("ipc:///tmp/x") and is_cluster_address("ray:auto")
+    assert split_address("ray:auto") == ("auto", "d2k")
+    assert split_address("ray:10.0.0.1:6379#prod") == ("10.0.0.1:6379", "prod")
+    assert split_address("ray://head:10001") == ("ray://head:10001", "d2k")
