@@ -145,3 +145,57 @@ def test_cluster_addresses():
     assert split_address("ray:auto") == ("auto", "d2k")
     assert split_address("ray:10.0.0.1:6379#prod") == ("10.0.0.1:6379", "prod")
     assert split_address("ray://head:10001") == ("ray://head:10001", "d2k")
+
+
+def test_router_replaces_a_reset_in_flight_to_a_dying_server(servers):
+    import signal as sig
+
+    a, b = servers(2)
+    with Router("tcp://127.0.0.1:0", stats_interval_s=0.2, dead_after_s=2.0) as router:
+        router.add_server("a", a.endpoint, a.hello)
+        router.run_in_thread()
+        a.proc.send_signal(sig.SIGSTOP)  # hung: the reset below reaches it and gets no answer
+        try:
+            with d2k.Client(router.endpoint) as client:
+                router.add_server("b", b.endpoint, b.hello)
+                router.remove_server("b", drain=True)  # b takes nothing new yet...
+                import threading
+                timer = threading.Timer(0.5, lambda: router.add_server("b", b.endpoint, b.hello))
+                timer.start()                          # ...until after the reset went to a
+                s = client.reset("vector_add", 0)      # a goes silent -> lost -> the reset goes to b
+                timer.join()
+                assert router.session_server(s.id) == "b"
+                assert s.write_file("k.cu", "// on b\n").observation["step"] == 1
+                wait_for(lambda: {x["name"]: x["state"] for x in router.status()["servers"]}["a"] == "lost",
+                         10, "a to show as lost")
+                s.close()
+        finally:
+            a.proc.send_signal(sig.SIGCONT)
+
+
+def test_router_real_evaluation_on_gpu(servers):
+    """On a GPU machine: a real evaluation (the task's baseline) through the router."""
+    binary = server_binary()
+    if not binary.is_file():
+        pytest.skip("no server binary")
+    srv = ServerProcess("127.0.0.1", binary=str(binary), tasks_dir=str(tasks_dir()),
+                        extra_args=["--no-record"])
+    try:
+        if not srv.hello.get("gpus"):
+            pytest.skip("no GPU here: the lead runs this on the H200")
+        with Router("tcp://127.0.0.1:0", stats_interval_s=0.5, dead_after_s=None) as router:
+            router.add_server("gpu", srv.endpoint, srv.hello)
+            router.run_in_thread()
+            baseline = (tasks_dir() / "vector_add" / "baseline.cu").read_text()
+            with d2k.Client(router.endpoint) as client:
+                assert client.hello()["gpus"][0]["server"] == "gpu"
+                with client.reset("vector_add", 0) as s:
+                    assert s.write_file("kernel.cu", baseline).ok
+                    r = s.evaluate()
+                    assert r.ok, r.last
+                    evaluation = r.last["evaluation"]
+                    assert evaluation["status"] == "ok", evaluation
+                    assert all(w["correct"] for w in evaluation["workloads"]), evaluation
+                    assert isinstance(r.info.get("reward"), dict)  # the breakdown, as from a server
+    finally:
+        srv.stop()
