@@ -46,6 +46,7 @@ def one_core():
 def ray_cluster(one_core, tmp_path):
     from ray.cluster_utils import Cluster
 
+    signal.alarm(TEST_LIMIT_S)  # replaces conftest's 60 s guard: starting 5 Ray nodes on one core is slow
     binary = server_binary()
     if not binary.is_file():
         pytest.skip(f"d2k server binary not found at {binary} (set D2K_BIN)")
@@ -83,7 +84,6 @@ def node_of(status: dict, server_name: str) -> str:
 
 
 def test_cluster_1000_sessions_node_killed_mid_run(ray_cluster):
-    signal.alarm(TEST_LIMIT_S)  # replaces conftest's per-test guard for this long test
     cluster, nodes, endpoint, actor = ray_cluster
     asyncio.run(scenario(cluster, nodes, endpoint, actor))
 
@@ -174,3 +174,39 @@ async def scenario(cluster, nodes, endpoint, actor):
 
         for sid in list(set(server_of) - victims) + [s for s, _ in fresh + later]:
             await client.close_session(sid)
+
+    # The cluster address: KernelEnv and KernelVectorEnv take "ray:<address>#<name>" for the router.
+    address = f"ray:{cluster.address}#pytest"
+    env = d2k.KernelEnv("vector_add", 0, endpoint=address)
+    try:
+        env.reset(seed=1)
+        _, _, _, _, info = env.step({"type": "write_file", "path": "k.cu", "content": "// via ray:\n"})
+        assert info["ok"] and info["step"] == 1
+    finally:
+        env.close()
+    envs = d2k.KernelVectorEnv(3, "vector_add", 0, endpoint=address)
+    try:
+        envs.reset(seed=2)
+        _, _, _, _, infos = envs.step([{"type": "compile"}] * 3)
+        assert list(infos["step"]) == [1, 1, 1]
+    finally:
+        envs.close()
+
+    # The command line's view, and a server that drains away while the cluster runs.
+    import contextlib
+    import io
+    import json
+
+    from d2k.cluster import cli
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["--address", cluster.address, "--name", "pytest", "status"]) == 0
+    shown = json.loads(out.getvalue())
+    assert sum(1 for m in shown["members"] if m["state"] == "live") == NODES
+    leaving = next(m for m in shown["members"] if m["state"] == "live")
+    with contextlib.redirect_stdout(io.StringIO()):
+        cli.main(["--address", cluster.address, "--name", "pytest", "drain", leaving["node_id"]])
+    deadline = time.monotonic() + 60
+    while leaving["name"] in {x["name"] for x in ray.get(actor.status.remote())["router"]["servers"]}:
+        assert time.monotonic() < deadline, "the drained server did not leave"
+        await asyncio.sleep(0.5)
