@@ -199,3 +199,37 @@ def test_router_real_evaluation_on_gpu(servers):
                     assert isinstance(r.info.get("reward"), dict)  # the breakdown, as from a server
     finally:
         srv.stop()
+
+
+def test_router_refuses_bad_frames_and_carries_on(servers):
+    import msgpack
+    import zmq
+
+    (a,) = servers(1)
+    with Router("tcp://127.0.0.1:0", dead_after_s=None) as router:
+        router.add_server("a", a.endpoint, a.hello)
+        router.run_in_thread()
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.RCVTIMEO, 10_000)
+        sock.connect(router.endpoint)
+        try:
+            bad = [b"\xc1", msgpack.packb([1, 2]), msgpack.packb({"v": 1, "id": True, "op": "hello"}),
+                   msgpack.packb({"v": 2, "id": 5, "op": "hello"}), msgpack.packb({"v": 1, "id": 6, "op": 7}),
+                   msgpack.packb({"v": 1, "id": 8, "op": "step", "session": "f" * 32, "action": {}}),
+                   msgpack.packb({"v": 1, "id": 9, "op": "frobnicate"})]
+            codes = []
+            for frame in bad:
+                sock.send(frame)
+                reply = msgpack.unpackb(sock.recv(), raw=False)
+                assert reply["ok"] is False
+                codes.append(reply["error"]["code"])
+            assert codes == ["bad_request", "bad_request", "bad_request", "version_mismatch", "bad_request",
+                             "unknown_session", "unknown_op"], codes
+        finally:
+            sock.close(linger=0)
+            ctx.term()
+        with d2k.Client(router.endpoint) as client:  # still serving
+            with client.reset("vector_add", 0) as s:
+                assert s.write_file("k.cu", "// fine\n").ok
+        assert router.status()["router"].get("internal_errors", 0) == 0

@@ -158,6 +158,7 @@ class Router:
         self._registered: set[zmq.Socket] = set()
         self._started = time.monotonic()
         self.counters = collections.Counter()
+        self.last_internal_error = ""
 
     # -- control (any thread) ---------------------------------------------------------------
     def _call(self, fn: Callable[..., Any], *args: Any, wait: bool = True) -> Any:
@@ -228,7 +229,7 @@ class Router:
                         msg = self._front.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._on_request(msg)
+                    self._guard(self._on_request, msg)
             for server in list(self._servers.values()):
                 if server.socket in events and server.state != "lost":
                     for _ in range(1000):
@@ -236,8 +237,8 @@ class Router:
                             msg = server.socket.recv_multipart(zmq.NOBLOCK)
                         except zmq.Again:
                             break
-                        self._on_reply(server, msg[-1])
-            self._housekeeping()
+                        self._guard(self._on_reply, server, msg[-1])
+            self._guard(self._housekeeping)
             while True:
                 try:
                     fn, args, box = self._control.get_nowait()
@@ -254,6 +255,14 @@ class Router:
                 self._snapshot_at = now
                 with self._lock:
                     self._snapshot = self._make_snapshot()
+
+    def _guard(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Runs one handler; a bug or a message nobody foresaw costs that message, never the loop."""
+        try:
+            fn(*args)
+        except Exception as exc:  # counted and kept for status(); the router carries on
+            self.counters["internal_errors"] += 1
+            self.last_internal_error = f"{fn.__name__}: {exc!r}"[:1000]
 
     # -- servers -------------------------------------------------------------------------------
     def _add_server(self, name: str, endpoint: str, hello: dict[str, Any] | None) -> None:
@@ -535,5 +544,6 @@ class Router:
                             "lost_reason": s.lost_reason, "stats": s.stats})
         return {"endpoint": self.endpoint, "instance": self.instance, "servers": servers,
                 "router": {"sessions": len(self._sessions), "lost_sessions": len(self._lost),
+                           "last_internal_error": self.last_internal_error,
                            "pending": sum(1 for p in self._pending.values() if not p.op.startswith("@")),
                            **{k: int(v) for k, v in self.counters.items()}}}
