@@ -76,11 +76,16 @@ def test_plugin_lookup_finds_taskset_and_env(server, task_id):
 
     assert environment_class("d2k_verifiers") is D2KEnv   # `vf eval d2k_verifiers` resolves to these
     assert taskset_class("d2k_verifiers") is D2KTaskset
-    from d2k.adapters.verifiers import D2KTasksetConfig
+    from verifiers.v1.utils.loaders import load_environment
 
-    config = D2KTasksetConfig(id="d2k_verifiers", endpoint=server.endpoint, tasks=[task_id],
-                              layers=[0, 1], seeds=[5])
-    tasks = list(D2KTaskset(config))
+    from d2k.adapters.verifiers import D2KEnvConfig
+
+    # As `vf eval` builds it: the env config, its taskset config narrowed from the id.
+    config = D2KEnvConfig(taskset={"id": "d2k_verifiers", "endpoint": server.endpoint, "tasks": [task_id],
+                                   "layers": [0, 1], "seeds": [5]})
+    env = load_environment(config)
+    assert isinstance(env, D2KEnv)
+    tasks = list(env.taskset)
     assert [(t.data.task_id, t.data.layer, t.data.seed) for t in tasks] == [(task_id, 0, 5), (task_id, 1, 5)]
 
 
