@@ -233,3 +233,23 @@ def test_router_refuses_bad_frames_and_carries_on(servers):
             with client.reset("vector_add", 0) as s:
                 assert s.write_file("k.cu", "// fine\n").ok
         assert router.status()["router"].get("internal_errors", 0) == 0
+
+
+def test_router_load_forgets_sessions_the_server_reaped(tmp_path):
+    binary = server_binary()
+    if not binary.is_file():
+        pytest.skip("no server binary")
+    srv = ServerProcess("127.0.0.1", binary=str(binary), tasks_dir=str(tasks_dir()), state_dir=str(tmp_path / "s"),
+                        extra_args=["--no-gpu", "--no-record", "--idle-timeout", "3"])
+    try:
+        with Router("tcp://127.0.0.1:0", stats_interval_s=0.2, dead_after_s=None) as router:
+            router.add_server("a", srv.endpoint, srv.hello)
+            router.run_in_thread()
+            with d2k.Client(router.endpoint) as client:
+                for i in range(4):
+                    client.reset("vector_add", 0, seed=i)  # never closed: the server reaps them
+                wait_for(lambda: router.status()["servers"][0]["sessions"] == 4, 5, "4 open sessions counted")
+                wait_for(lambda: router.status()["servers"][0]["sessions"] == 0, 30,
+                         "the reaped sessions to leave the router's load")
+    finally:
+        srv.stop()

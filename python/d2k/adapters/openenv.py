@@ -25,6 +25,7 @@ The endpoint may be a ``d2k serve``, a cluster router or a ``ray:`` cluster addr
 """
 from __future__ import annotations
 
+import collections
 import threading
 from typing import Any, Optional
 
@@ -39,6 +40,7 @@ from ..errors import D2KError, InvalidAction, NoGpu, TooLarge
 from ..gym_env import rejected_step
 
 REFUSED = (InvalidAction, TooLarge, NoGpu)
+MAX_NAMED = 10_000  # named HTTP episodes remembered at once
 
 
 class D2KAction(Action):
@@ -83,7 +85,9 @@ class _Shared:
     def __init__(self, endpoint: str | None, task: str, layer: int, options: dict[str, Any]) -> None:
         self.endpoint = resolve_endpoint(endpoint)
         self.task, self.layer, self.options = task, int(layer), dict(options)
-        self.named: dict[str, tuple[str, dict[str, Any], D2KState]] = {}  # episode id -> (session, obs, state)
+        # HTTP episodes by name -> (session, observation, state); at most MAX_NAMED, oldest dropped
+        # (its d2k session is left to the server's idle timeout).
+        self.named: collections.OrderedDict[str, tuple[str, dict[str, Any], D2KState]] = collections.OrderedDict()
         self.lock = threading.Lock()
 
 
@@ -126,6 +130,8 @@ class D2KEnvironment(Environment):
             with self.shared.lock:
                 old = self.shared.named.pop(episode_id, None)
                 self.shared.named[episode_id] = (session.id, session.observation, state)
+                while len(self.shared.named) > MAX_NAMED:
+                    self.shared.named.popitem(last=False)
             if old is not None:
                 self._quiet_close(old[0])
         else:

@@ -477,6 +477,12 @@ class Router:
             if reply.get("ok") is True and p.op == "@stats":
                 server.stats = reply
                 server.stats_rid = None
+                # Sessions the server reaped (idle timeout) are still in the router's count until a
+                # client touches them: never count more than the server holds plus resets in flight.
+                sessions = reply.get("sessions") if isinstance(reply.get("sessions"), dict) else {}
+                held = int(sessions.get("active", 0) or 0) + int(sessions.get("ended", 0) or 0)
+                resets = sum(1 for q in self._pending.values() if q.server == server.name and q.op == "reset")
+                server.sessions = min(server.sessions, held + resets)
             elif reply.get("ok") is True and p.op == "@hello":
                 server.hello = reply
             return
