@@ -19,6 +19,7 @@ import sys
 def _config(args: argparse.Namespace):
     from .ray_cluster import ClusterConfig
     return ClusterConfig(name=args.name, router_host=args.router_host, router_port=args.router_port,
+                         allow_remote=args.allow_remote,
                          host_resource=args.host_resource, server_host=args.server_host,
                          server_args=list(args.server_arg or []), binary=args.binary,
                          tasks_dir=args.tasks, state_dir=args.state_dir, poll_s=args.poll,
@@ -32,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="d2k", help="the d2k cluster's name (default: d2k)")
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start the router and one d2k serve per host")
-    p_up.add_argument("--router-host", default="", help="router bind address (default: its node's)")
+    p_up.add_argument("--router-host", default="127.0.0.1",
+                      help="router bind address (default 127.0.0.1; '' = its node's address, needs --allow-remote)")
+    p_up.add_argument("--allow-remote", action="store_true",
+                      help="let the router bind off loopback: it has no authentication, trusted networks only")
     p_up.add_argument("--router-port", type=int, default=5600, help="router port (0 = free; default 5600)")
     p_up.add_argument("--host-resource", default="GPU",
                       help="nodes with this Ray resource get a server (default GPU)")

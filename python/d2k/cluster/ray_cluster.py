@@ -45,8 +45,9 @@ class ClusterConfig:
     """What ``up`` starts. Every field has a ``python -m d2k.cluster up`` flag."""
 
     name: str = "d2k"                    # the cluster's name (actor d2k-cluster-<name>)
-    router_host: str = ""                # the router's bind address; "" = its node's address
+    router_host: str = "127.0.0.1"       # the router's bind address; "" = its node's address
     router_port: int = 0                 # 0 = a free port
+    allow_remote: bool = False           # bind the router off loopback (it has no authentication)
     host_resource: str = "GPU"           # nodes with this resource get a server
     server_host: str = ""                # the servers' bind address; "" = each node's address
     server_args: list[str] = field(default_factory=list)  # more `d2k serve` options
@@ -115,7 +116,8 @@ class ClusterActor:
         host = self.config.router_host or node_address()
         self.router = Router(f"tcp://{host}:{self.config.router_port}",
                              stats_interval_s=self.config.stats_interval_s,
-                             dead_after_s=self.config.dead_after_s, on_lost=self._router_lost)
+                             dead_after_s=self.config.dead_after_s, on_lost=self._router_lost,
+                             allow_remote=self.config.allow_remote)
         self.router.run_in_thread()
         self.members: dict[str, _Member] = {}   # by node id
         self.lock = threading.Lock()

@@ -83,6 +83,16 @@ def _error_reply(rid: Any, code: str, message: str, retryable: bool) -> bytes:
                          use_bin_type=True)
 
 
+def is_local_endpoint(endpoint: str) -> bool:
+    """ipc://, inproc://, or tcp:// on a loopback address (127.x, ::1, localhost)."""
+    if endpoint.startswith(("ipc://", "inproc://")):
+        return True
+    if not endpoint.startswith("tcp://"):
+        return False
+    host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
 def server_load(server: _Server) -> float:
     """Placement score (lower is better): open sessions plus queued work, per GPU.
 
@@ -123,12 +133,20 @@ class Router:
             asked is declared lost; None leaves death to whoever calls :meth:`server_lost`.
         on_lost: called (from the router thread) with (name, reason) when the router itself
             declares a server lost.
+        allow_remote: the router has no authentication of its own yet (issue 19 item 1's CURVE keys
+            are the servers'), so binding anything but loopback or ipc is refused unless this is
+            True: whoever reaches the router's port can open and drive sessions. Use it on a
+            trusted network only, or keep the router on loopback next to the trainer.
     """
 
     def __init__(self, endpoint: str = "tcp://127.0.0.1:0", *, stats_interval_s: float = 1.0,
                  dead_after_s: float | None = 15.0,
                  on_lost: Callable[[str, str], None] | None = None,
-                 max_message_bytes: int = 8 << 20) -> None:
+                 max_message_bytes: int = 8 << 20, allow_remote: bool = False) -> None:
+        if not allow_remote and not is_local_endpoint(endpoint):
+            raise ValueError(f"refusing to bind the router to {endpoint}: it has no authentication, so "
+                             "anything but loopback (tcp://127.0.0.1:PORT) or ipc:// needs allow_remote=True "
+                             "(d2k-cluster up --allow-remote), on a trusted network only")
         self._context = zmq.Context()
         self._front = self._context.socket(zmq.ROUTER)
         self._front.setsockopt(zmq.LINGER, 0)
