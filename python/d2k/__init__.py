@@ -14,7 +14,7 @@ from .aio import AsyncClient, AsyncSession
 from .client import Client, RetryPolicy, Session, StepResult
 from .errors import (BadRequest, Busy, BudgetExhausted, Capacity, ClientTimeout, D2KError,
                      EpisodeEnded, Internal, InvalidAction, NoGpu, PathViolation, ProtocolError,
-                     SandboxViolation, ShuttingDown, StorageUnavailable, Timeout, TooLarge, UnknownOp, UnknownSession,
+                     SandboxViolation, ServerLost, ShuttingDown, StorageUnavailable, Timeout, TooLarge, UnknownOp, UnknownSession,
                      UnknownTask, VersionMismatch, error_from_reply)
 from .gym_env import KernelEnv
 from .local import LocalServer, ServerNotFound, ServerStartError, find_server_binary
@@ -44,7 +44,7 @@ __all__ = [
     "Capacity", "Client", "ClientTimeout", "D2KError", "DEFAULT_ENDPOINT", "EpisodeEnded",
     "Internal", "InvalidAction", "KernelEnv", "KernelVectorEnv", "LocalServer", "NoGpu",
     "PROTOCOL_VERSION", "ServerNotFound", "ServerStartError", "find_server_binary", "make",
-    "PathViolation", "ProtocolError", "RetryPolicy", "SandboxViolation", "Session",
+    "PathViolation", "ProtocolError", "RetryPolicy", "SandboxViolation", "ServerLost", "Session",
     "ShuttingDown", "StepResult", "StorageUnavailable", "Timeout", "TooLarge", "UnknownOp", "UnknownSession",
     "UnknownTask", "VersionMismatch", "actions", "env_id", "error_from_reply",
     "normalize_action", "parse_observation", "register_envs", "register_task",

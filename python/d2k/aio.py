@@ -14,6 +14,7 @@ import zmq
 import zmq.asyncio
 
 from . import actions as A
+from .cluster.address import resolve_endpoint
 from .client import RetryPolicy, StepResult, reset_fields, step_result
 from .errors import ClientTimeout, D2KError, UnknownSession
 from .wire import (DEFAULT_LIMITS, PRECHECK_BYTES, IdCounter, check_reply,
@@ -26,7 +27,8 @@ class AsyncClient:
 
     def __init__(self, endpoint: str | None = None, *, timeout: float | None = None,
                  policy: RetryPolicy | None = None) -> None:
-        self.endpoint = endpoint or default_endpoint()
+        # A cluster address (ray:auto, ...) becomes its router's endpoint: d2k.cluster.address.
+        self.endpoint = resolve_endpoint(endpoint or default_endpoint()) or default_endpoint()
         self.policy = policy or RetryPolicy()
         self.timeout = timeout
         self._context = zmq.asyncio.Context()

@@ -101,6 +101,14 @@ class NoGpu(D2KError):
     code = "no_gpu"
 
 
+class ServerLost(UnknownSession):
+    """A cluster router's answer (d2k.cluster): the server that held the session died or was
+    removed, so the episode is gone (open a new one: the router places it elsewhere). A subclass of
+    UnknownSession, so code that already treats a vanished session as ended keeps working."""
+
+    code = "server_lost"
+
+
 class EpisodeEnded(D2KError):
     code = "episode_ended"
 
@@ -138,7 +146,7 @@ ERRORS_BY_CODE: dict[str, type[D2KError]] = {
     for cls in (BadRequest, VersionMismatch, UnknownOp, UnknownSession, UnknownTask,
                 InvalidAction, PathViolation, TooLarge, Busy, Capacity, Timeout,
                 SandboxViolation, NoGpu, EpisodeEnded, BudgetExhausted, ShuttingDown, StorageUnavailable,
-                Internal)
+                Internal, ServerLost)
 }
 
 

@@ -24,7 +24,8 @@ from gymnasium.error import ResetNeeded
 from .actions import normalize_action
 from .client import Client, StepResult
 from .errors import D2KError, InvalidAction, NoGpu, TooLarge
-from .local import LocalServer, open_client
+from .cluster.address import resolve_endpoint
+from .local import LocalServer, endpoint_from_environment, open_client
 from .render import render_text
 from .spaces import action_space, encode_observation, observation_space
 
@@ -74,7 +75,8 @@ class KernelEnv(gym.Env[dict, dict]):
     Args:
         task: task id ("softmax").
         layer: guidance layer 0..3.
-        endpoint: address of a running server (``tcp://127.0.0.1:5555``, ``ipc:///tmp/d2k.sock``);
+        endpoint: address of a running server (``tcp://127.0.0.1:5555``, ``ipc:///tmp/d2k.sock``)
+            or of a cluster (its router's endpoint, or ``ray:auto``: d2k.cluster.address);
             default ``$D2K_ENDPOINT``; with neither, the env starts a private ``d2k serve`` on an
             ipc socket (:class:`d2k.LocalServer`) and stops it in close().
         max_steps, max_compiles, max_evaluations, wall_seconds, label: reset options.
@@ -112,7 +114,7 @@ class KernelEnv(gym.Env[dict, dict]):
         self._own_client = client is None
         self.server: LocalServer | None = None  # the private server when no endpoint was given
         if client is None:
-            client, self.server = open_client(endpoint, timeout)
+            client, self.server = open_client(resolve_endpoint(endpoint or endpoint_from_environment()), timeout)
         self.client = client
         self.observation_space = observation_space()
         self.action_space = action_space()

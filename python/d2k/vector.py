@@ -22,7 +22,8 @@ from .actions import normalize_action
 from .client import Client, reset_fields, step_result
 from .errors import D2KError, InvalidAction
 from .gym_env import OBSERVED_ERRORS, make_info, rejected_step
-from .local import LocalServer, open_client
+from .cluster.address import resolve_endpoint
+from .local import LocalServer, endpoint_from_environment, open_client
 from .spaces import OBS_KEYS, action_space, encode_observation, observation_space
 
 
@@ -51,8 +52,8 @@ class KernelVectorEnv(VectorEnv):
         self.no_gpu_reward = float(no_gpu_reward)
         self._own_client = client is None
         self.server: LocalServer | None = None  # the private server when no endpoint was given
-        if client is None:
-            client, self.server = open_client(endpoint, timeout)
+        if client is None:  # a cluster address (ray:...) becomes its router's endpoint
+            client, self.server = open_client(resolve_endpoint(endpoint or endpoint_from_environment()), timeout)
         self.client = client
         self.single_observation_space = observation_space()
         self.single_action_space = action_space()
