@@ -114,6 +114,12 @@ def _torch_ops(torch, F):
         x = T["x"].float()
         return {"y": (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * T["w"].float()).to(T["x"].dtype)}
 
+    def layernorm(T, S):
+        return {"y": F.layer_norm(T["x"], (S["cols"],), T["w"], T["b"], eps=1e-5)}
+
+    def cross_entropy(T, S):
+        return {"loss": F.cross_entropy(T["x"], T["labels"].long(), reduction="none")}
+
     def transpose(T, S):
         return {"y": T["x"].t().contiguous()}
 
@@ -146,6 +152,8 @@ def _torch_ops(torch, F):
         "vector_add": ("a + b", vector_add),
         "softmax": ("torch.softmax", softmax),
         "rmsnorm": ("F.rms_norm", rmsnorm),
+        "layernorm": ("F.layer_norm", layernorm),
+        "cross_entropy": ("F.cross_entropy (bf16 logits)", cross_entropy),
         "transpose": ("x.t().contiguous()", transpose),
         "prefix_sum": ("torch.cumsum (CUB)", prefix_sum),
         "histogram": ("torch.bincount", histogram),
