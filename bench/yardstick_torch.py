@@ -118,7 +118,7 @@ def _torch_ops(torch, F):
         return {"y": F.layer_norm(T["x"], (S["cols"],), T["w"], T["b"], eps=1e-5)}
 
     def cross_entropy(T, S):
-        return {"loss": F.cross_entropy(T["x"], T["labels"].long(), reduction="none")}
+        return {"loss": F.cross_entropy(T["x"].float(), T["labels"].long(), reduction="none")}
 
     def transpose(T, S):
         return {"y": T["x"].t().contiguous()}
@@ -153,7 +153,7 @@ def _torch_ops(torch, F):
         "softmax": ("torch.softmax", softmax),
         "rmsnorm": ("F.rms_norm", rmsnorm),
         "layernorm": ("F.layer_norm", layernorm),
-        "cross_entropy": ("F.cross_entropy (bf16 logits)", cross_entropy),
+        "cross_entropy": ("F.cross_entropy(x.float()) (as HF models upcast)", cross_entropy),
         "transpose": ("x.t().contiguous()", transpose),
         "prefix_sum": ("torch.cumsum (CUB)", prefix_sum),
         "histogram": ("torch.bincount", histogram),
