@@ -120,6 +120,18 @@ def _torch_ops(torch, F):
     def cross_entropy(T, S):
         return {"loss": F.cross_entropy(T["x"].float(), T["labels"].long(), reduction="none")}
 
+    def rope(T, S):
+        h = S["head_dim"] // 2
+        p = T["positions"].long()
+        c = T["cos_cache"][p].unsqueeze(1)  # tokens x 1 x h
+        s = T["sin_cache"][p].unsqueeze(1)
+
+        def rotate(x):
+            x1, x2 = x[..., :h].float(), x[..., h:].float()
+            return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
+
+        return {"q_out": rotate(T["q"]), "k_out": rotate(T["k"])}
+
     def transpose(T, S):
         return {"y": T["x"].t().contiguous()}
 
@@ -154,6 +166,7 @@ def _torch_ops(torch, F):
         "rmsnorm": ("F.rms_norm", rmsnorm),
         "layernorm": ("F.layer_norm", layernorm),
         "cross_entropy": ("F.cross_entropy(x.float()) (as HF models upcast)", cross_entropy),
+        "rope": ("eager rotate-half (gather cos/sin, mul, cat)", rope),
         "transpose": ("x.t().contiguous()", transpose),
         "prefix_sum": ("torch.cumsum (CUB)", prefix_sum),
         "histogram": ("torch.bincount", histogram),
