@@ -132,6 +132,10 @@ def _torch_ops(torch, F):
 
         return {"q_out": rotate(T["q"]), "k_out": rotate(T["k"])}
 
+    def embedding_bag(T, S):
+        return {"out": F.embedding_bag(T["indices"], T["table"], T["offsets"], mode="sum",
+                                       include_last_offset=True)}
+
     def transpose(T, S):
         return {"y": T["x"].t().contiguous()}
 
@@ -167,6 +171,7 @@ def _torch_ops(torch, F):
         "layernorm": ("F.layer_norm", layernorm),
         "cross_entropy": ("F.cross_entropy(x.float()) (as HF models upcast)", cross_entropy),
         "rope": ("eager rotate-half (gather cos/sin, mul, cat)", rope),
+        "embedding_bag": ("F.embedding_bag(mode='sum')", embedding_bag),
         "transpose": ("x.t().contiguous()", transpose),
         "prefix_sum": ("torch.cumsum (CUB)", prefix_sum),
         "histogram": ("torch.bincount", histogram),
