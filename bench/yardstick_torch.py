@@ -15,7 +15,8 @@ structure) and times, interleaved sample by sample:
   - the PyTorch eager op a user would write for the task (TORCH_OPS below, e.g. `a + b`,
     `torch.softmax`, `F.rms_norm`, `F.linear`, SDPA, `F.silu(g) * u`), outputs allocated by torch.
 Each sample is one call between two CUDA events, preceded by an L2 flush (a 256 MiB buffer
-write); 3 warm-up calls each; the median is reported. Figures are printed as a markdown table
+write); 3 warm-up calls each; the median is reported. Each task runs in its own process (a kernel
+that faults cannot take the other tasks' rows with it; --task-timeout bounds each). Figures are printed as a markdown table
 (L3 / torch > 1 means the expert is faster) and, with --out, written to a file. It also measures
 the device-to-device copy bandwidth (bytes read + written) the way `d2k verify-tasks` reports it.
 The "agree" column compares the expert's output with torch's (within 2x the task's tolerance for
@@ -390,20 +391,51 @@ def copy_bandwidth(torch, dev):
     return 2.0 * n / statistics.median(times)
 
 
+def run_task_child(args):
+    """--child: time one task's workloads with its prebuilt L3 (--so); print one table row each."""
+    import torch
+    import torch.nn.functional as F
+
+    dev = torch.device("cuda")
+    with open(os.path.join(args.tasks, args.task[0], "task.json")) as f:
+        task = json.load(f)
+    op_name, op = _torch_ops(torch, F)[task["id"]]
+    lib = ctypes.CDLL(args.so)
+    entry = getattr(lib, task["entry"])
+    entry.restype = ctypes.c_int
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    for w in task["workloads"]:
+        if not w.get("timed", True):
+            continue
+        try:
+            row = run_workload(torch, task, w, entry, op, op_name, args.samples, flush, args.copy_bps, dev)
+        except Exception as e:  # one workload failing must not hide the others
+            row = "| %s | %s | — | %s | — | — | error: %s | — | — | — |" % (
+                task["id"], w["name"], op_name, str(e)[:160].replace("|", "/").replace("\n", " "))
+        print(row, flush=True)
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", default=os.path.join(ROOT, "tasks"))
     ap.add_argument("--task", action="append", help="task id (repeatable; default: every task)")
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--out", help="also write the markdown table to this file")
+    ap.add_argument("--task-timeout", type=float, default=300, help="seconds per task (its own process)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--so", help=argparse.SUPPRESS)
+    ap.add_argument("--copy-bps", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        run_task_child(args)
+        return
 
     import torch
     import torch.nn.functional as F
 
     if not torch.cuda.is_available():
         sys.exit("yardstick_torch.py: torch reports no CUDA device")
-    dev = torch.device("cuda")
     ops = _torch_ops(torch, F)
     ids = args.task or sorted(d for d in os.listdir(args.tasks) if os.path.isfile(os.path.join(args.tasks, d, "task.json")))
     tasks = {}
@@ -425,13 +457,13 @@ def main():
     print("compiled %d L3 experts in %.1f s" % (len(sos), time.time() - t0), file=sys.stderr)
 
     props = torch.cuda.get_device_properties(0)
-    copy_bps = copy_bandwidth(torch, dev)
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    copy_bps = copy_bandwidth(torch, torch.device("cuda"))
+    torch.cuda.empty_cache()
     lines = [
         "Library yardstick (bench/yardstick_torch.py): %s, torch %s, CUDA %s, %s UTC; copy bandwidth %.0f GB/s "
-        "(read + write, 1 GiB D2D); median of %d interleaved samples, L2 flushed before each."
-        % (props.name, torch.__version__, torch.version.cuda, time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-           copy_bps / 1e9, args.samples),
+        "(read + write, 1 GiB D2D); median of %d interleaved samples, L2 flushed before each; each task in its "
+        "own process." % (props.name, torch.__version__, torch.version.cuda, time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+                          copy_bps / 1e9, args.samples),
         "",
         "| task | workload | MB | PyTorch op | torch µs | L3 µs | L3 / torch (speed) | L3 % copy | torch % copy | agree |",
         "|---|---|---:|---|---:|---:|---:|---:|---:|---:|",
@@ -443,25 +475,28 @@ def main():
         print(row, flush=True)
 
     for t in ids:
-        task = tasks[t]
         if t not in ops:
             emit("| %s | — | — | no PyTorch op mapped | — | — | — | — | — | — |" % t)
             continue
-        op_name, op = ops[t]
+        op_name = ops[t][0]
         if t in errors:
             emit("| %s | — | — | %s | — | — | compile failed: %s | — | — | — |" % (t, op_name, errors[t][:120].replace("|", "/")))
             continue
-        lib = ctypes.CDLL(sos[t])
-        entry = getattr(lib, task["entry"])
-        entry.restype = ctypes.c_int
-        for w in task["workloads"]:
-            if not w.get("timed", True):
-                continue
-            try:
-                emit(run_workload(torch, task, w, entry, op, op_name, args.samples, flush, copy_bps, dev))
-            except Exception as e:  # one workload failing must not hide the others
-                emit("| %s | %s | — | %s | — | — | error: %s | — | — | — |" % (t, w["name"], op_name, str(e)[:160].replace("|", "/").replace("\n", " ")))
-            torch.cuda.empty_cache()
+        # Each task in its own process: a faulting kernel (a sticky CUDA error) cannot take the
+        # other tasks' rows with it.
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--tasks", args.tasks, "--task", t,
+               "--so", sos[t], "--copy-bps", repr(copy_bps), "--samples", str(args.samples)]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.task_timeout)
+            rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| ")]
+            for row in rows:
+                emit(row)
+            if r.returncode != 0:
+                tail = (r.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+                emit("| %s | — | — | %s | — | — | process exited %d: %s | — | — | — |" % (
+                    t, op_name, r.returncode, tail[:160].replace("|", "/")))
+        except subprocess.TimeoutExpired:
+            emit("| %s | — | — | %s | — | — | timed out after %.0f s | — | — | — |" % (t, op_name, args.task_timeout))
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")
