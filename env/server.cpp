@@ -267,7 +267,14 @@ void Server::on_zap() {
         why = "OK";
         user = key;
       } else {
-        log_info("refused a connection from " + text(3) + ": its key " + key + " is not in the allowed keys");
+        // A refused client reconnects on its own: say so once a minute per key, not at every attempt.
+        const auto now = std::chrono::steady_clock::now();
+        if (refused_logged_.size() > 1024) refused_logged_.clear();
+        auto [at, fresh] = refused_logged_.try_emplace(key, now);
+        if (fresh || now - at->second > std::chrono::minutes(1)) {
+          at->second = now;
+          log_info("refused a connection from " + text(3) + ": its key " + key + " is not in the allowed keys");
+        }
       }
     }
     const std::string reply[] = {"1.0", text(1), status, why, user, ""};

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -142,6 +143,7 @@ class Server {
   curve::Allowlist allowed_;
   std::string allowlist_stamp_;  // size, mtime and inode of the allowlist file as last read
   std::unique_ptr<zmq::socket_t> zap_;
+  std::map<std::string, std::chrono::steady_clock::time_point> refused_logged_;  // unknown key → last logged
   std::unique_ptr<Events> events_;
   std::string bound_endpoint_;
   int stop_fd_ = -1;  // eventfd written by request_stop
