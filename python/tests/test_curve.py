@@ -243,6 +243,7 @@ def test_curve_over_a_veth_pair_in_network_namespaces(netns_pair, tmp_path):
     env.pop("D2K_SERVER_KEY", None)
     env.pop("D2K_CLIENT_KEY", None)
     marker = "PLAINTEXT_MARKER_" + secrets.token_hex(8)
+    control = "CAPTURE_CONTROL_" + secrets.token_hex(8)
     try:
         deadline = time.monotonic() + 30
         while not Path(str(capture_path) + ".ready").exists():
@@ -258,13 +259,21 @@ def test_curve_over_a_veth_pair_in_network_namespaces(netns_pair, tmp_path):
 
         assert client("alice.key", "work") == {"echoed": True}      # a listed key works
         assert client("mallory.key", "refused") == {"answered": False}  # an unknown key is refused
+        # A control: bytes sent in clear over the same link do show in the capture.
+        subprocess.run([*in_b, sys.executable, "-c",
+                        "import socket, sys; s = socket.create_connection((sys.argv[1], 5555), timeout=10); "
+                        "s.sendall(sys.argv[2].encode()); s.close()", server_ip, control],
+                       check=True, timeout=60)
+        time.sleep(0.5)  # let the capture read the last frames
     finally:
         stop.touch()
         capture.wait(timeout=30)
         _stop(server)
     assert server.returncode == 0
     captured = capture_path.read_bytes()
-    # The capture saw the ZeroMQ connection (its greeting names the mechanism in clear) ...
+    # The capture sees what goes in clear, and saw the ZeroMQ connection (its greeting names the
+    # mechanism in clear) ...
+    assert control.encode() in captured
     assert b"CURVE" in captured
     assert len(captured) > 4096
     # ... and none of what went over it: not the agent's source, not the task, not the ops.
