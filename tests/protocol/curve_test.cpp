@@ -302,3 +302,40 @@ TEST_CASE("without CURVE, event subscribers get neither session ids nor agent so
   CHECK(seen.find("SECRET") == std::string::npos);
   CHECK(seen.find("write_file") != std::string::npos);  // what happened still shows, without the text
 }
+
+TEST_CASE("curve: events beyond loopback only with CURVE", "[curve][events]") {
+  d2k::env::Config plain = d2k::test::test_config();
+  plain.events_endpoint = "tcp://0.0.0.0:0";
+  d2k::env::Server refused(plain, d2k::tasks::load_tasks(plain.tasks_dir));
+  try {
+    refused.bind();
+    FAIL("events bound beyond loopback without CURVE");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("events need CURVE") != std::string::npos);
+  }
+  Keys keys;
+  d2k::env::Config c = curve_config(keys);
+  c.events_endpoint = "tcp://0.0.0.0:0";
+  d2k::test::TestServer srv(c);
+  CHECK(srv.server->events_endpoint().rfind("tcp://0.0.0.0:", 0) == 0);
+}
+
+TEST_CASE("curve: the C++ client takes its keys from D2K_SERVER_KEY and D2K_CLIENT_KEY", "[curve]") {
+  Keys keys;
+  d2k::test::TestServer srv(curve_config(keys));
+  ::setenv("D2K_SERVER_KEY", (keys.dir / "server.pub").c_str(), 1);
+  ::setenv("D2K_CLIENT_KEY", (keys.dir / "bob.key").c_str(), 1);
+  d2k::Client::Options o;
+  o.timeout = std::chrono::milliseconds(20000);
+  o.retries = 0;
+  bool served = false;
+  try {
+    served = d2k::Client(srv.endpoint, o).hello().value("ok", false);
+  } catch (const d2k::ClientError&) {
+  }
+  ::setenv("D2K_CLIENT_KEY", "", 1);  // one without the other is an error, not a silent plain client
+  CHECK_THROWS_AS(d2k::Client(srv.endpoint, o), std::invalid_argument);
+  ::unsetenv("D2K_SERVER_KEY");
+  ::unsetenv("D2K_CLIENT_KEY");
+  CHECK(served);
+}
