@@ -41,7 +41,11 @@ void Config::validate() const {
 std::vector<std::filesystem::path> Config::hidden_paths() const {
   if (!finalized()) throw std::logic_error("Config::hidden_paths needs a finalized Config");
   // The catalogue runs in WAL mode: its -wal and -shm files sit beside it.
-  return {tasks_dir, state_dir, log_dir, catalogue, catalogue.string() + "-wal", catalogue.string() + "-shm"};
+  std::vector<std::filesystem::path> hidden = {tasks_dir, state_dir, log_dir, catalogue,
+                                               catalogue.string() + "-wal", catalogue.string() + "-shm"};
+  for (const auto& key_file : {server_key, allowed_keys})  // the server's secret key above all
+    if (!key_file.empty()) hidden.push_back(key_file);
+  return hidden;
 }
 
 namespace {

@@ -66,7 +66,10 @@ struct Config {
   std::uint64_t log_budget_bytes = 16ull << 30;      // episode logs kept; the oldest finished go first; 0 = no bound
   std::filesystem::path catalogue;                   // SQLite index of episodes; default state_dir/catalogue.sqlite
   std::string events_endpoint;                       // PUB socket for `d2k watch`; default: port+1 / <ipc>.events; "none" = off
+  bool events_source = false;                        // without CURVE, events carry agent source too (single-user hosts)
   std::string log_level = "info";                    // server log: one of kLogLevels
+  std::filesystem::path server_key;                  // CURVE key pair of the server (`d2k keys`); "" = no CURVE
+  std::filesystem::path allowed_keys;                // client public keys that may connect (re-read when it changes)
 
   // Every key of the config file and of to_json, once. Calls visit(ConfigKey, member_of) where
   // member_of(config) returns the key's member of a Config (const or not).
@@ -126,7 +129,10 @@ void Config::for_each_key(Visit&& visit) {
   D2K_CONFIG_KEY(log_budget_bytes, "", "Bytes of episode logs kept in the log dir; beyond it the oldest finished logs are deleted (0 = keep all)");
   D2K_CONFIG_KEY(catalogue, "--catalogue", "SQLite episode catalogue (default: <state-dir>/catalogue.sqlite)");
   D2K_CONFIG_KEY(events_endpoint, "--events", "PUB endpoint for `d2k watch` (default: the server port + 1, or <ipc path>.events; 'none' = off)");
+  D2K_CONFIG_KEY(events_source, "--events-source", "Without CURVE, let event subscribers (not authenticated) see agent source; only where all who can connect may see it (with CURVE each key sees its own sessions whole)");
   D2K_CONFIG_KEY(log_level, "--log-level", "Server log level: trace, debug, info, warn, error or off");
+  D2K_CONFIG_KEY(server_key, "--server-key", "CURVE key pair of the server (a .key file from `d2k keys server`); needed to serve beyond loopback/ipc");
+  D2K_CONFIG_KEY(allowed_keys, "--allowed-keys", "Client public keys that may connect, one per line (.pub lines); re-read when the file changes");
 }
 #undef D2K_CONFIG_KEY
 

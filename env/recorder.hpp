@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +33,8 @@ struct RecorderConfig {
   nlohmann::json server_info;        // versions, toolchain, gpus, config that affects results
   bool sync = true;                  // fdatasync after every record (survives power loss, not only kill -9)
   std::uint64_t log_budget_bytes = 0;  // episode logs kept in log_dir; beyond it the oldest finished go; 0 = no bound
+  // When set, events go here (the server's events socket, env/events.hpp) instead of a PUB socket.
+  std::function<void(const std::string& session, const nlohmann::json& event)> on_event;
 };
 
 class Recorder {

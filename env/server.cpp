@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -186,6 +187,107 @@ Server::~Server() {
   if (stop_fd_ >= 0) ::close(stop_fd_);
 }
 
+namespace {
+
+constexpr const char* kZapDomain = "d2k";
+
+// What to do about a bind beyond this host without keys (issue 19.1).
+std::string no_keys_message(const std::string& endpoint) {
+  return "refusing to serve on " + endpoint +
+         " without authentication: beyond loopback and ipc the server needs ZeroMQ CURVE keys.\n"
+         "  d2k keys server ~/.d2k            # the server's key pair: ~/.d2k/server.key, server.pub\n"
+         "  d2k keys client ~/.d2k --name me  # one per client: me.key stays with the client\n"
+         "  cat ~/.d2k/me.pub >> ~/.d2k/allowed_keys\n"
+         "  d2k serve --endpoint " + endpoint + " --server-key ~/.d2k/server.key --allowed-keys ~/.d2k/allowed_keys\n"
+         "Clients set D2K_SERVER_KEY=server.pub and D2K_CLIENT_KEY=me.key (docs/multi-tenant.md).";
+}
+
+}  // namespace
+
+void Server::setup_curve() {
+  if (config_.server_key.empty() || config_.allowed_keys.empty())
+    throw std::runtime_error("CURVE needs both --server-key (the server's .key file) and --allowed-keys (the "
+                             "client public keys that may connect); got only one");
+  if (!curve::available())
+    throw std::runtime_error("this libzmq was built without CURVE (zmq_has(\"curve\") is false): cannot authenticate clients");
+  try {
+    server_key_ = curve::read_key_pair(config_.server_key);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("--server-key: ") + e.what());
+  }
+  reload_allowlist(true);
+  // The ZAP handler must be bound before any CURVE socket of this context takes a connection.
+  zap_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::rep);
+  zap_->set(zmq::sockopt::linger, 0);
+  zap_->bind("inproc://zeromq.zap.01");
+  socket_.set(zmq::sockopt::curve_server, 1);
+  socket_.set(zmq::sockopt::curve_secretkey, server_key_->secret_key);
+  socket_.set(zmq::sockopt::zap_domain, std::string(kZapDomain));
+}
+
+void Server::reload_allowlist(bool force) {
+  struct stat st {};
+  std::string stamp;
+  if (::stat(config_.allowed_keys.c_str(), &st) == 0)
+    stamp = std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+            std::to_string(st.st_mtim.tv_nsec) + ":" + std::to_string(st.st_ino);
+  if (!force && stamp == allowlist_stamp_) return;
+  try {
+    curve::Allowlist fresh = curve::read_allowlist(config_.allowed_keys);
+    allowed_ = std::move(fresh);
+    allowlist_stamp_ = stamp;
+    log_info("allowed client keys: " + std::to_string(allowed_.size()) + " (" + config_.allowed_keys.string() + ")");
+  } catch (const std::invalid_argument& e) {
+    if (force) throw std::runtime_error(std::string("--allowed-keys: ") + e.what());
+    allowlist_stamp_ = stamp;  // report a bad file once, keep the keys read before
+    log_error(std::string("allowed keys not reloaded, the previous list stays: ") + e.what());
+  }
+}
+
+void Server::on_zap() {
+  for (;;) {
+    std::vector<zmq::message_t> frames;
+    std::optional<std::size_t> got;
+    try {
+      got = zmq::recv_multipart(*zap_, std::back_inserter(frames), zmq::recv_flags::dontwait);
+    } catch (const zmq::error_t& e) {
+      log_warn(std::string("zap: ") + e.what());
+      return;
+    }
+    if (!got) return;
+    // RFC 27: version, request id, domain, address, routing id, mechanism, credentials...
+    const auto text = [&](std::size_t i) { return i < frames.size() ? frames[i].to_string() : std::string(); };
+    std::string user, status = "400", why = "no such key";
+    if (text(2) != kZapDomain || text(5) != "CURVE" || frames.size() < 7) {
+      why = "CURVE only";
+    } else {
+      const std::string key = curve::z85_of_raw(frames[6].to_string_view());
+      if (allowed_.count(key)) {
+        status = "200";
+        why = "OK";
+        user = key;
+      } else {
+        // A refused client reconnects on its own: say so once a minute per key, not at every attempt.
+        const auto now = std::chrono::steady_clock::now();
+        if (refused_logged_.size() > 1024) refused_logged_.clear();
+        auto [at, fresh] = refused_logged_.try_emplace(key, now);
+        if (fresh || now - at->second > std::chrono::minutes(1)) {
+          at->second = now;
+          log_info("refused a connection from " + text(3) + ": its key " + key + " is not in the allowed keys");
+        }
+      }
+    }
+    const std::string reply[] = {"1.0", text(1), status, why, user, ""};
+    std::vector<zmq::const_buffer> parts;
+    for (const auto& f : reply) parts.emplace_back(zmq::buffer(f));
+    try {
+      zmq::send_multipart(*zap_, parts);
+    } catch (const zmq::error_t& e) {
+      log_warn(std::string("zap: ") + e.what());
+    }
+  }
+}
+
 void Server::bind() {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::router_mandatory, 0);
@@ -197,38 +299,54 @@ void Server::bind() {
   // default) answers the usual mistake, a file of tens of MB, instead of leaving its client to
   // resend until its deadline.
   socket_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(config_.limits.max_message_bytes * kHardCapFactor));
+  if (!config_.server_key.empty() || !config_.allowed_keys.empty())
+    setup_curve();
+  else if (!local_endpoint(config_.endpoint))
+    throw std::runtime_error(no_keys_message(config_.endpoint));
   try {
     socket_.bind(config_.endpoint);
   } catch (const zmq::error_t& e) {
     throw std::runtime_error("cannot bind " + config_.endpoint + ": " + e.what());
   }
   bound_endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
-  if (!local_endpoint(bound_endpoint_))
-    log_warn("serving on " + bound_endpoint_ + ", beyond this host, without authentication: anyone who can connect "
-             "may open sessions, and a session id is all it takes to act on one (docs/multi-tenant.md)");
-  if (config_.events_endpoint.empty() && default_events_endpoint(bound_endpoint_).empty())
-    log_info("no live episode events: they stay on loopback or ipc (--events tcp://127.0.0.1:PORT)");
-  if (config_.record || (!config_.events_endpoint.empty() && config_.events_endpoint != "none")) {
+  if (server_key_)
+    log_info("CURVE on: clients need this server's public key " + server_key_->public_key + " and a listed key");
+  // Events: loopback or ipc by default; beyond this host only with CURVE (each subscriber then sees
+  // only the sessions its key opened); without CURVE they carry no agent source (env/events.hpp).
+  std::string events_at = config_.events_endpoint == "none"  ? std::string()
+                          : config_.events_endpoint.empty() ? default_events_endpoint(bound_endpoint_)
+                                                            : config_.events_endpoint;
+  if (config_.events_endpoint.empty() && events_at.empty() && config_.events_endpoint != "none")
+    log_info("no live episode events: by default they stay on loopback or ipc (--events ENDPOINT)");
+  if (!events_at.empty() && !server_key_ && !local_endpoint(events_at))
+    throw std::runtime_error("the episode events endpoint " + events_at +
+                             " is not loopback or ipc: beyond this host events need CURVE (--server-key, "
+                             "--allowed-keys)");
+  if (!events_at.empty()) {
+    try {
+      events_ = std::make_unique<Events>(context_, events_at, server_key_, kZapDomain, config_.events_source);
+    } catch (const std::exception& e) {
+      // A derived events endpoint (port + 1) may be taken by someone else: serve without live
+      // events rather than not at all. An endpoint the user asked for stays an error.
+      if (!config_.events_endpoint.empty()) throw;
+      log_warn(std::string("no live events (") + e.what() + "); use --events to pick an endpoint");
+    }
+  }
+  if (config_.record || events_) {
     RecorderConfig rc;
     if (config_.record) {
       rc.log_dir = config_.log_dir;
       rc.catalogue = config_.catalogue;
       rc.log_budget_bytes = config_.log_budget_bytes;
     }
-    rc.events_endpoint = config_.events_endpoint == "none"  ? std::string()
-                         : config_.events_endpoint.empty() ? default_events_endpoint(bound_endpoint_)
-                                                           : config_.events_endpoint;
     rc.server_info = make_server_info(config_, compiler_->toolchain_version(), gpu_info_);
-    try {
-      recorder_ = std::make_unique<Recorder>(rc);
-    } catch (const std::exception& e) {
-      // A derived events endpoint (port + 1) may be taken by someone else: serve without live
-      // events rather than not at all. An endpoint the user asked for stays an error.
-      if (!config_.events_endpoint.empty() || rc.events_endpoint.empty()) throw;
-      log_warn(std::string("no live events (") + e.what() + "); use --events to pick an endpoint");
-      rc.events_endpoint.clear();
-      recorder_ = std::make_unique<Recorder>(rc);
-    }
+    rc.on_event = [this](const std::string& session, const json& event) {
+      if (!events_) return;
+      const Session* s = sessions_.find(session);
+      if (!s && server_key_) return;  // no owner known: nobody is entitled to it
+      events_->publish(session, s ? s->owner : std::string(), event);
+    };
+    recorder_ = std::make_unique<Recorder>(rc);
   }
 }
 
@@ -243,11 +361,15 @@ void Server::run() {
   bool cancelled = false;
   auto last_reap = clock::now();
   for (;;) {
-    zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
-                               {nullptr, mailbox_.fd(), ZMQ_POLLIN, 0},
-                               {nullptr, stop_fd_, ZMQ_POLLIN, 0}};
+    // The ZAP handler and the events socket's subscriptions, where they exist, after the three.
+    zmq::pollitem_t items[5] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                {nullptr, mailbox_.fd(), ZMQ_POLLIN, 0},
+                                {nullptr, stop_fd_, ZMQ_POLLIN, 0}};
+    std::size_t n_items = 3, zap_at = 0, events_at = 0;
+    if (zap_) items[zap_at = n_items++] = {zap_->handle(), 0, ZMQ_POLLIN, 0};
+    if (events_) items[events_at = n_items++] = {events_->handle(), 0, ZMQ_POLLIN, 0};
     try {
-      zmq::poll(items, 3, std::chrono::milliseconds(stopping_ ? 100 : 500));
+      zmq::poll(items, n_items, std::chrono::milliseconds(stopping_ ? 100 : 500));
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       throw;
@@ -262,6 +384,8 @@ void Server::run() {
         log_info("stopping; " + std::to_string(deferred_in_flight_) + " action(s) in flight");
       }
     }
+    if (zap_at && (items[zap_at].revents & ZMQ_POLLIN)) on_zap();
+    if (events_at && (items[events_at].revents & ZMQ_POLLIN)) events_->on_subscriptions();
     if (items[1].revents & ZMQ_POLLIN) mailbox_.drain();
     // Take a bounded batch of requests per turn so completions are never starved.
     for (int i = 0; i < 256; ++i) {
@@ -280,6 +404,7 @@ void Server::run() {
       }
     } else if (clock::now() - last_reap > std::chrono::seconds(1)) {
       reap_idle();
+      if (server_key_) reload_allowlist(false);
       last_reap = clock::now();
     }
   }
@@ -295,8 +420,18 @@ void Server::on_frames(std::vector<zmq::message_t>& frames) {
   if (frames.size() < 2) return;  // ROUTER always prefixes the routing id; nothing to answer
   Route route;
   for (std::size_t i = 0; i + 1 < frames.size(); ++i) route.emplace_back(frames[i].to_string());
-  const auto& payload = frames.back();
-  handle(route, std::string_view(static_cast<const char*>(payload.data()), payload.size()));
+  auto& payload = frames.back();
+  std::string client;  // with CURVE, the key the ZAP handler let in (every message of the connection carries it)
+  if (server_key_) {
+    const char* user = nullptr;
+    try {
+      user = payload.gets("User-Id");
+    } catch (const zmq::error_t&) {
+    }
+    if (!user || !*user) return;  // cannot happen through the ZAP handler; answer nothing rather than guess
+    client = user;
+  }
+  handle(route, std::string_view(static_cast<const char*>(payload.data()), payload.size()), client);
 }
 
 void Server::send(const Route& route, const std::string& bytes) {
@@ -311,10 +446,11 @@ void Server::send(const Route& route, const std::string& bytes) {
   }
 }
 
-void Server::handle(const Route& route, std::string_view payload) {
+void Server::handle(const Route& route, std::string_view payload, const std::string& client) {
   ++requests_;
   Request request;
   request.t = unix_now();
+  request.client = client;
   std::optional<std::uint64_t> id;
   bool parsed = false;
   Value reply;
@@ -332,8 +468,12 @@ void Server::handle(const Route& route, std::string_view payload) {
       request.session = protocol::parse_session(envelope);
     // Retries of ops without a session are answered from the global cache.
     std::string global_key;
-    if (envelope.op == "reset") global_key = ReplyCache::reset_key(route, envelope.id);
-    if (envelope.op == "close") global_key = ReplyCache::close_key(request.session, envelope.id);
+    // With CURVE the client is its key, not its connection: a retry from a new socket (or address)
+    // with the same key gets the cached reply, and a retry from another key never does.
+    if (envelope.op == "reset")
+      global_key = ReplyCache::reset_key(client.empty() ? route : Route{"curve:" + client}, envelope.id);
+    if (envelope.op == "close")
+      global_key = ReplyCache::close_key(client.empty() ? request.session : request.session + "/" + client, envelope.id);
     if (!global_key.empty())
       if (ReplyBytes hit = replies_.find_global(global_key)) {
         if (envelope.op == "close" && recorder_) {  // a close whose record waited for the disk
@@ -433,7 +573,7 @@ Server::Answer Server::dispatch(const Route& route, const Request& request) {
   const std::uint64_t id = request.envelope.id;
   if (op == "hello") return {protocol::make_ok_reply(id, op_hello())};
   if (op == "list_tasks") return {protocol::make_ok_reply(id, op_list_tasks())};
-  if (op == "reset") return {protocol::make_ok_reply(id, op_reset(request.envelope))};
+  if (op == "reset") return {protocol::make_ok_reply(id, op_reset(request))};
   if (op == "step") return op_step(route, request);
   if (op == "observe") return {protocol::make_ok_reply(id, op_observe(request))};
   if (op == "close") return {protocol::make_ok_reply(id, op_close(request))};
@@ -476,7 +616,7 @@ Value Server::error_reply(std::optional<std::uint64_t> id, const Error& e) const
 json Server::public_config() const {
   // What a client may know of the configuration: no paths of this host (issue 22.10).
   json c = config_.to_json();
-  for (const char* key : {"tasks_dir", "state_dir", "log_dir", "catalogue"}) c.erase(key);
+  for (const char* key : {"tasks_dir", "state_dir", "log_dir", "catalogue", "server_key", "allowed_keys"}) c.erase(key);
   for (const char* key : {"endpoint", "events_endpoint"})
     if (c.contains(key) && c[key].is_string() && c[key].get<std::string>().rfind("ipc://", 0) == 0) c[key] = "ipc";
   return c;
@@ -493,8 +633,8 @@ Value Server::op_list_tasks() const {
   return {{"tasks", list}};
 }
 
-Value Server::op_reset(const protocol::Envelope& request) {
-  protocol::ResetRequest r = protocol::parse_reset(request, config_.limits);
+Value Server::op_reset(const Request& request) {
+  protocol::ResetRequest r = protocol::parse_reset(request.envelope, config_.limits);
   const tasks::Task* task = tasks_.find(r.task);
   if (!task) throw Error(ErrorCode::unknown_task, "no task '" + r.task + "'; list_tasks lists them", "task");
   if (sessions_.size() >= config_.max_sessions)
@@ -516,6 +656,7 @@ Value Server::op_reset(const protocol::Envelope& request) {
   std::uint64_t seed = r.seed ? *r.seed : rng_();
   std::string id = sessions_.new_id();
   Session& session = sessions_.open(std::make_unique<Episode>(id, *task, r.layer, seed, b, r.label, wl));
+  session.owner = request.client;  // with CURVE, only this key may act on the session or watch it
   return {{"session", id},
           {"instance", instance_},
           {"observation", session.episode->observation()},
@@ -536,7 +677,7 @@ Value Server::step_reply(const Episode& episode, double reward, Value extra_info
 Server::Answer Server::op_step(const Route& route, const Request& request) {
   const std::uint64_t id = request.envelope.id;
   const protocol::Action action = protocol::parse_step(request.envelope, config_.limits).action;
-  Session& s = sessions_.find_open(request.session);
+  Session& s = sessions_.find_open(request.session, request.client);
   // Nothing of the session goes out, cached or new, while an earlier record waits for the disk.
   if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   if (ReplyBytes hit = replies_.find(request.session, id)) return {{}, hit};
@@ -746,14 +887,14 @@ void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Va
 }
 
 Value Server::op_observe(const Request& request) {
-  Session& s = sessions_.find_open(request.session);
+  Session& s = sessions_.find_open(request.session, request.client);
   if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   s.episode->touch();
   return {{"observation", s.episode->observation()}, {"info", s.episode->info()}};
 }
 
 Value Server::op_close(const Request& request) {
-  Session& s = sessions_.find_open(request.session);
+  Session& s = sessions_.find_open(request.session, request.client);
   Episode& ep = *s.episode;
   ep.end("closed");
   json out = {{"session", request.session}, {"end_reason", *ep.end_reason()}, {"steps", ep.steps()},

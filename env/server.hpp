@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -18,12 +19,14 @@
 
 #include "env/config.hpp"
 #include "env/episode.hpp"
+#include "env/events.hpp"
 #include "env/gpu_backend.hpp"
 #include "env/recorder.hpp"
 #include "env/reply_cache.hpp"
 #include "env/route.hpp"
 #include "env/scheduler.hpp"
 #include "env/session_table.hpp"
+#include "protocol/curve.hpp"
 #include "protocol/messages.hpp"
 #include "sandbox/compiler.hpp"
 #include "tasks/loader/task.hpp"
@@ -49,8 +52,10 @@ class Server {
   // Async-signal-safe: may be called from a signal handler or another thread.
   void request_stop();
   const std::string& endpoint() const { return bound_endpoint_; }
-  // The PUB endpoint of episode events (`d2k watch`), "" when off.
-  std::string events_endpoint() const { return recorder_ ? recorder_->events_endpoint() : std::string(); }
+  // The endpoint of episode events (`d2k watch`), "" when off.
+  std::string events_endpoint() const { return events_ ? events_->endpoint() : std::string(); }
+  // The server's CURVE public key (Z85), "" when it serves without CURVE.
+  std::string public_key() const { return server_key_ ? server_key_->public_key : std::string(); }
   const Config& config() const { return config_; }
   // This run of the server: 16 hex digits from getrandom(2), new at every start. hello and reset
   // replies carry it, and every error reply (error.instance), so a client that gets
@@ -63,6 +68,7 @@ class Server {
     protocol::Envelope envelope;
     std::string session;  // step, observe, close: the session it names (parse_session); else ""
     double t = 0;         // unix seconds
+    std::string client;   // the sender's CURVE public key (Z85; the ZAP handler's User-Id); "" without CURVE
   };
   // What an op answers now: a reply, the cached bytes of an earlier one (a retry), or nothing
   // yet (deferred: the reply goes out when the work lands).
@@ -83,13 +89,20 @@ class Server {
   };
 
   void on_frames(std::vector<zmq::message_t>& frames);
-  void handle(const Route& route, std::string_view payload);
+  void handle(const Route& route, std::string_view payload, const std::string& client);
+  // CURVE: loads the key pair and the allowlist and binds the ZAP handler (before any CURVE socket).
+  void setup_curve();
+  // Re-reads the allowlist when its file changed (size, mtime or inode); a bad file keeps the old list.
+  void reload_allowlist(bool force);
+  // Answers the ZAP requests waiting (RFC 27): a CURVE client whose key is listed is let in, its key
+  // becoming the User-Id of its messages; any other is refused.
+  void on_zap();
   Answer dispatch(const Route& route, const Request& request);
   protocol::Value op_hello() const;
   nlohmann::json public_config() const;  // hello.config: Config::to_json without host paths
   protocol::Value error_reply(std::optional<std::uint64_t> id, const protocol::Error& e) const;  // with error.instance
   protocol::Value op_list_tasks() const;
-  protocol::Value op_reset(const protocol::Envelope& request);
+  protocol::Value op_reset(const Request& request);
   Answer op_step(const Route& route, const Request& request);
   protocol::Value op_observe(const Request& request);
   protocol::Value op_close(const Request& request);
@@ -126,6 +139,12 @@ class Server {
   std::vector<std::unique_ptr<WorkerPool>> gpu_queues_;  // one per GPU: one timed run at a time
   zmq::context_t context_{1};
   zmq::socket_t socket_{context_, zmq::socket_type::router};
+  std::optional<curve::KeyPair> server_key_;
+  curve::Allowlist allowed_;
+  std::string allowlist_stamp_;  // size, mtime and inode of the allowlist file as last read
+  std::unique_ptr<zmq::socket_t> zap_;
+  std::map<std::string, std::chrono::steady_clock::time_point> refused_logged_;  // unknown key → last logged
+  std::unique_ptr<Events> events_;
   std::string bound_endpoint_;
   int stop_fd_ = -1;  // eventfd written by request_stop
   bool stopping_ = false;

@@ -64,9 +64,9 @@ Session* SessionTable::find(const std::string& id) {
   return it == sessions_.end() ? nullptr : &it->second;
 }
 
-Session& SessionTable::find_open(const std::string& id) {
+Session& SessionTable::find_open(const std::string& id, const std::string& client) {
   Session* s = find(id);
-  if (!s || s->closing)
+  if (!s || s->closing || s->owner != client)
     throw protocol::Error(protocol::ErrorCode::unknown_session,
                           "no session '" + id.substr(0, 64) + "' (closed, reaped or never opened)", "session");
   return *s;

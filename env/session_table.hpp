@@ -27,6 +27,7 @@ struct Session {
   bool closing = false;                    // closed while work was in flight: erase when it lands
   nlohmann::json in_flight_request;        // for the episode log, written when the reply lands
   double in_flight_t = 0;                  // when it arrived (unix seconds)
+  std::string owner;                       // CURVE public key (Z85) of the client that opened it; "" without CURVE
 };
 
 class SessionTable {
@@ -43,9 +44,10 @@ class SessionTable {
   Session& open(std::unique_ptr<Episode> episode);
   // The session, also while it is closing; nullptr when there is none.
   Session* find(const std::string& id);
-  // The session a request may act on: throws protocol::Error{unknown_session} when there is none
-  // or it is closing.
-  Session& find_open(const std::string& id);
+  // The session a request from `client` (its CURVE key, "" without CURVE) may act on: throws
+  // protocol::Error{unknown_session} when there is none, it is closing, or another key opened it
+  // (the same error: an id alone says nothing about whose it is).
+  Session& find_open(const std::string& id, const std::string& client = "");
   // Removes the session and frees its GPU slot; `reason` is counted for `stats`. False when absent.
   bool erase(const std::string& id, const std::string& reason);
   // Sessions with nothing in flight whose last activity is more than `limit` before `now`.

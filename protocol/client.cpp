@@ -32,6 +32,8 @@ Client::Client(const std::string& endpoint, Options options)
   limits_.max_total_items = 1u << 24;
   limits_.max_array_items = 1u << 20;
   limits_.max_map_entries = 1u << 20;
+  if (!options_.curve && options_.curve_from_env) options_.curve = curve::client_keys_from_env();
+  if (options_.curve) curve::make_client(socket_.handle(), *options_.curve);
   socket_.connect(endpoint);
 }
 

@@ -12,6 +12,7 @@
 #include <zmq.hpp>
 
 #include "protocol/codec.hpp"
+#include "protocol/curve.hpp"
 
 namespace d2k {
 
@@ -27,6 +28,11 @@ class Client {
   struct Options {
     std::chrono::milliseconds timeout{120000};  // per attempt
     int retries = 2;                            // resends of the same request id after a timeout
+    // CURVE (a server that serves beyond loopback, or any server with keys): the server's public key
+    // and this client's pair. Unset: taken from D2K_SERVER_KEY / D2K_CLIENT_KEY when those are set
+    // (curve::client_keys_from_env), else none (plain ZeroMQ).
+    std::optional<curve::ClientKeys> curve;
+    bool curve_from_env = true;
   };
 
   explicit Client(const std::string& endpoint);

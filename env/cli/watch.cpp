@@ -8,6 +8,7 @@
 #include "env/cli/recording.hpp"
 #include "env/recorder.hpp"
 #include "protocol/client.hpp"
+#include "protocol/curve.hpp"
 
 namespace d2k::cli {
 
@@ -57,6 +58,8 @@ void add_watch(CLI::App& app, Runner& run) {
       sub.set(zmq::sockopt::linger, 0);
       const std::string topic_wanted = session->empty() ? std::string() : d2k::env::watch_id(*session);
       sub.set(zmq::sockopt::subscribe, topic_wanted);
+      // A CURVE server (D2K_SERVER_KEY, D2K_CLIENT_KEY) sends this key only the sessions it opened.
+      if (auto keys = curve::client_keys_from_env()) curve::make_client(sub.handle(), *keys);
       sub.connect(where);
       std::cout << "watching " << where << " (" << (session->empty() ? "all sessions" : "session " + *session)
                 << ")" << std::endl;
@@ -67,6 +70,7 @@ void add_watch(CLI::App& app, Runner& run) {
         auto got = zmq::recv_multipart(sub, std::back_inserter(frames));
         if (!got || frames.size() != 2) continue;
         std::string topic = frames[0].to_string();
+        topic = topic.substr(topic.rfind(':') + 1);  // a CURVE server's topics are "<your key>:<watch id>"
         if (!session->empty() && topic != topic_wanted) continue;  // a longer topic with the same prefix
         json ev;
         try {

@@ -18,22 +18,25 @@ from .cluster.address import resolve_endpoint
 from .client import RetryPolicy, StepResult, reset_fields, step_result
 from .errors import ClientTimeout, D2KError, UnknownSession
 from .wire import (DEFAULT_LIMITS, PRECHECK_BYTES, IdCounter, check_reply,
-                   check_request_limits, decode_reply, default_endpoint, encode_request,
-                   frame_of, is_auto_retry, is_same_id_retry)
+                   check_request_limits, curve_keys, decode_reply, default_endpoint,
+                   encode_request, frame_of, is_auto_retry, is_same_id_retry, make_curve_client)
 
 
 class AsyncClient:
     """``async with d2k.AsyncClient(endpoint) as c: s = await c.reset("softmax", 2)``"""
 
     def __init__(self, endpoint: str | None = None, *, timeout: float | None = None,
-                 policy: RetryPolicy | None = None) -> None:
+                 policy: RetryPolicy | None = None, server_key: str | None = None,
+                 client_key: str | None = None) -> None:
         # A cluster address (ray:auto, ...) becomes its router's endpoint: d2k.cluster.address.
         self.endpoint = resolve_endpoint(endpoint or default_endpoint()) or default_endpoint()
         self.policy = policy or RetryPolicy()
         self.timeout = timeout
+        keys = curve_keys(server_key, client_key)  # CURVE, as d2k.Client
         self._context = zmq.asyncio.Context()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        make_curve_client(self._socket, keys)
         self._socket.connect(self.endpoint)
         self._ids = IdCounter()
         self._waiters: dict[int, asyncio.Future[dict[str, Any]]] = {}

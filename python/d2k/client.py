@@ -19,8 +19,8 @@ import zmq
 from . import actions as A
 from .errors import ClientTimeout, D2KError, ProtocolError, UnknownSession, error_from_reply
 from .wire import (DEFAULT_LIMITS, DEFAULT_TIMEOUTS, PRECHECK_BYTES, IdCounter,
-                   check_reply, check_request_limits, decode_reply, default_endpoint,
-                   encode_request, frame_of, is_auto_retry, is_same_id_retry)
+                   check_reply, check_request_limits, curve_keys, decode_reply, default_endpoint,
+                   encode_request, frame_of, is_auto_retry, is_same_id_retry, make_curve_client)
 
 
 @dataclass
@@ -121,14 +121,19 @@ class Client:
     """
 
     def __init__(self, endpoint: str | None = None, *, timeout: float | None = None,
-                 policy: RetryPolicy | None = None, context: zmq.Context | None = None) -> None:
+                 policy: RetryPolicy | None = None, context: zmq.Context | None = None,
+                 server_key: str | None = None, client_key: str | None = None) -> None:
+        """``server_key``: the server's .pub file (or key), ``client_key``: this client's .key
+        file, for a server with CURVE (`d2k keys`); default $D2K_SERVER_KEY / $D2K_CLIENT_KEY."""
         self.endpoint = endpoint or default_endpoint()
         self.policy = policy or RetryPolicy()
         self.timeout = timeout  # overrides every per-op default when set
+        keys = curve_keys(server_key, client_key)
         self._own_context = context is None
         self._context = context or zmq.Context()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        make_curve_client(self._socket, keys)
         self._socket.connect(self.endpoint)
         self._ids = IdCounter()
         self._closed = False

@@ -143,3 +143,82 @@ def is_same_id_retry(reply: Mapping[str, Any]) -> bool:
     """True for an error reply whose request must be resent unchanged, with the same id."""
     err = reply.get("error")
     return reply.get("ok") is False and isinstance(err, Mapping) and err.get("code") in SAME_ID_RETRY_CODES
+
+
+# --- CURVE (authenticated, encrypted transport; protocol/curve.hpp is the C++ twin) ---------
+
+def _is_z85_key(text: str) -> bool:
+    if len(text) != 40:
+        return False
+    try:
+        import zmq.utils.z85
+        return len(zmq.utils.z85.decode(text)) == 32
+    except Exception:  # noqa: BLE001 - anything undecodable is not a key
+        return False
+
+
+def _key_lines(path: str) -> list[str]:
+    with open(path, encoding="ascii") as f:
+        # "# " starts a comment; '#' alone is a Z85 character (a key may start with it).
+        return [t for t in (line.strip() for line in f)
+                if t and not (t[0] == "#" and (len(t) == 1 or t[1] in " \t"))]
+
+
+def read_public_key(file_or_key: str) -> str:
+    """The public key of a .pub file (``d2k keys``), of a .key file, or the 40-character key."""
+    if _is_z85_key(file_or_key) and not os.path.exists(file_or_key):
+        return file_or_key
+    for t in _key_lines(file_or_key):
+        if t.startswith("secret"):
+            continue
+        if t.startswith("public"):
+            t = t[6:].strip()
+        key = t.split()[0]
+        if _is_z85_key(key):
+            return key
+        raise ValueError(f"{file_or_key}: not a CURVE public key (40 characters of Z85)")
+    raise ValueError(f"{file_or_key}: no public key in it")
+
+
+def read_key_pair(path: str) -> tuple[str, str]:
+    """(public, secret) of a .key file that ``d2k keys`` wrote."""
+    import zmq
+    pair = {}
+    for t in _key_lines(path):
+        word, _, value = t.partition(" ")
+        if word not in ("public", "secret") or not _is_z85_key(value.strip()):
+            raise ValueError(f"{path}: expected 'public <Z85>' and 'secret <Z85>' lines (a file `d2k keys` wrote)")
+        pair[word] = value.strip()
+    if "secret" not in pair:
+        raise ValueError(f"{path}: no 'secret' line (is it a .pub file?)")
+    public = zmq.curve_public(pair["secret"].encode()).decode()
+    if pair.get("public", public) != public:
+        raise ValueError(f"{path}: its public key does not belong to its secret key")
+    return public, pair["secret"]
+
+
+def curve_keys(server_key: str | None = None,
+               client_key: str | None = None) -> tuple[str, str, str] | None:
+    """(server public, client public, client secret), from the arguments or else from
+    D2K_SERVER_KEY / D2K_CLIENT_KEY; None when neither names a server key (plain ZeroMQ)."""
+    server_key = server_key or os.environ.get("D2K_SERVER_KEY") or None
+    client_key = client_key or os.environ.get("D2K_CLIENT_KEY") or None
+    if server_key is None and client_key is None:
+        return None
+    if server_key is None or client_key is None:
+        raise ValueError("CURVE needs both the server's public key (server_key= or D2K_SERVER_KEY, "
+                         "its .pub file) and this client's key pair (client_key= or D2K_CLIENT_KEY, "
+                         "a .key file from `d2k keys client`)")
+    public, secret = read_key_pair(client_key)
+    return read_public_key(server_key), public, secret
+
+
+def make_curve_client(socket: Any, keys: tuple[str, str, str] | None) -> None:
+    """Makes a ZeroMQ socket a CURVE client with ``keys`` (see curve_keys); before connect."""
+    if keys is None:
+        return
+    import zmq
+    server, public, secret = keys
+    socket.setsockopt(zmq.CURVE_SERVERKEY, server.encode())
+    socket.setsockopt(zmq.CURVE_PUBLICKEY, public.encode())
+    socket.setsockopt(zmq.CURVE_SECRETKEY, secret.encode())

@@ -363,7 +363,10 @@ TEST_CASE("replay --verify accepts a busy answer and a close sent during a compi
 TEST_CASE("d2k watch follows a live episode from a second process", "[cli][slow]") {
   fs::path state = temp_dir("d2k-rec-watch");
   std::string endpoint = "ipc://" + (state / "s.sock").string();
-  Child server = spawn_server(endpoint, state);
+  // --events-source: without CURVE, subscribers see agent source only when the operator says so.
+  Child server = spawn({"serve", "--no-gpu", "--endpoint", endpoint, "--tasks", D2K_TASKS_DIR, "--state-dir",
+                        state.string(), "--compile-workers", "1", "--events-source"},
+                       false);
   wait_hello(endpoint);
   d2k::Client c(endpoint);
   std::string session = c.reset("vector_add", 0, 3)["session"].get<std::string>();
