@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 packages=(cmake ninja-build g++ pkg-config ccache
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libseccomp-dev nlohmann-json3-dev catch2 libcli11-dev
   libxxhash-dev libsqlite3-dev libffi-dev libspdlog-dev
+  iproute2  # `ip netns` + veth for the CURVE test over a non-loopback address (python/tests/test_curve.py)
   python3 python3-venv  # the project's Python environment (.venv/; Debian's pip refuses system installs)
   chromium fonts-dejavu-core)  # headless Chromium renders `d2k report --html` in the tests
 echo "bootstrap: checking the Debian packages"
