@@ -36,6 +36,13 @@ void Config::validate() const {
   if (std::find(kLogLevels.begin(), kLogLevels.end(), log_level) == kLogLevels.end())
     throw std::invalid_argument("config: 'log_level' is '" + log_level +
                                 "'; expected one of trace, debug, info, warn, error, off");
+  // nvcc alone needs a few hundred MiB and a handful of processes (nvcc, sh, cicc, ptxas, gcc).
+  if (compile_jail_memory_bytes < (256ull << 20))
+    throw std::invalid_argument("config: 'compile_jail_memory_bytes' is " + std::to_string(compile_jail_memory_bytes) +
+                                "; a compile needs at least 268435456 (256 MiB)");
+  if (compile_jail_pids < 8)
+    throw std::invalid_argument("config: 'compile_jail_pids' is " + std::to_string(compile_jail_pids) +
+                                "; a compile runs up to 8 processes at once (nvcc, sh, cicc, ptxas, gcc, ...)");
 }
 
 std::vector<std::filesystem::path> Config::hidden_paths() const {

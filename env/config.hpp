@@ -61,6 +61,12 @@ struct Config {
   std::size_t reply_cache_session_bytes = 8u << 20;  // step replies one session keeps (its latest always)
   std::size_t reply_cache_bytes = 256u << 20;        // all cached replies of the server together
   double compile_deadline_s = 120;                   // wall clock of one nvcc run
+  // Compile budgets (docs/multi-tenant-compile.md; sandbox::CompilerConfig has the same defaults).
+  std::uint64_t compile_jail_memory_bytes = 4ull << 30;  // memory of one compile jail (cgroup memory.max, or its reservation)
+  std::uint64_t compile_jail_pids = 64;                  // processes of one compile jail (RLIMIT_NPROC; cgroup pids.max)
+  std::uint64_t compile_memory_bytes = 0;                // all concurrent compiles together; 0 = half the physical memory
+  std::uint64_t compile_cache_bytes = 4ull << 30;        // compile cache size, least recently used evicted; 0 = unbounded
+  std::string compile_cgroup = "auto";                   // "auto", "off", or a delegated cgroup v2 directory
   bool record = true;                                // write episode logs and the catalogue
   std::filesystem::path log_dir;                     // episode logs; default state_dir/episodes
   std::uint64_t log_budget_bytes = 16ull << 30;      // episode logs kept; the oldest finished go first; 0 = no bound
@@ -124,6 +130,11 @@ void Config::for_each_key(Visit&& visit) {
   D2K_CONFIG_KEY(reply_cache_session_bytes, "", "Bytes of step replies one session keeps for retries (its latest reply always stays)");
   D2K_CONFIG_KEY(reply_cache_bytes, "", "Bytes of all cached replies together; the oldest go first, never a session's latest step reply");
   D2K_CONFIG_KEY(compile_deadline_s, "", "Wall-clock seconds of one nvcc run");
+  D2K_CONFIG_KEY(compile_jail_memory_bytes, "--compile-jail-memory", "Bytes of memory one compile jail may use (cgroup memory.max, no swap; in budget mode the reservation each compile makes)");
+  D2K_CONFIG_KEY(compile_jail_pids, "--compile-jail-pids", "Processes one compile jail may run (RLIMIT_NPROC on its uid; cgroup pids.max too)");
+  D2K_CONFIG_KEY(compile_memory_bytes, "--compile-memory", "Bytes of memory all concurrent compiles may use together (0 = half the physical memory, at least one jail's)");
+  D2K_CONFIG_KEY(compile_cache_bytes, "--compile-cache-bytes", "Bytes the compile cache may hold; least recently used entries are evicted (0 = unbounded)");
+  D2K_CONFIG_KEY(compile_cgroup, "--compile-cgroup", "Where compile jails get cgroup v2 limits: auto (below the server's own cgroup), off, or an empty delegated cgroup directory");
   D2K_CONFIG_KEY(record, "--record", "Write episode logs and the catalogue; --no-record writes none (a session can also opt out: reset options.record=false)");
   D2K_CONFIG_KEY(log_dir, "--log-dir", "Episode logs (default: <state-dir>/episodes)");
   D2K_CONFIG_KEY(log_budget_bytes, "", "Bytes of episode logs kept in the log dir; beyond it the oldest finished logs are deleted (0 = keep all)");

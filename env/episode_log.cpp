@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <system_error>
+#include <unordered_map>
 
 #include <xxhash.h>
 
@@ -118,9 +119,10 @@ EpisodeLog read_episode_log(const std::filesystem::path& path) {
     throw LogError(path.string() + " is not a d2k episode log (no D2KEPLOG magic)");
   EpisodeLog log;
   log.format_version = static_cast<std::uint32_t>(get_le(data, 8, 4));
-  if (log.format_version != kLogFormatVersion)
+  if (log.format_version < 1 || log.format_version > kLogFormatVersion)
     throw LogError(path.string() + " is episode-log format " + std::to_string(log.format_version) +
-                   "; this build reads format " + std::to_string(kLogFormatVersion));
+                   "; this build reads formats 1 to " + std::to_string(kLogFormatVersion));
+  std::unordered_map<std::uint64_t, std::size_t> by_n;  // exchange number → index in log.exchanges
 
   std::size_t at = kLogPreambleBytes;
   auto torn = [&](std::string reason) { log.torn_tail = TornTail{at, data.size() - at, std::move(reason)}; };
@@ -176,11 +178,20 @@ EpisodeLog read_episode_log(const std::filesystem::path& path) {
         x.t_request = record.at("t_request").get<double>();
         x.t_reply = record.at("t_reply").get<double>();
         x.request = record.at("request");
-        x.reply = record.at("reply");
-      } catch (const json::exception& e) {
+        if (auto base = record.find("reply_base"); base != record.end()) {
+          // A compact record (format 2): the reply is the patch applied to an earlier exchange's reply.
+          auto earlier = by_n.find(base->get<std::uint64_t>());
+          if (earlier == by_n.end())
+            throw std::runtime_error("its reply_base " + base->dump() + " is no earlier exchange of the log");
+          x.reply = log.exchanges[earlier->second].reply.patch(record.at("reply_patch"));
+        } else {
+          x.reply = record.at("reply");
+        }
+      } catch (const std::exception& e) {
         torn(std::string("malformed exchange record: ") + e.what());
         break;
       }
+      by_n[x.n] = log.exchanges.size();
       log.exchanges.push_back(std::move(x));
     } else if (k == "end") {
       log.end = std::move(record);
@@ -200,7 +211,7 @@ EpisodeLog read_episode_log(const std::filesystem::path& path) {
 void write_episode_log(const std::filesystem::path& path, const EpisodeLog& log) {
   EpisodeLogWriter w(path, false);
   w.append(log.header);
-  for (const LogExchange& x : log.exchanges)
+  for (const LogExchange& x : log.exchanges)  // whole replies (readable as format 2)
     w.append({{"k", "exchange"}, {"n", x.n}, {"t_request", x.t_request}, {"t_reply", x.t_reply},
               {"request", x.request}, {"reply", x.reply}});
   if (log.end) w.append(*log.end);

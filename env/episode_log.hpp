@@ -4,7 +4,8 @@
 //   record = u32le payload length · u64le XXH3-64 of the payload · payload (one MessagePack map)
 //
 // Records: {k:"header", ...} first, then {k:"exchange", n, t_request, t_reply, request, reply}
-// for every request/reply of the session (reset first), then {k:"end", reason, ...} when the session
+// for every request/reply of the session (reset first; an observe's may carry {reply_base: n,
+// reply_patch: RFC 6902 patch} instead of the reply: read_episode_log rebuilds the reply), then {k:"end", reason, ...} when the session
 // is gone. Each record goes out with one write(2), so a process killed at any moment leaves a file
 // whose complete records read back; what follows the last complete record is reported as a torn tail.
 #pragma once
@@ -21,7 +22,8 @@
 namespace d2k::env {
 
 inline constexpr char kLogMagic[8] = {'D', '2', 'K', 'E', 'P', 'L', 'O', 'G'};
-inline constexpr std::uint32_t kLogFormatVersion = 1;
+// 2: observe exchanges may be compact ({reply_base, reply_patch} instead of {reply}); 1 is still read.
+inline constexpr std::uint32_t kLogFormatVersion = 2;
 inline constexpr std::size_t kLogPreambleBytes = 16;
 inline constexpr std::size_t kLogRecordOverhead = 12;            // length + checksum
 inline constexpr std::uint32_t kLogMaxRecordBytes = 256u << 20;  // larger lengths mean corruption

@@ -36,7 +36,7 @@ std::string show(std::string_view line) {
 
 struct HunkLine {
   char kind;         // ' ', '-', '+'
-  std::string text;  // with '\n' unless "\ No newline at end of file" followed it
+  std::string_view text;  // into the diff; with '\n' unless "\ No newline at end of file" followed it
 };
 
 struct Hunk {
@@ -51,11 +51,41 @@ struct FilePatch {
   std::vector<Hunk> hunks;
 };
 
+// The work one apply_unified_diff may do, in units of about one short line comparison (a line of
+// 64 bytes more costs one more unit) or one line split and copied: it bounds the time one patch
+// holds the server loop, whatever the diff (issue 22.6). Placing a hunk costs O(its old lines +
+// the distance it is moved), so honest diffs stay far below it; a diff over it is refused.
+class WorkBudget {
+ public:
+  explicit WorkBudget(std::size_t units) : left_(units), limit_(units) {}
+  // `what` names the work for the message: "the diff" or a file's path.
+  void charge(std::size_t units, const std::string& what) {
+    if (units > left_)
+      throw PatchError("'" + what + "': applying this diff needs more than " + std::to_string(limit_) +
+                       " units of work, a patch's limit (a unit: a line of the diff, a line of a file read, a "
+                       "line comparison while placing a hunk); give each hunk's exact line numbers, or send "
+                       "a smaller patch");
+    left_ -= units;
+  }
+
+ private:
+  std::size_t left_, limit_;
+};
+
+constexpr std::size_t kPatchWorkUnits = 300'000;
+
 // Reads the file sections of a unified diff; text outside them (a commit message, "diff --git",
 // "index" lines) is skipped, as patch(1) and git apply do.
 class DiffReader {
  public:
-  explicit DiffReader(std::string_view diff) {
+  // Hunks keep views into the diff: the reader must outlive what read() returns. Each line of the
+  // diff costs one unit of `budget`, charged before anything is parsed.
+  DiffReader(std::string_view diff, WorkBudget& budget) {
+    if (!diff.empty() && diff.back() != '\n') {
+      owned_ = std::string(diff) + '\n';
+      diff = owned_;
+    }
+    budget.charge(static_cast<std::size_t>(std::count(diff.begin(), diff.end(), '\n')), "the diff");
     std::size_t start = 0;
     while (start < diff.size()) {
       std::size_t nl = diff.find('\n', start);
@@ -203,7 +233,7 @@ class DiffReader {
     auto mark_no_newline = [&] {
       if (h.lines.empty() || h.lines.back().text.empty() || h.lines.back().text.back() != '\n')
         throw PatchError(where() + "a '\\ No newline at end of file' line that follows no line");
-      h.lines.back().text.pop_back();
+      h.lines.back().text.remove_suffix(1);
       ++pos_;
     };
     while (old_seen < h.old_count || new_seen < h.new_count) {
@@ -226,9 +256,10 @@ class DiffReader {
       }
       if (kind != '+') ++old_seen;
       if (kind != '-') ++new_seen;
-      std::string text(l.empty() ? std::string_view() : l.substr(1));
-      text += '\n';
-      h.lines.push_back({kind, std::move(text)});
+      // The line without its kind, with the '\n' that follows it in the diff (the reader's text
+      // always ends in one): no copy per line.
+      std::string_view text = l.empty() ? std::string_view(l.data(), 1) : std::string_view(l.data() + 1, l.size());
+      h.lines.push_back({kind, text});
       ++pos_;
     }
     if (pos_ < lines_.size() && starts_with(lines_[pos_], "\\")) mark_no_newline();
@@ -243,15 +274,21 @@ class DiffReader {
     return h;
   }
 
+  std::string owned_;  // the diff with a final '\n' added, when it lacked one
   std::vector<std::string_view> lines_;
   std::size_t pos_ = 0;
 };
 
+
 // Applies the hunks of one file to its content. A hunk is placed at its stated line when its old
-// lines match there, else at the nearest line (after the previous hunk) where they all match.
+// lines match there, else at the nearest line (after the previous hunk) where they all match; ties
+// go to the line above, as patch(1) does.
 class HunkApplier {
  public:
-  HunkApplier(std::string path, std::string_view content) : path_(std::move(path)), lines_(split_keep(content)) {}
+  HunkApplier(std::string path, std::string_view content, WorkBudget& budget)
+      : path_(std::move(path)), lines_(split_keep(content)), budget_(budget) {
+    budget_.charge(lines_.size() + content.size() / 64, path_);  // the split, and the copy into the result
+  }
 
   std::string apply(const std::vector<Hunk>& hunks) {
     std::string out;
@@ -277,14 +314,70 @@ class HunkApplier {
     return "'" + path_ + "', hunk " + std::to_string(k + 1) + " (" + h.header + "): ";
   }
 
+  // Line equality, charged to the budget by its cost.
+  bool same(std::string_view a, std::string_view b) {
+    budget_.charge(1 + (a.size() == b.size() ? a.size() / 64 : 0), path_);
+    return a == b;
+  }
+
   bool matches(const std::vector<std::string_view>& old_lines, std::size_t at) {
     if (at + old_lines.size() > lines_.size()) return false;
-    for (std::size_t i = 0; i < old_lines.size(); ++i) {
-      if (++comparisons_ > kMaxComparisons)
-        throw PatchError("'" + path_ + "': the hunks cannot be located within the work limit; give exact line numbers");
-      if (lines_[at + i] != old_lines[i]) return false;
-    }
+    for (std::size_t i = 0; i < old_lines.size(); ++i)
+      if (!same(lines_[at + i], old_lines[i])) return false;
     return true;
+  }
+
+  // Knuth-Morris-Pratt over lines: fail[j] = the length of the longest proper prefix of pat[0..j]
+  // that is also its suffix.
+  std::vector<std::size_t> failure(const std::vector<std::string_view>& pat) {
+    std::vector<std::size_t> fail(pat.size(), 0);
+    for (std::size_t j = 1, q = 0; j < pat.size(); ++j) {
+      while (q > 0 && !same(pat[j], pat[q])) q = fail[q - 1];
+      if (same(pat[j], pat[q])) ++q;
+      fail[j] = q;
+    }
+    return fail;
+  }
+
+  // One direction of the search: feeds text lines one at a time to a KMP matcher.
+  struct Scan {
+    const std::vector<std::string_view>* pat;
+    std::vector<std::size_t> fail;
+    std::size_t q = 0;
+  };
+  bool feed(Scan& s, std::string_view line) {
+    const auto& pat = *s.pat;
+    while (s.q > 0 && !same(line, pat[s.q])) s.q = s.fail[s.q - 1];
+    if (same(line, pat[s.q])) ++s.q;
+    if (s.q < pat.size()) return false;
+    s.q = s.fail[s.q - 1];
+    return true;
+  }
+
+  // The window start in [lo, hi] nearest to `start` (start itself excluded) where `pat` matches; the
+  // two directions advance in lockstep, so the cost is O(m + distance) comparisons, not O(m * distance).
+  std::optional<std::size_t> nearest(const std::vector<std::string_view>& pat, std::size_t start, std::size_t lo,
+                                     std::size_t hi) {
+    const std::size_t m = pat.size();
+    std::vector<std::string_view> rpat(pat.rbegin(), pat.rend());
+    Scan down{&rpat, failure(rpat)}, up{&pat, failure(pat)};
+    // Upward windows start at start-1, start-2, ... ≥ lo: their lines are read from start+m-2 down to lo.
+    // Downward windows start at start+1, ... ≤ hi: their lines are read from start+1 up to hi+m-1.
+    bool down_active = start > lo, up_active = start < hi;
+    std::size_t t_down = start + m - 2, t_up = start + 1;
+    while (down_active || up_active) {
+      if (down_active) {  // first, so that of two matches at the same distance the one above wins
+        if (feed(down, lines_[t_down])) return t_down;
+        down_active = t_down > lo;
+        --t_down;
+      }
+      if (up_active) {
+        if (feed(up, lines_[t_up])) return t_up + 1 - m;
+        up_active = t_up < hi + m - 1;
+        ++t_up;
+      }
+    }
+    return std::nullopt;
   }
 
   std::size_t locate(const Hunk& h, std::size_t k, const std::vector<std::string_view>& old_lines, std::size_t stated,
@@ -300,12 +393,7 @@ class HunkApplier {
       const std::size_t lo = cursor, hi = lines_.size() - old_lines.size();
       const std::size_t start = std::clamp(stated, lo, hi);
       if (matches(old_lines, start)) return start;
-      for (std::size_t d = 1;; ++d) {
-        bool above = start >= lo + d, below = start + d <= hi;
-        if (!above && !below) break;
-        if (above && matches(old_lines, start - d)) return start - d;
-        if (below && matches(old_lines, start + d)) return start + d;
-      }
+      if (auto at = nearest(old_lines, start, lo, hi)) return *at;
     }
     throw PatchError(where(h, k) + "does not apply: " + mismatch(old_lines, std::max(stated, cursor)));
   }
@@ -322,10 +410,9 @@ class HunkApplier {
     return "its old lines overlap the previous hunk";
   }
 
-  static constexpr std::size_t kMaxComparisons = 50'000'000;
   std::string path_;
   std::vector<std::string_view> lines_;
-  std::size_t comparisons_ = 0;
+  WorkBudget& budget_;
 };
 
 // The workspace file a section patches when its two names differ: the one that exists, as
@@ -482,7 +569,9 @@ std::string file_hunks(const std::vector<std::string_view>& a, const std::vector
 }  // namespace
 
 FileMap apply_unified_diff(const FileMap& files, std::string_view diff) {
-  std::vector<FilePatch> patches = DiffReader(diff).read();
+  WorkBudget budget(kPatchWorkUnits);
+  DiffReader reader(diff, budget);
+  std::vector<FilePatch> patches = reader.read();
   FileMap out = files;
   for (const FilePatch& fp : patches) {
     std::string path;
@@ -502,7 +591,7 @@ FileMap apply_unified_diff(const FileMap& files, std::string_view diff) {
       create = true;
     }
     std::string content = create ? std::string() : out[path];
-    std::string result = HunkApplier(path, content).apply(fp.hunks);
+    std::string result = HunkApplier(path, content, budget).apply(fp.hunks);
     if (remove) {
       if (!result.empty())
         throw PatchError("'" + path + "': a diff to /dev/null deletes the file, but its hunks leave " +

@@ -20,7 +20,11 @@ struct PatchError : std::runtime_error {
 // "\ No newline at end of file", creation from /dev/null, deletion to /dev/null, "a/" and "b/"
 // prefixes stripped. Every old line (context and '-') must match exactly; a hunk is placed at its
 // stated line or, when the lines there differ, at the nearest line where they all match (patch(1)
-// with --fuzz=0). Returns the new file set; `files` is never modified. Throws PatchError.
+// with --fuzz=0), ties going to the line above. The work is bounded whatever the diff (it runs on
+// the server loop): placing a hunk costs O(its old lines + the distance it moves) line comparisons
+// (KMP outward from the stated line), and a diff whose lines, file lines read and comparisons
+// together pass a fixed limit (300,000 units, a few ms) is refused with a PatchError that says so.
+// Returns the new file set; `files` is never modified. Throws PatchError.
 FileMap apply_unified_diff(const FileMap& files, std::string_view diff);
 
 // The unified diff (3 lines of context, "a/" and "b/" prefixes) that turns `before` into `after`;

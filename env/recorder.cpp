@@ -26,6 +26,11 @@ struct Recorder::Active {
   std::vector<std::string> layer_properties;  // ids of the design properties for this layer
   std::deque<Waiting> waiting;                // records the disk refused, oldest first
   bool refused = false;                       // the last write was refused (logged once per spell)
+  // The reply observe replies are logged against (docs/episode-log.md, "Compact observe records"):
+  // the latest reply with an observation that was logged whole, its exchange number and size.
+  json base_reply;
+  std::uint64_t base_n = 0;
+  std::size_t base_bytes = 0;
 };
 
 namespace {
@@ -424,8 +429,7 @@ bool Recorder::begin(const Episode& episode, const json& request, const json& re
       }
     }
     a->waiting.push_back({header, json()});
-    a->waiting.push_back({{{"k", "exchange"}, {"n", a->next_n++}, {"t_request", t_request}, {"t_reply", t_reply},
-                           {"request", request}, {"reply", reply}},
+    a->waiting.push_back({exchange_record(*a, a->next_n++, request, reply, t_request, t_reply),
                           {{"kind", "begin"}, {"session", row.session}, {"header", header}, {"n", 0},
                            {"t_request", t_request}, {"t_reply", t_reply}, {"request", request}, {"reply", reply}}});
     if (!flush(*a)) {  // the disk is full: no half log, the reset is not done
@@ -437,11 +441,49 @@ bool Recorder::begin(const Episode& episode, const json& request, const json& re
     }
     summarize_exchange(row, request, reply, a->layer_properties);
     save_row(*a);
+    keep_base(*a, 0, request, reply);
     active_[row.session] = std::move(a);
   } catch (const std::exception& e) {
     log_error("recorder: begin of session " + episode.id() + " failed: " + e.what());
   }
   return true;
+}
+
+void Recorder::drop_base(Active& a) {
+  base_bytes_total_ -= a.base_bytes;
+  a.base_reply = json();
+  a.base_bytes = 0;
+}
+
+json Recorder::exchange_record(Active& a, std::uint64_t n, const json& request, const json& reply, double t_request,
+                               double t_reply) {
+  json record = {{"k", "exchange"}, {"n", n}, {"t_request", t_request}, {"t_reply", t_reply}, {"request", request}};
+  const bool observe = request.is_object() && request.value("op", "") == "observe";
+  if (observe && !a.base_reply.is_null()) {
+    // An observe reply repeats the latest observation but for a few fields (seconds_used, the
+    // request id): logged as the RFC 6902 patch that turns the base reply into it.
+    record["reply_base"] = a.base_n;
+    record["reply_patch"] = json::diff(a.base_reply, reply);
+    return record;
+  }
+  record["reply"] = reply;
+  return record;
+}
+
+void Recorder::keep_base(Active& a, std::uint64_t n, const json& request, const json& reply) {
+  // Called once the exchange is on disk. A whole reply with an observation becomes the base, within
+  // the per-session and global bounds of the memory bases hold (beyond them observes are logged whole).
+  const bool observe = request.is_object() && request.value("op", "") == "observe";
+  if (!a.writer || (observe && !a.base_reply.is_null()) || !reply.is_object() || !reply.contains("observation"))
+    return;
+  drop_base(a);
+  const std::size_t bytes = json::to_msgpack(reply).size();
+  if (bytes <= kBaseMaxBytes && base_bytes_total_ + bytes <= kBaseTotalBytes) {
+    a.base_reply = reply;
+    a.base_n = n;
+    a.base_bytes = bytes;
+    base_bytes_total_ += bytes;
+  }
 }
 
 bool Recorder::record(const Episode& episode, const json& request, const json& reply, double t_request,
@@ -451,8 +493,7 @@ bool Recorder::record(const Episode& episode, const json& request, const json& r
     if (it == active_.end()) return true;
     Active& a = *it->second;
     std::uint64_t n = a.next_n++;
-    a.waiting.push_back({{{"k", "exchange"}, {"n", n}, {"t_request", t_request}, {"t_reply", t_reply},
-                          {"request", request}, {"reply", reply}},
+    a.waiting.push_back({exchange_record(a, n, request, reply, t_request, t_reply),
                          {{"kind", "exchange"}, {"session", a.row.session}, {"n", n}, {"t_request", t_request},
                           {"t_reply", t_reply}, {"request", request}, {"reply", reply}}});
     if (!flush(a)) {
@@ -462,6 +503,7 @@ bool Recorder::record(const Episode& episode, const json& request, const json& r
       }
       return false;
     }
+    keep_base(a, n, request, reply);
     std::string before = a.row.outcome;
     summarize_exchange(a.row, request, reply, a.layer_properties);
     if (a.row.outcome != before) save_row(a);
@@ -495,6 +537,7 @@ void Recorder::end(const Episode& episode, const std::string& reason) {
       }
     }
     save_row(a);
+    drop_base(a);
     json event = record;
     event.erase("k");
     event["kind"] = "end";

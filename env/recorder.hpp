@@ -79,6 +79,15 @@ class Recorder {
   bool flush(Active& a);
   void save_row(Active& a);
   void fail_log(Active& a, const std::string& why);
+  // The log record of one exchange: whole, or for an observe a patch against the session's base
+  // reply (once a whole reply with an observation is on disk, keep_base makes it the base).
+  nlohmann::json exchange_record(Active& a, std::uint64_t n, const nlohmann::json& request,
+                                 const nlohmann::json& reply, double t_request, double t_reply);
+  void keep_base(Active& a, std::uint64_t n, const nlohmann::json& request, const nlohmann::json& reply);
+  void drop_base(Active& a);
+  static constexpr std::size_t kBaseMaxBytes = 1u << 20;     // a larger reply is not kept as a base
+  static constexpr std::size_t kBaseTotalBytes = 64u << 20;  // all sessions' bases together
+  std::size_t base_bytes_total_ = 0;
 
   RecorderConfig config_;
   std::unique_ptr<Catalogue> catalogue_;

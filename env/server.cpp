@@ -172,6 +172,11 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
   cc.scratch_dir = config_.state_dir / "scratch";
   cc.hidden_paths = config_.hidden_paths();
   cc.deadline = std::chrono::milliseconds(static_cast<long long>(config_.compile_deadline_s * 1000));
+  cc.jail_memory_bytes = config_.compile_jail_memory_bytes;
+  cc.max_processes = config_.compile_jail_pids;
+  cc.memory_budget_bytes = config_.compile_memory_bytes;
+  cc.cache_max_bytes = config_.compile_cache_bytes;
+  cc.cgroup = config_.compile_cgroup;
   compiler_ = std::make_unique<sandbox::Compiler>(cc);
   log_info(compiler_->limits().describe());
 

@@ -179,7 +179,7 @@ std::vector<ViewOp> plan_file_view(const JailSpec& spec, const fs::path& root) {
   plan.add(ViewOp::make_symlink, "/proc/self/fd/1", "/dev/stdout");
   plan.add(ViewOp::make_symlink, "/proc/self/fd/2", "/dev/stderr");
   plan.ensure_dir("/proc");
-  plan.add(ViewOp::proc, {}, "/proc");
+  plan.add(ViewOp::proc, {}, "/proc", spec.proc_pids_only ? "subset=pid" : "");
   plan.ensure_dir("/tmp");
   plan.add(ViewOp::tmpfs, {}, "/tmp", "mode=1777,size=" + std::to_string(spec.tmp_size_bytes));
   for (const Mount& m : spec.mounts) plan.bind(m.source, checked_jail_path(m.target), m.writable);
@@ -318,6 +318,10 @@ int replay_op(const ViewOp& op) {
     case ViewOp::tmpfs:
       return mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, op.data.c_str()) == 0 ? 0 : errno;
     case ViewOp::proc:
+      if (!op.data.empty()) {  // "subset=pid": EINVAL on kernels before 5.8, which get the whole procfs
+        if (mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, op.data.c_str()) == 0) return 0;
+        if (errno != EINVAL) return errno;
+      }
       return mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0 ? 0 : errno;
     case ViewOp::make_symlink:
       return symlink(op.source.c_str(), dst) == 0 ? 0 : errno;

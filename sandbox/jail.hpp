@@ -44,7 +44,10 @@ struct JailSpec {
                                                  // in it too); empty: stay in the caller's cgroup
   std::vector<std::string> devices = {"null"};   // device nodes bound into /dev by name (plain names;
                                                  // the compile view needs only null: no random
-                                                 // source, no /dev/zero to `#include`)
+                                                 // source, no /dev/zero to `#include`)  // /proc shows only the jail's own processes (procfs `subset=pid`): no /proc/cpuinfo, meminfo,
+  // sys/kernel/random/boot_id or other host-wide files (issue 22.9; the toolchain needs only
+  // /proc/self). false, or a kernel before 5.8: the whole procfs of the jail's pid namespace.
+  bool proc_pids_only = true;
 };
 
 struct JailOutcome {

@@ -157,7 +157,7 @@ TEST_CASE("a flag given on the command line overrides the config file, even at i
       }
     }
   });
-  CHECK(flags == 19);  // + --server-key, --allowed-keys, --events-source (curve)
+  CHECK(flags == 24);  // 16, + --server-key, --allowed-keys, --events-source (curve), + five compile budgets (tenants)
 }
 
 TEST_CASE("--no-record and --record", "[config]") {

@@ -75,6 +75,35 @@ def main() -> int:
         check("killed: two more logged", True, killed=True, in_flight=True, end=False,
               logged=extra + [(14, {"v": 1, "id": 14})])
         check("killed: a received reply missing", True, killed=True, in_flight=True, end=False, logged=received[:2])
+        # Format 2: an observe's reply logged as a JSON Patch of an earlier exchange's reply.
+        obs = (12, {"v": 1, "id": 12, "ok": True, "observation": {"step": 1, "files": {"a/b": "x"}}})
+        got = [received[0], received[1], obs]
+
+        def write_compact(patch: list) -> None:
+            data = bytearray(d2klive.LOG_MAGIC + struct.pack("<II", 2, 0))
+            data += record({"k": "header", "session": "s1", "format": 2})
+            for n, (rid, reply) in enumerate(got[:2]):
+                data += record({"k": "exchange", "n": n, "t_request": 1.0, "t_reply": 1.5,
+                                "request": {"v": 1, "id": rid, "op": "step"}, "reply": reply})
+            data += record({"k": "exchange", "n": 2, "t_request": 2.0, "t_reply": 2.5,
+                            "request": {"v": 1, "id": 12, "op": "observe"}, "reply_base": 1, "reply_patch": patch})
+            data += record({"k": "end", "reason": "closed"})
+            p.write_bytes(bytes(data))
+
+        good_patch = [{"op": "remove", "path": "/reward"}, {"op": "replace", "path": "/id", "value": 12},
+                      {"op": "add", "path": "/observation/files", "value": {"a/b": "x"}}]
+        for name, patch, expect_problem in [("compact observe record", good_patch, False),
+                                            ("compact record rebuilding another reply", good_patch[1:], True)]:
+            write_compact(patch)
+            problems = d2klive.check_session_log(d2klive.read_episode_log(p), got, expect_end=True, killed=False,
+                                                 may_hold_one_more=False)
+            if bool(problems) != expect_problem:
+                failures.append(f"{name}: expected {'a problem' if expect_problem else 'none'}, got {problems}")
+        if d2klive.apply_json_patch({"a": [1, 2, 3], "b/c": 1}, [{"op": "remove", "path": "/a/2"},
+                                                                 {"op": "add", "path": "/a/0", "value": 0},
+                                                                 {"op": "replace", "path": "/b~1c", "value": 2}]) \
+                != {"a": [0, 1, 2], "b/c": 2}:
+            failures.append("apply_json_patch: wrong result")
         by_session = d2klive.logs_by_session(Path(d))
         if "s1" not in by_session:
             failures.append("logs_by_session did not find the log by its header's session")

@@ -6,6 +6,7 @@ specification (docs/episode-log.md), so a writer bug cannot hide behind a shared
 """
 from __future__ import annotations
 
+import copy
 import ctypes
 import ctypes.util
 import os
@@ -62,13 +63,47 @@ class EpisodeLog:
     checksums_checked: bool = False
 
 
+def apply_json_patch(doc, patch: list):
+    """RFC 6902 add/remove/replace (what the server writes) applied to a copy of doc."""
+    doc = copy.deepcopy(doc)
+    for op in patch:
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
+        if not tokens:
+            if op["op"] in ("add", "replace"):
+                doc = copy.deepcopy(op["value"])
+                continue
+            raise ValueError(f"cannot {op['op']} the whole document")
+        parent = doc
+        for t in tokens[:-1]:
+            parent = parent[int(t)] if isinstance(parent, list) else parent[t]
+        last = tokens[-1]
+        if isinstance(parent, list):
+            i = len(parent) if last == "-" else int(last)
+            if op["op"] == "add":
+                parent.insert(i, copy.deepcopy(op["value"]))
+            elif op["op"] == "remove":
+                del parent[i]
+            elif op["op"] == "replace":
+                parent[i] = copy.deepcopy(op["value"])
+            else:
+                raise ValueError(f"patch op {op['op']}")
+        else:
+            if op["op"] in ("add", "replace"):
+                parent[last] = copy.deepcopy(op["value"])
+            elif op["op"] == "remove":
+                del parent[last]
+            else:
+                raise ValueError(f"patch op {op['op']}")
+    return doc
+
+
 def read_episode_log(path: Path) -> EpisodeLog:
     """Every record of one episode log; damage is reported in .torn, never raised past the header."""
     data = path.read_bytes()
     if len(data) < LOG_PREAMBLE or data[:8] != LOG_MAGIC:
         raise ValueError(f"{path}: not an episode log (magic)")
     (version,) = struct.unpack_from("<I", data, 8)
-    if version != 1:
+    if version not in (1, 2):
         raise ValueError(f"{path}: format version {version}")
     records: list[dict] = []
     torn = None
@@ -94,8 +129,18 @@ def read_episode_log(path: Path) -> EpisodeLog:
     if not records or records[0].get("k") != "header":
         raise ValueError(f"{path}: no header record")
     log = EpisodeLog(path=path, header=records[0], torn=torn, checksums_checked=_xxh3 is not None)
+    by_n: dict[int, dict] = {}
     for r in records[1:]:
         if r.get("k") == "exchange":
+            if "reply_base" in r:  # format 2: an observe's reply as a patch of an earlier exchange's reply
+                base = by_n.get(r["reply_base"])
+                if base is None:
+                    log.torn = f"exchange {r.get('n')}: reply_base {r['reply_base']} is no earlier exchange"
+                    break
+                r = dict(r)
+                r["reply"] = apply_json_patch(base["reply"], r.pop("reply_patch"))
+                del r["reply_base"]
+            by_n[r.get("n")] = r
             log.exchanges.append(r)
         elif r.get("k") == "end":
             log.end = r

@@ -373,8 +373,105 @@ TEST_CASE("hostile diffs fail fast with a PatchError, never hang") {
   for (int i = 0; i < 2999; ++i) diff += " \n";
   diff += "-x\n+y\n";
   FileMap files{{"k.cu", file}};
-  CHECK_THROWS_WITH(apply_unified_diff(files, diff), Contains("work limit"));
+  CHECK_THROWS_AS(apply_unified_diff(files, diff), PatchError);  // over the work limit
   // Absurd numbers in a header.
   CHECK_THROWS_WITH(apply_unified_diff(files, "--- a/k.cu\n+++ b/k.cu\n@@ -1,99999999999999999 +1 @@\n-a\n"),
                     Contains("malformed hunk header"));
+}
+
+// ---- placement cost (issue 22.6: a patch must not hold the server loop) -------------------------
+
+namespace {
+
+std::string repeated(const std::string& line, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += line;
+  return out;
+}
+
+// One context-only-plus-change hunk: k lines "a", then "-b" "+c", stated at line `at`.
+std::string far_hunk(int k, int at) {
+  std::string d = "--- a/k.cu\n+++ b/k.cu\n@@ -" + std::to_string(at) + "," + std::to_string(k + 1) + " +" +
+                  std::to_string(at) + "," + std::to_string(k + 1) + " @@\n";
+  return d + repeated(" a\n", k) + "-b\n+c\n";
+}
+
+}  // namespace
+
+TEST_CASE("a hunk moved far from its stated line is placed in O(its lines + the distance)") {
+  // 60,000 identical lines, then the one distinct line. A line-by-line search compares about k lines
+  // at each of the 60,000 positions (1.2e8 comparisons for k = 2000: refused before as over its
+  // work limit); KMP from the stated line outward needs about 2 per line.
+  FileMap files{{"k.cu", repeated("a\n", 60000) + "b\n"}};
+  FileMap out = apply_unified_diff(files, far_hunk(2000, 1));
+  CHECK(out.at("k.cu") == repeated("a\n", 60000) + "c\n");
+  // The same hunk stated past the end is found going up.
+  CHECK(apply_unified_diff(files, far_hunk(2000, 200000)).at("k.cu") == out.at("k.cu"));
+}
+
+TEST_CASE("a diff whose placement work is over the per-patch limit is refused whole") {
+  // Many file sections over one large file: each re-reads the whole file. Before the limit this took
+  // seconds of the server loop and applied; now it is refused, and nothing is applied.
+  FileMap files{{"k.cu", repeated("a\n", 131000) + "b\n"}};
+  std::string section = "--- a/k.cu\n+++ b/k.cu\n@@ -131001 +131001 @@\n-b\n+b\n";
+  std::string diff = repeated(section, 10000);
+  CHECK_THROWS_WITH(apply_unified_diff(files, diff), Contains("units of work"));
+  CHECK_THROWS_WITH(apply_unified_diff(files, diff), Contains("exact line numbers"));
+  // A diff of more lines than the limit is refused before it is parsed.
+  CHECK_THROWS_WITH(apply_unified_diff(files, "--- a/k.cu\n+++ b/k.cu\n@@ -1,1000000 +1,1000000 @@\n" +
+                                                  repeated(" a\n", 1000000)),
+                    Contains("'the diff': applying this diff needs more than"));
+  // An honest patch of the same file: a thousand hunks at their stated lines.
+  std::string honest = "--- a/k.cu\n+++ b/k.cu\n";
+  for (int i = 0; i < 1000; ++i) {
+    int line = 100 * i + 1;
+    honest += "@@ -" + std::to_string(line) + " +" + std::to_string(line) + " @@\n-a\n+z\n";
+  }
+  std::string expected;
+  for (int i = 0; i < 131000; ++i) expected += i % 100 == 0 && i < 100000 ? "z\n" : "a\n";
+  CHECK(apply_unified_diff(files, honest).at("k.cu") == expected + "b\n");
+}
+
+TEST_CASE("placement agrees with a line-by-line nearest-match search on random files") {
+  // The reference: try the stated line, then distance 1 above, 1 below, 2 above, ... (ties go up).
+  std::mt19937 rng(22);
+  for (int round = 0; round < 3000; ++round) {
+    int n = 1 + static_cast<int>(rng() % 40);
+    std::vector<std::string> lines;
+    for (int i = 0; i < n; ++i) lines.push_back(std::string(1, static_cast<char>('a' + rng() % 3)) + "\n");
+    int m = 1 + static_cast<int>(rng() % 4);
+    std::vector<std::string> old;
+    for (int i = 0; i < m; ++i) old.push_back(std::string(1, static_cast<char>('a' + rng() % 3)) + "\n");
+    int stated = 1 + static_cast<int>(rng() % static_cast<unsigned>(n + 3));
+    std::string diff = "--- a/k.cu\n+++ b/k.cu\n@@ -" + std::to_string(stated) + "," + std::to_string(m) + " +" +
+                       std::to_string(stated) + "," + std::to_string(m) + " @@\n";
+    for (int i = 0; i < m; ++i) diff += (i == m - 1 ? "-" : " ") + old[static_cast<std::size_t>(i)];
+    diff += "+Z\n";
+    std::string file;
+    for (const auto& l : lines) file += l;
+    auto match = [&](int at) {
+      if (at < 0 || at + m > n) return false;
+      for (int i = 0; i < m; ++i)
+        if (lines[static_cast<std::size_t>(at + i)] != old[static_cast<std::size_t>(i)]) return false;
+      return true;
+    };
+    int hi = n - m, start = std::clamp(stated - 1, 0, std::max(hi, 0)), found = -1;
+    if (hi >= 0) {
+      for (int d = 0; d <= n && found < 0; ++d) {
+        if (match(start - d)) found = start - d;
+        else if (match(start + d)) found = start + d;
+      }
+    }
+    INFO("file " << file << "diff " << diff);
+    if (found < 0) {
+      CHECK_THROWS_WITH(apply_unified_diff({{"k.cu", file}}, diff), Contains("does not apply"));
+      continue;
+    }
+    std::string expected;
+    for (int i = 0; i < n; ++i) {
+      if (i == found + m - 1) expected += "Z\n";
+      else expected += lines[static_cast<std::size_t>(i)];
+    }
+    CHECK(apply_unified_diff({{"k.cu", file}}, diff).at("k.cu") == expected);
+  }
 }

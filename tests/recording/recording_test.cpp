@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -79,7 +80,7 @@ TEST_CASE("episode log: write and read back every record exactly", "[log]") {
   // The bytes start with the magic and the format version.
   std::string bytes = slurp(dir / "a.d2klog");
   CHECK(bytes.substr(0, 8) == "D2KEPLOG");
-  CHECK(bytes[8] == 1);
+  CHECK(bytes[8] == static_cast<char>(kLogFormatVersion));
   fs::remove_all(dir);
 }
 
@@ -493,5 +494,89 @@ TEST_CASE("Recorder: episode logs over their byte budget lose the oldest finishe
   CHECK(rec.enforce_log_budget() == 1);
   CHECK_FALSE(fs::exists(rc.log_dir / (done.id() + ".d2klog")));
   CHECK(fs::exists(rc.log_dir / (live.id() + ".d2klog")));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Recorder: observe replies are logged as patches of an earlier reply and read back exactly",
+          "[recorder]") {
+  // Issue 22.10: every observe was logged whole (~6.5 GB/h in the soak). An observe's reply now goes
+  // to disk as the RFC 6902 patch from the latest whole reply; read_episode_log rebuilds it exactly.
+  Fixture fx;
+  fs::path dir = temp_dir("d2k-rec");
+  RecorderConfig rc;
+  rc.log_dir = dir / "episodes";
+  rc.sync = false;
+  Recorder rec(rc);
+  Episode ep("s1", fx.task(), 1, 7, Budget{}, "", Workspace::Limits{});
+  ep.workspace().write("big.cu", std::string(100000, 'x'));  // an observation of ~100 KB
+  json reset_reply = {{"v", 1}, {"id", 1}, {"ok", true}, {"session", "s1"}, {"observation", ep.observation()}};
+  rec.begin(ep, reset_request(true), reset_reply, 10.0, 10.5);
+  std::vector<json> sent{reset_reply};
+  std::uint64_t id = 2;
+  auto observe = [&] {
+    json req = {{"v", 1}, {"id", id}, {"op", "observe"}, {"session", "s1"}};
+    json reply = {{"v", 1}, {"id", id++}, {"ok", true}, {"observation", ep.observation()}, {"info", ep.info()}};
+    reply["observation"]["budget"]["seconds_used"] = 0.001 * static_cast<double>(id);  // differs each time
+    rec.record(ep, req, reply, 11.0, 11.1);
+    sent.push_back(reply);
+  };
+  for (int i = 0; i < 50; ++i) observe();
+  const auto after_observes = fs::file_size(rec.log_path("s1"));
+  // A step changes the workspace: its reply is logged whole and becomes the base of later observes.
+  ep.workspace().write("kernel.cu", "y");
+  ep.record_step({{"action", "write_file"}, {"ok", true}}, 0.0);
+  json step = {{"v", 1}, {"id", id}, {"op", "step"}, {"session", "s1"},
+               {"action", {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", "y"}}}};
+  json step_reply = {{"v", 1}, {"id", id++}, {"ok", true}, {"observation", ep.observation()}, {"reward", 0.0},
+                     {"info", ep.info()}};
+  rec.record(ep, step, step_reply, 12.0, 12.1);
+  sent.push_back(step_reply);
+  for (int i = 0; i < 5; ++i) observe();
+  json error_reply = {{"v", 1}, {"id", id}, {"ok", false}, {"error", {{"code", "busy"}, {"message", "x"}}}};
+  rec.record(ep, {{"v", 1}, {"id", id}, {"op", "observe"}, {"session", "s1"}}, error_reply, 13.0, 13.1);
+  sent.push_back(error_reply);
+  fs::path path = rec.log_path("s1");
+  ep.end("closed");
+  rec.end(ep, "closed");
+
+  // 50 whole observes would be over 5 MB; as patches the file holds one observation and little more.
+  CHECK(after_observes < 2 * json::to_msgpack(reset_reply).size());
+  EpisodeLog log = read_episode_log(path);
+  CHECK(log.format_version == 2);
+  REQUIRE(log.exchanges.size() == sent.size());
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    INFO("exchange " << i);
+    CHECK(log.exchanges[i].reply == sent[i]);
+    CHECK(log.exchanges[i].n == i);
+  }
+  // The raw records: observes after the step name the step's exchange as their base.
+  std::string bytes = slurp(path);
+  std::size_t at = kLogPreambleBytes;
+  std::vector<json> raw;
+  while (at < bytes.size()) {
+    std::uint32_t len = 0;
+    std::memcpy(&len, bytes.data() + at, 4);
+    raw.push_back(json::from_msgpack(bytes.substr(at + kLogRecordOverhead, len)));
+    at += kLogRecordOverhead + len;
+  }
+  REQUIRE(raw.size() == sent.size() + 2);  // header, exchanges, end
+  CHECK(raw[2].value("reply_base", 99) == 0);
+  CHECK_FALSE(raw[2].contains("reply"));
+  CHECK(raw[52].contains("reply"));  // the step: whole
+  CHECK(raw[53].value("reply_base", 99) == 51);
+  CHECK(raw[58].value("reply_base", 99) == 51);  // an error reply to an observe: a (small) patch too
+
+  // A patch naming an exchange that is not in the file is damage, never a misread.
+  {
+    d2k::env::EpisodeLogWriter w(dir / "bad2.d2klog", false);
+    w.append(log.header);
+    w.append({{"k", "exchange"}, {"n", 0}, {"t_request", 1.0}, {"t_reply", 1.0}, {"request", json::object()},
+              {"reply_base", 7}, {"reply_patch", json::array()}});
+    w.close();
+  }
+  EpisodeLog b2 = read_episode_log(dir / "bad2.d2klog");
+  CHECK(b2.exchanges.empty());
+  REQUIRE(b2.torn_tail);
+  CHECK_THAT(b2.torn_tail->reason, Catch::Contains("no earlier exchange"));
   fs::remove_all(dir);
 }

@@ -129,13 +129,15 @@ TEST_CASE("compile: workspace headers work; other files cannot be included", "[c
       CHECK((contains(out.log, "cannot open source file") || contains(out.log, "No such file")));
     }
   }
-  SECTION("host files are not in the compile view: #include and .incbin of /etc fail") {
+  SECTION("host files are not in the compile view: #include and .incbin of /etc and /proc files fail") {
     const std::pair<std::string, std::string> sources[] = {
         {"include passwd", "#include \"/etc/passwd\"\nint v;\n"},
         {"include hostname", "#include \"/etc/hostname\"\nint v;\n"},
         {"incbin hostname", "asm(\".section .rodata\\n.incbin \\\"/etc/hostname\\\"\\n.text\");\nint v;\n"},
         {"incbin machine-id", "asm(\".section .rodata\\n.incbin \\\"/etc/machine-id\\\"\\n.text\");\nint v;\n"},
         {"incbin passwd", "asm(\".section .rodata\\n.incbin \\\"/etc/passwd\\\"\\n.text\");\nint v;\n"},
+        {"include cpuinfo", "#include \"/proc/cpuinfo\"\nint v;\n"},
+        {"incbin boot_id", "asm(\".section .rodata\\n.incbin \\\"/proc/sys/kernel/random/boot_id\\\"\\n.text\");\nint v;\n"},
     };
     for (const auto& [name, source] : sources) {
       INFO(name);

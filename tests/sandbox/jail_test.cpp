@@ -120,6 +120,29 @@ TEST_CASE("jail: allowlisted file view", "[jail][view]") {
     CHECK(contains(out.output, "gxx-ok\n"));
     if (std::filesystem::exists("/etc/ld.so.cache")) CHECK(contains(out.output, "ldcache-ok\n"));
   }
+  SECTION("/proc holds the jail's own processes only: no host-wide files (issue 22.9)") {
+    auto out = run_jailed(shell(
+        "for f in /proc/cpuinfo /proc/meminfo /proc/stat /proc/uptime /proc/version /proc/mounts "
+        "/proc/sys/kernel/random/boot_id /proc/sys/kernel/hostname /proc/modules /proc/1/environ; do "
+        "test -e $f && echo \"present $f\"; done; test -x /proc/self/exe && echo self-exe-ok; "
+        "ls /proc/self/fd >/dev/null && echo self-fd-ok"));
+    INFO(out.output);
+    REQUIRE(out.started);
+    CHECK(contains(out.output, "present /proc/1/environ"));  // the jail's own pid 1 (the shell)
+    CHECK_FALSE(contains(out.output, "present /proc/cpuinfo"));
+    CHECK_FALSE(contains(out.output, "present /proc/meminfo"));
+    CHECK_FALSE(contains(out.output, "present /proc/stat"));
+    CHECK_FALSE(contains(out.output, "present /proc/uptime"));
+    CHECK_FALSE(contains(out.output, "present /proc/version"));
+    CHECK_FALSE(contains(out.output, "present /proc/sys"));
+    CHECK_FALSE(contains(out.output, "present /proc/modules"));
+    CHECK(contains(out.output, "self-exe-ok\n"));
+    CHECK(contains(out.output, "self-fd-ok\n"));
+    auto spec = shell("test -e /proc/cpuinfo && echo cpuinfo-present");
+    spec.proc_pids_only = false;  // the whole procfs, for a tool that needs it
+    auto full = run_jailed(spec);
+    CHECK(contains(full.output, "cpuinfo-present"));
+  }
   SECTION("a spec may name other devices") {
     auto spec = shell("head -c 4 /dev/urandom | wc -c; test -e /dev/random || echo no-random");
     spec.devices = {"null", "urandom"};
