@@ -1,5 +1,7 @@
 #include "sandbox/eval/runner_process.hpp"
 
+#include <sys/socket.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -63,8 +65,16 @@ std::unique_ptr<RunnerProcess> RunnerProcess::start(const SpawnSpec& spec) {
     throw std::runtime_error("memfd_create failed");
   }
 
+  // fd 5: a unix socket for one descriptor (the GPU-resident output slots: the owner sends its
+  // export to the parent, the parent sends it to the agent runner).
+  int sv[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) throw std::runtime_error("socketpair failed");
+  p->slots_ = sandbox::Fd(sv[0]);
+  sandbox::Fd child_slots(sv[1]);
+
   sandbox::SpawnSpec s;
-  s.argv = {spec.runner.string(), "--mode", std::string(mode_name(spec.mode)), "--result-fd", "3", "--out-fd", "4"};
+  s.argv = {spec.runner.string(), "--mode", std::string(mode_name(spec.mode)), "--result-fd", "3", "--out-fd", "4",
+            "--slots-fd", "5"};
   if (spec.isolate && spec.mode != Mode::probe && spec.mode != Mode::bandwidth) s.argv.push_back("--isolate");
   std::map<std::string, std::string> env = {{"PATH", "/usr/bin:/bin"}, {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}, {"HOME", "/"},
                                             {"LANG", "C"}, {"CUDA_MODULE_LOADING", "LAZY"}};
@@ -74,7 +84,7 @@ std::unique_ptr<RunnerProcess> RunnerProcess::start(const SpawnSpec& spec) {
   s.in = sandbox::Stdio::piped();    // the job, one JSON line
   s.out = sandbox::Stdio::piped();   // stdout and stderr: drained, capped
   s.err = sandbox::Stdio::with_stdout();
-  s.keep_fds = {{result.write.get(), 3}, {p->out_.get(), 4}};
+  s.keep_fds = {{result.write.get(), 3}, {p->out_.get(), 4}, {child_slots.get(), 5}};
   s.own_process_group = true;
   s.die_with_parent = true;
   try {

@@ -72,6 +72,7 @@ class RunnerProcess {
   void kill();                     // SIGKILL to the whole process group
   Exit wait();                     // reaps (kills first if still running after a short grace)
   int output_fd() const { return out_.get(); }  // the memfd holding the output tensors
+  int slots_socket() const { return slots_.get(); }  // unix socket to its fd 5 (GPU-resident slots)
   const std::string& output() const { return output_; }  // captured stdout/stderr (capped)
   std::uint64_t output_dropped() const { return dropped_; }
   const std::string& error() const { return error_; }
@@ -89,6 +90,7 @@ class RunnerProcess {
   SpawnSpec spec_;
   sandbox::Child child_;
   sandbox::Fd job_, result_, log_, out_;  // its stdin, fd 3, stdout+stderr, fd 4 (memfd)
+  sandbox::Fd slots_;                     // our end of its fd 5
   std::string line_buf_;
   std::deque<std::string> lines_;
   bool result_eof_ = false;

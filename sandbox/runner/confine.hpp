@@ -91,7 +91,8 @@ std::uint64_t max_foreign_device_bytes(std::uint64_t total_bytes);
 // L2 limit and lines (reset to 0 and read back), free device memory (max_foreign_device_bytes),
 // no sticky error. Throws ConfineError ("unclean device: ...") otherwise: the job is refused.
 // Called before every job, agent and trusted (calibration) alike.
-void check_clean_device();
+// `owned_bytes`: device memory the evaluation itself holds (a GPU-resident owner's output slots).
+void check_clean_device(std::uint64_t owned_bytes = 0);
 
 // ---- Class 16: only the runner's own GPU's device node ----------------------------------------
 // "Device Minor: N" from /proc/driver/nvidia/gpus/<bus id>/information; nullopt when absent.

@@ -10,8 +10,12 @@
 
 namespace d2k::test {
 
-// The process-wide evaluator (plain nvcc for trusted builds, state under the build dir).
+// The process-wide evaluator (plain nvcc for trusted builds, state under the build dir). With
+// D2K_GPU_RESIDENT=1 in the environment it uses GPU-resident outputs (EvalConfig::gpu_resident), so
+// every GPU test (exploits included) can be run on that path too.
 runner::Evaluator& evaluator();
+// A second evaluator of the same configuration with gpu_resident on (its own runner pools).
+runner::Evaluator& evaluator_resident();
 // True when a GPU is present; otherwise prints a clear SKIP line naming the test.
 bool have_gpu(const char* test_name);
 const tasks::Task& vector_add();
