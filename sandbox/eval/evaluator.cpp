@@ -76,7 +76,7 @@ struct RunOutcome {
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
   double wait_ready_s = 0, run_s = 0;
-  double eof_s = -1;              // the result channel's end (the process exiting), since the job was sent
+  double eof_s = -1;              // the result channel's end, since the job was sent
 };
 
 // GPU-resident hooks: `on_slots` runs when an owner's "slots" frame arrives (the loop waits for it);
@@ -185,7 +185,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
     }
   }
   o.exit = o.proc->wait();
-  o.run_s = since(t1);
+  o.run_s = since(t1);  // to the reap: the process, its CUDA context and any work it left, are gone
   o.all_frames = frames.all_done();
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
     if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
@@ -533,7 +533,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   if (!cand.timing_end.empty() && cand.eof_s >= 0) {
     double last_end = 0;
     for (const auto& [w, t] : cand.timing_end) last_end = std::max(last_end, t);
-    res.phases.candidate_tail_s = std::max(0.0, cand.eof_s - last_end);
+    res.phases.candidate_tail_s = std::max(0.0, cand.run_s - last_end);
   }
   res.runner_output = tail(cand.proc->output(), 4000);
   if (cand.proc->output_dropped() > 0)

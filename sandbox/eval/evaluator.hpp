@@ -119,8 +119,8 @@ struct PhaseTimes {
   double candidate_s = 0;                     // agent runner job, wall clock
   double compare_s = 0;                       // in the parent (0 on the GPU-resident path: the owner compares)
   double total_s = 0;
-  // The parent's clock from the last timing_end to the end of the candidate's result channel (its
-  // exit): work deferred past the timed phases would show here (measured, not yet bounded).
+  // The parent's clock from the last timing_end to the candidate's reap (its process, CUDA context
+  // and any GPU work it left are gone): work deferred past the timed phases would show here (measured, not yet bounded).
   double candidate_tail_s = 0;
 };
 
