@@ -2,7 +2,7 @@
 // host path and on the GPU-resident path (EvalConfig::gpu_resident), for tasks' L3 experts, and
 // how tight the parent's bound is for each timed workload. Prints figures; asserts nothing.
 //   CUDA_VISIBLE_DEVICES=0 build/bin/bench_eval_phases [--runs 5] [--seeds 3] [--modes host,resident]
-//                                                      [--tasks vector_add,softmax]
+//                                                      [--tasks vector_add,softmax] [--rel-slack X]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,12 +49,14 @@ fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& 
 
 int main(int argc, char** argv) {
   int runs = 5, seeds = 3;
+  double rel_slack = -1;  // --rel-slack: the tight bound's overhead_rel_slack (default: EvalConfig's)
   std::vector<std::string> modes = {"host", "resident"}, task_names = {"vector_add", "softmax"};
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--seeds")) seeds = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--modes")) modes = split(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--tasks")) task_names = split(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--rel-slack")) rel_slack = std::atof(argv[i + 1]);
   }
   const fs::path state = fs::temp_directory_path() / "d2k-bench-eval-phases";
   std::time_t now = std::time(nullptr);
@@ -68,13 +70,14 @@ int main(int argc, char** argv) {
     };
     cfg.toolchain = "nvcc-bench";
     cfg.gpu_resident = mode == "resident";
+    if (rel_slack >= 0) cfg.bound.overhead_rel_slack = rel_slack;
     d2k::runner::Evaluator ev(cfg);
     if (ev.gpu_count() == 0) {
       std::printf("bench_eval_phases: no GPU (%s); nothing measured\n", ev.probe_error().c_str());
       return 0;
     }
-    std::printf("bench_eval_phases %s on %s (%s path, visible workloads, %d seeds, L3 expert, %d runs)\n", date,
-                ev.gpus()[0].name.c_str(), mode.c_str(), seeds, runs);
+    std::printf("bench_eval_phases %s on %s (%s path, visible workloads, %d seeds, L3 expert, %d runs, bound slack %.2f x overhead)\n",
+                date, ev.gpus()[0].name.c_str(), mode.c_str(), seeds, runs, cfg.bound.overhead_rel_slack);
     for (const std::string& name : task_names) {
       const d2k::tasks::Task task = d2k::tasks::load_task(fs::path(D2K_TASKS_DIR) / name);
       const fs::path so = nvcc_build(task.expert_path(3), state / "candidate", name + "_L3");

@@ -76,7 +76,8 @@ struct EvalConfig {
   // call's outputs there device to device, and the trusted runner compares them with the
   // reference's on the GPU after the agent runner has exited. Off: outputs go through host memfds
   // and are compared here on the CPU. Agent-mode candidates only (calibration keeps the CPU path).
-  bool gpu_resident = false;
+  // On since the H200 run of 2026-12-01 22:26Z (tests/README.md).
+  bool gpu_resident = true;
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
   TrustedBuild build_trusted;

@@ -42,10 +42,20 @@ runner::Evaluator& evaluator() {
   static std::unique_ptr<runner::Evaluator> ev;
   std::call_once(once, [] {
     runner::EvalConfig cfg = test_config();
-    if (const char* e = std::getenv("D2K_GPU_RESIDENT"); e != nullptr && std::string(e) == "1") {
-      cfg.gpu_resident = true;
-      std::printf("GPU tests on the GPU-resident path (D2K_GPU_RESIDENT=1)\n");
-    }
+    if (const char* e = std::getenv("D2K_GPU_RESIDENT"); e != nullptr && std::string(e) == "0") cfg.gpu_resident = false;
+    std::printf("GPU tests on the %s path\n", cfg.gpu_resident ? "GPU-resident" : "host (D2K_GPU_RESIDENT=0)");
+    ev = std::make_unique<runner::Evaluator>(cfg);
+  });
+  return *ev;
+}
+
+runner::Evaluator& evaluator_host() {
+  static std::once_flag once;
+  static std::unique_ptr<runner::Evaluator> ev;
+  std::call_once(once, [] {
+    runner::EvalConfig cfg = test_config();
+    cfg.gpu_resident = false;
+    cfg.agent_pool_size = 1;
     ev = std::make_unique<runner::Evaluator>(cfg);
   });
   return *ev;

@@ -10,12 +10,13 @@
 
 namespace d2k::test {
 
-// The process-wide evaluator (plain nvcc for trusted builds, state under the build dir). With
-// D2K_GPU_RESIDENT=1 in the environment it uses GPU-resident outputs (EvalConfig::gpu_resident), so
-// every GPU test (exploits included) can be run on that path too.
+// The process-wide evaluator (plain nvcc for trusted builds, state under the build dir), with the
+// default EvalConfig::gpu_resident (on); D2K_GPU_RESIDENT=0 in the environment runs every GPU test
+// (exploits included) on the host path instead.
 runner::Evaluator& evaluator();
-// A second evaluator of the same configuration with gpu_resident on (its own runner pools).
+// Evaluators of the same configuration with gpu_resident on / off (their own runner pools).
 runner::Evaluator& evaluator_resident();
+runner::Evaluator& evaluator_host();
 // True when a GPU is present; otherwise prints a clear SKIP line naming the test.
 bool have_gpu(const char* test_name);
 const tasks::Task& vector_add();
