@@ -62,7 +62,7 @@ struct Config {
   std::size_t reply_cache_bytes = 256u << 20;        // all cached replies of the server together
   double compile_deadline_s = 120;                   // wall clock of one nvcc run
   bool record = true;                                // write episode logs and the catalogue
-  bool gpu_resident = true;                          // evaluate: outputs stay on the GPU (docs/timing-protocol.md)
+  bool gpu_resident = false;                         // evaluate: outputs stay on the GPU (docs/timing-protocol.md)
   std::filesystem::path log_dir;                     // episode logs; default state_dir/episodes
   std::uint64_t log_budget_bytes = 16ull << 30;      // episode logs kept; the oldest finished go first; 0 = no bound
   std::filesystem::path catalogue;                   // SQLite index of episodes; default state_dir/catalogue.sqlite
@@ -122,7 +122,7 @@ void Config::for_each_key(Visit&& visit) {
   D2K_CONFIG_KEY(reply_cache_session_bytes, "", "Bytes of step replies one session keeps for retries (its latest reply always stays)");
   D2K_CONFIG_KEY(reply_cache_bytes, "", "Bytes of all cached replies together; the oldest go first, never a session's latest step reply");
   D2K_CONFIG_KEY(compile_deadline_s, "", "Wall-clock seconds of one nvcc run");
-  D2K_CONFIG_KEY(gpu_resident, "", "Evaluations keep outputs on the GPU: a trusted runner owns the output slots and compares there (docs/timing-protocol.md); false: outputs through host memory, compared on the CPU");
+  D2K_CONFIG_KEY(gpu_resident, "", "Evaluations keep outputs on the GPU: a trusted runner owns the output slots and compares there (docs/timing-protocol.md; off until its bound is proven on the H200); false: outputs through host memory, compared on the CPU");
   D2K_CONFIG_KEY(record, "--record", "Write episode logs and the catalogue; --no-record writes none (a session can also opt out: reset options.record=false)");
   D2K_CONFIG_KEY(log_dir, "--log-dir", "Episode logs (default: <state-dir>/episodes)");
   D2K_CONFIG_KEY(log_budget_bytes, "", "Bytes of episode logs kept in the log dir; beyond it the oldest finished logs are deleted (0 = keep all)");

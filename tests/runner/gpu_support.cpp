@@ -42,8 +42,8 @@ runner::Evaluator& evaluator() {
   static std::unique_ptr<runner::Evaluator> ev;
   std::call_once(once, [] {
     runner::EvalConfig cfg = test_config();
-    if (const char* e = std::getenv("D2K_GPU_RESIDENT"); e != nullptr && std::string(e) == "0") cfg.gpu_resident = false;
-    std::printf("GPU tests on the %s path\n", cfg.gpu_resident ? "GPU-resident" : "host (D2K_GPU_RESIDENT=0)");
+    if (const char* e = std::getenv("D2K_GPU_RESIDENT"); e != nullptr) cfg.gpu_resident = std::string(e) == "1";
+    std::printf("GPU tests on the %s path\n", cfg.gpu_resident ? "GPU-resident (D2K_GPU_RESIDENT=1)" : "host");
     ev = std::make_unique<runner::Evaluator>(cfg);
   });
   return *ev;
