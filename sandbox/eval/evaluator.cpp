@@ -84,7 +84,7 @@ struct RunOutcome {
 using SlotsHook = std::function<void(RunnerProcess&, const Event&)>;
 
 RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
-                   const SlotsHook& on_slots = {}, int pass_fd = -1) {
+                   const SlotsHook& on_slots = {}, int pass_fd = -1, const std::function<void()>& before_key = {}) {
   RunOutcome o;
   o.proc = pool.take();
   const auto t0 = Clock::now();
@@ -167,6 +167,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
     } else if (name == "timing_ready") {
       // Released only now: the inputs of this phase's calls did not exist before this line.
       const auto w = ev.body.at("workload").get<std::size_t>();
+      if (before_key) before_key();  // before the window opens: it is not charged to the candidate
       const std::uint64_t key = fresh_secret();
       o.keys[w] = key;
       o.timing_begin[w] = o.proc->send_line(json{{"key", key}}.dump());
@@ -467,7 +468,24 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     release_owner(std::nullopt);
     if (slots_fd >= 0) ::close(slots_fd);
   }};
+  // GPU-resident: no runner of this GPU starts CUDA while the candidate runs (the pools are held),
+  // and each timed phase's key waits for start-ups already in flight (issue 15, item 6: on the
+  // H200 the replacements' start-up overlapped the now short candidate's first timed phase).
+  bool pools_held = false;
+  auto release_pools = [&] {
+    if (!pools_held) return;
+    pools_held = false;
+    g.agent->hold(false);
+    g.trusted->hold(false);
+  };
+  struct PoolGuard {
+    std::function<void()> f;
+    ~PoolGuard() { f(); }
+  } pool_guard{[&] { release_pools(); }};
   if (resident) {
+    pools_held = true;
+    g.agent->hold(true);
+    g.trusted->hold(true);
     auto got_slots = std::make_shared<std::atomic<bool>>(false);
     auto go_future = go_promise.get_future().share();
     const double owner_budget = config_.job_timeout_s * 2;  // the candidate's run, then the reference's
@@ -518,7 +536,14 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       if (auto it = reference_s_.find(budget_key); it != reference_s_.end()) known_reference = it->second;
     }
     cand = run_job(req.trusted ? *g.trusted : *g.agent, cand_job, config_,
-                   candidate_budget_s(config_, cand_job, known_reference), {}, slots_fd);
+                   candidate_budget_s(config_, cand_job, known_reference), {}, slots_fd,
+                   resident ? std::function<void()>([&] {
+                     const auto deadline = Clock::now() + ms(std::min(5.0, config_.ready_timeout_s));
+                     g.agent->wait_started(deadline);
+                     g.trusted->wait_started(deadline);
+                   })
+                            : std::function<void()>());
+    release_pools();
     if (slots_fd >= 0) {  // the candidate's runner has exited: its mapping is gone
       ::close(slots_fd);
       slots_fd = -1;

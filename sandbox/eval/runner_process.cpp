@@ -145,6 +145,12 @@ std::string RunnerProcess::spare_defect() {
   return {};
 }
 
+bool RunnerProcess::said_ready() {
+  if (exit_ || result_eof_) return true;
+  pump(0);
+  return !lines_.empty() || result_eof_;
+}
+
 RunnerProcess::~RunnerProcess() {
   if (child_.pid() > 0 && !exit_) {
     kill();
@@ -325,10 +331,11 @@ RunnerPool::~RunnerPool() {
 void RunnerPool::refill() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    if (ready_.size() >= size_) {
+    if (ready_.size() >= size_ || (held_ && !ready_.empty())) {
       cv_.wait(lock);
       continue;
     }
+    starting_ = true;
     lock.unlock();
     std::unique_ptr<RunnerProcess> p;
     std::string err;
@@ -338,6 +345,7 @@ void RunnerPool::refill() {
       err = e.what();
     }
     lock.lock();
+    starting_ = false;
     if (p) {
       ready_.push_back(std::move(p));
       last_error_.clear();
@@ -346,6 +354,29 @@ void RunnerPool::refill() {
     }
     cv_.notify_all();
     if (!p) cv_.wait_for(lock, std::chrono::seconds(1));  // do not spin when fork fails
+  }
+}
+
+void RunnerPool::hold(bool on) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = on;
+  }
+  cv_.notify_all();
+}
+
+bool RunnerPool::wait_started(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    // A start in flight, or one the refill is about to make (fewer spares than the size, not held).
+    bool busy = starting_ || (ready_.size() < size_ && !(held_ && !ready_.empty()) && last_error_.empty());
+    for (auto& p : ready_)
+      if (!busy && !p->said_ready()) busy = true;
+    if (!busy) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    lock.lock();
   }
 }
 

@@ -83,6 +83,8 @@ class RunnerProcess {
   // executable it was started as (same inode, unchanged on disk), and it has said nothing beyond
   // "ready". Empty when fit, otherwise why not. Never blocks.
   std::string spare_defect();
+  // It has said "ready" (CUDA is up) or ended; never blocks, consumes nothing.
+  bool said_ready();
 
  private:
   RunnerProcess() = default;
@@ -122,6 +124,12 @@ class RunnerPool {
   // throws when starting fails.
   std::unique_ptr<RunnerProcess> take();
   const SpawnSpec& spec() const { return spec_; }
+  // While held, no replacement is started unless the pool is empty (a GPU-resident evaluation holds
+  // its GPU's pools while its candidate runs: no CUDA start-up beside a timed phase).
+  void hold(bool on);
+  // Waits until no runner of this pool is starting (every spare has said ready or ended, no start
+  // in flight); false at the deadline.
+  bool wait_started(std::chrono::steady_clock::time_point deadline);
 
  private:
   void refill();
@@ -132,6 +140,8 @@ class RunnerPool {
   std::deque<std::unique_ptr<RunnerProcess>> ready_;
   std::string last_error_;
   bool stop_ = false;
+  bool held_ = false;
+  bool starting_ = false;
   std::thread thread_;
 };
 

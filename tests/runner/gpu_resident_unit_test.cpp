@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
@@ -16,6 +18,7 @@
 #include "catch.hpp"
 #include "sandbox/eval/evaluator.hpp"
 #include "sandbox/eval/frames.hpp"
+#include "sandbox/eval/runner_process.hpp"
 #include "sandbox/runner/fd_pass.hpp"
 #include "sandbox/runner/wire.hpp"
 #include "tasks/loader/task.hpp"
@@ -184,4 +187,26 @@ TEST_CASE("gpu-resident: an owner sends slots before any call and never a timing
 
 TEST_CASE("gpu-resident: the switch is off by default (until its bound is proven on the H200)", "[runner][resident]") {
   CHECK_FALSE(EvalConfig{}.gpu_resident);
+}
+
+TEST_CASE("gpu-resident: a pool's wait_started waits for spares still starting, bounded by its deadline", "[runner][resident][process]") {
+  // A stand-in runner: says ready on fd 3 after 0.3 s of "start-up", then idles.
+  const auto dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "resident-pool";
+  std::filesystem::create_directories(dir);
+  const auto script = dir / "slow-ready.sh";
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\nsleep 0.3\necho '{\"event\":\"ready\",\"seq\":0}' >&3\nsleep 30\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  RunnerPool pool({script, Mode::trusted, -1, false}, 2);
+  // Too short a deadline: a start-up is still in flight.
+  CHECK_FALSE(pool.wait_started(std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(pool.wait_started(t0 + std::chrono::seconds(30)));
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(150));  // it did wait
+  // Held with spares ready: nothing more starts, and nothing is in flight.
+  pool.hold(true);
+  CHECK(pool.wait_started(std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
+  pool.hold(false);
 }
