@@ -95,16 +95,5 @@ TensorCheck compare_tensors(const void* got, const void* want, Dtype dtype, std:
   return c;
 }
 
-nlohmann::json TensorCheck::to_json() const {
-  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(std::to_string(v)); };
-  nlohmann::json j = {{"arg", arg},           {"seed_index", seed_index}, {"count", count},
-                      {"mismatches", mismatches}, {"nonfinite", nonfinite}, {"max_abs", num(max_abs)},
-                      {"max_rel", num(max_rel)}, {"first_bad", first_bad}};
-  if (first_bad >= 0) {
-    j["first_bad_got"] = num(first_bad_got);
-    j["first_bad_want"] = num(first_bad_want);
-  }
-  return j;
-}
 
 }  // namespace d2k::runner

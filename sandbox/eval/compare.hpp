@@ -11,19 +11,9 @@
 
 namespace d2k::runner {
 
-struct TensorCheck {
-  std::string arg;                 // output argument name
-  int seed_index = 0;              // >= 0: correctness seed; -1 - i: timed sample i
-  std::uint64_t count = 0;
-  std::uint64_t mismatches = 0;    // |got - want| > atol + rtol * |want|, or NaN/Inf where want is finite
-  std::uint64_t nonfinite = 0;     // NaN/Inf in got where want is finite (poison left unwritten)
-  double max_abs = 0;
-  double max_rel = 0;
-  std::int64_t first_bad = -1;     // element index, -1 when none
-  double first_bad_got = 0, first_bad_want = 0;
-  bool ok() const { return mismatches == 0; }
-  nlohmann::json to_json() const;
-};
+// TensorCheck (one output tensor's comparison) is defined with the wire (sandbox/runner/wire.hpp):
+// the GPU-resident path's trusted runner sends the same checks in its result.
+
 
 // Reads element i of a tensor of dtype as a double (bf16/f16 widened exactly).
 double element(const void* data, Dtype dtype, std::uint64_t i);

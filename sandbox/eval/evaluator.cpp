@@ -17,6 +17,9 @@
 #include <thread>
 
 #include "sandbox/eval/runner_path.hpp"
+#include "sandbox/runner/fd_pass.hpp"
+
+#include <future>
 
 namespace d2k::runner {
 
@@ -73,9 +76,15 @@ struct RunOutcome {
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
   double wait_ready_s = 0, run_s = 0;
+  double eof_s = -1;              // the result channel's end, since the job was sent
 };
 
-RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s) {
+// GPU-resident hooks: `on_slots` runs when an owner's "slots" frame arrives (the loop waits for it);
+// `pass_fd` (>= 0) is sent on the runner's slots socket right after the job.
+using SlotsHook = std::function<void(RunnerProcess&, const Event&)>;
+
+RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
+                   const SlotsHook& on_slots = {}, int pass_fd = -1, const std::function<void()>& before_key = {}) {
   RunOutcome o;
   o.proc = pool.take();
   const auto t0 = Clock::now();
@@ -102,6 +111,15 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
   }
   const auto t1 = Clock::now();
   o.proc->send_job(job);
+  if (pass_fd >= 0) {
+    if (std::string e = send_fd(o.proc->slots_socket(), pass_fd); !e.empty()) {
+      o.failure = "not_ready";
+      o.detail = "passing the output slots: " + e;
+      o.proc->kill();
+      o.exit = o.proc->wait();
+      return o;
+    }
+  }
   const auto job_deadline = t1 + ms(budget_s);  // fixed at dispatch: no frame extends it
   bool have_result = false;
   for (;;) {
@@ -110,7 +128,10 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
                                       : std::min(job_deadline, Clock::now() + ms(cfg.call_timeout_s));
     Event ev;
     const auto r = o.proc->next(ev, deadline);
-    if (r == RunnerProcess::Read::eof) break;
+    if (r == RunnerProcess::Read::eof) {
+      o.eof_s = since(t1);
+      break;
+    }
     if (r == RunnerProcess::Read::timeout) {
       if (!have_result) {
         o.failure = "timeout";
@@ -139,11 +160,14 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       o.proc->kill();
       break;
     }
-    if (name == "call") {
+    if (name == "slots") {
+      if (on_slots) on_slots(*o.proc, ev);
+    } else if (name == "call") {
       ++o.calls;
     } else if (name == "timing_ready") {
       // Released only now: the inputs of this phase's calls did not exist before this line.
       const auto w = ev.body.at("workload").get<std::size_t>();
+      if (before_key) before_key();  // before the window opens: it is not charged to the candidate
       const std::uint64_t key = fresh_secret();
       o.keys[w] = key;
       o.timing_begin[w] = o.proc->send_line(json{{"key", key}}.dump());
@@ -162,7 +186,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
     }
   }
   o.exit = o.proc->wait();
-  o.run_s = since(t1);
+  o.run_s = since(t1);  // to the reap: the process, its CUDA context and any work it left, are gone
   o.all_frames = frames.all_done();
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
     if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
@@ -407,9 +431,100 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   cand_job.hide_paths = hide;
   cand_job.record_launches = req.record_launches;
   cand_job.host_memory_bytes = config_.host_memory_bytes;
+  // GPU-resident outputs (EvalConfig::gpu_resident): the trusted runner owns the candidate's output
+  // slots on the GPU and compares them there after the candidate's runner has exited.
+  const bool resident = config_.gpu_resident && !req.trusted;
+  if (resident) {
+    ref_job.gpu_slots = SlotsRole::owner;
+    ref_job.timing = cand_job.timing;  // the same slot layout; an owner never times
+    for (const auto& [dt, tol] : task.tolerances) ref_job.tolerances[dt] = Tolerance{tol.atol, tol.rtol};
+    cand_job.gpu_slots = SlotsRole::user;
+  }
 
   Gpu& g = *per_gpu_[static_cast<std::size_t>(req.gpu)];
   std::lock_guard<std::mutex> gpu_lock(g.mu);
+
+  // 0. GPU-resident: the owner (a trusted runner, in its own thread here) allocates the slots and
+  // exports them; its loop then waits for the "go" (the replay), sent once the candidate has exited.
+  RunOutcome ref;
+  int slots_fd = -1;
+  std::uint64_t slots_bytes = 0;
+  std::promise<std::pair<int, std::uint64_t>> slots_promise;
+  std::promise<std::optional<json>> go_promise;
+  bool go_sent = false;
+  std::thread owner;
+  auto release_owner = [&](std::optional<json> go) {
+    if (!owner.joinable()) return;
+    if (!go_sent) {
+      go_sent = true;
+      go_promise.set_value(std::move(go));
+    }
+    owner.join();
+  };
+  struct OwnerGuard {
+    std::function<void()> f;
+    ~OwnerGuard() { f(); }
+  } owner_guard{[&] {
+    release_owner(std::nullopt);
+    if (slots_fd >= 0) ::close(slots_fd);
+  }};
+  // GPU-resident: no runner of this GPU starts CUDA while the candidate runs (the pools are held),
+  // and each timed phase's key waits for start-ups already in flight (issue 15, item 6: on the
+  // H200 the replacements' start-up overlapped the now short candidate's first timed phase).
+  bool pools_held = false;
+  auto release_pools = [&] {
+    if (!pools_held) return;
+    pools_held = false;
+    g.agent->hold(false);
+    g.trusted->hold(false);
+  };
+  struct PoolGuard {
+    std::function<void()> f;
+    ~PoolGuard() { f(); }
+  } pool_guard{[&] { release_pools(); }};
+  if (resident) {
+    pools_held = true;
+    g.agent->hold(true);
+    g.trusted->hold(true);
+    auto got_slots = std::make_shared<std::atomic<bool>>(false);
+    auto go_future = go_promise.get_future().share();
+    const double owner_budget = config_.job_timeout_s * 2;  // the candidate's run, then the reference's
+    owner = std::thread([&, got_slots, go_future, owner_job = ref_job] {
+      const auto t = Clock::now();
+      try {
+        ref = run_job(*g.trusted, owner_job, config_, owner_budget, [&](RunnerProcess& proc, const Event& ev) {
+          std::string err;
+          const int fd = recv_fd(proc.slots_socket(), 10000, err);
+          const auto bytes = ev.body.value("bytes", std::uint64_t{0});
+          got_slots->store(true);
+          slots_promise.set_value({fd, bytes});
+          const std::optional<json> go = go_future.get();
+          if (!go || fd < 0) {
+            proc.kill();
+            return;
+          }
+          proc.send_line(go->dump());
+        });
+      } catch (const std::exception& e) {
+        ref.failure = "not_ready";
+        ref.detail = e.what();
+      }
+      res.phases.reference_s = since(t);
+      if (!got_slots->load()) slots_promise.set_value({-1, 0});
+    });
+    const auto slots = slots_promise.get_future().get();
+    slots_fd = slots.first;
+    slots_bytes = slots.second;
+    if (slots_fd < 0 || slots_bytes == 0) {
+      release_owner(std::nullopt);
+      res.status = Outcome::internal_error;
+      res.message = "the reference runner could not provide output slots: " +
+                    (!ref.failure.empty() ? ref.failure + ": " + ref.detail
+                     : ref.result ? ref.result->message : std::string("no descriptor"));
+      return res;
+    }
+    cand_job.gpu_slots_bytes = slots_bytes;
+  }
 
   // 1. The candidate in a fresh runner (the parent releases each timed phase's key when it is due).
   RunOutcome cand;
@@ -421,13 +536,29 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       if (auto it = reference_s_.find(budget_key); it != reference_s_.end()) known_reference = it->second;
     }
     cand = run_job(req.trusted ? *g.trusted : *g.agent, cand_job, config_,
-                   candidate_budget_s(config_, cand_job, known_reference));
+                   candidate_budget_s(config_, cand_job, known_reference), {}, slots_fd,
+                   resident ? std::function<void()>([&] {
+                     const auto deadline = Clock::now() + ms(std::min(5.0, config_.ready_timeout_s));
+                     g.agent->wait_started(deadline);
+                     g.trusted->wait_started(deadline);
+                   })
+                            : std::function<void()>());
+    release_pools();
+    if (slots_fd >= 0) {  // the candidate's runner has exited: its mapping is gone
+      ::close(slots_fd);
+      slots_fd = -1;
+    }
     res.phases.candidate_s = since(t) - cand.wait_ready_s;
     res.phases.wait_ready_s = cand.wait_ready_s;
   } catch (const std::exception& e) {
     res.status = Outcome::internal_error;
     res.message = std::string("candidate runner: ") + e.what();
     return res;
+  }
+  if (!cand.timing_end.empty() && cand.eof_s >= 0) {
+    double last_end = 0;
+    for (const auto& [w, t] : cand.timing_end) last_end = std::max(last_end, t);
+    res.phases.candidate_tail_s = std::max(0.0, cand.run_s - last_end);
   }
   res.runner_output = tail(cand.proc->output(), 4000);
   if (cand.proc->output_dropped() > 0)
@@ -487,13 +618,24 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       ref_job.workloads[w].replay_samples = n->second;
     }
   }
-  RunOutcome ref;
-  try {
+  if (resident) {
+    // The owner replays and compares only now, after the candidate's runner has exited.
+    json replay = json::array();
+    for (std::size_t w = 0; w < ref_job.workloads.size(); ++w)
+      if (ref_job.workloads[w].replay_samples > 0)
+        replay.push_back({{"workload", w}, {"key", ref_job.workloads[w].replay_key},
+                          {"samples", ref_job.workloads[w].replay_samples}});
     const auto t = Clock::now();
-    ref = run_job(*g.trusted, ref_job, config_, config_.job_timeout_s);
+    release_owner(json{{"replay", replay}});
     res.phases.reference_s = since(t);
-  } catch (const std::exception& e) {
-    return finish(Outcome::internal_error, std::string("reference runner: ") + e.what());
+  } else {
+    try {
+      const auto t = Clock::now();
+      ref = run_job(*g.trusted, ref_job, config_, config_.job_timeout_s);
+      res.phases.reference_s = since(t);
+    } catch (const std::exception& e) {
+      return finish(Outcome::internal_error, std::string("reference runner: ") + e.what());
+    }
   }
   if (!ref.failure.empty() || !ref.result || ref.result->status != Outcome::ok ||
       ref.result->workloads.size() != ref_job.workloads.size()) {
@@ -508,14 +650,59 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     // The next candidate of this task and request shape gets its GPU budget from this (class 15).
     std::lock_guard<std::mutex> lock(budget_mu_);
     double& known = reference_s_[budget_key];
-    known = std::max(known, ref.run_s);
+    known = std::max(known, resident ? res.phases.reference_s : ref.run_s);  // an owner's run_s holds the candidate's
   }
 
-  // 4. Correctness, in this process: every output of every seed, and of every timed call.
+  // 4. Correctness: every output of every seed, and of every timed call (GPU-resident: compared by
+  // the owner on the GPU; otherwise here, from both runners' output files).
   const auto t_cmp = Clock::now();
+  if (resident) {
+    const Layout cand_layout = output_layout(cand_job);
+    bool all_ok = true;
+    for (std::size_t w = 0; w < workloads.size(); ++w) {
+      // The owner must have compared every slot the candidate filled: its seeds and announced samples.
+      std::size_t expected = 0;
+      for (const Slot& s : cand_layout.slots) {
+        if (s.workload != w) continue;
+        if (s.seed_index < 0) {
+          const auto n = cand.announced_samples.find(w);
+          if (n == cand.announced_samples.end() || -1 - s.seed_index >= n->second) continue;
+        }
+        ++expected;
+      }
+      const auto& rchecks = ref.result->workloads[w].checks;
+      if (rchecks.size() != expected)
+        return finish(Outcome::internal_error, "the reference compared " + std::to_string(rchecks.size()) + " outputs of " +
+                                                   workloads[w]->name + ", expected " + std::to_string(expected));
+      WorkloadEval we;
+      we.name = workloads[w]->name;
+      we.visible = workloads[w]->visible;
+      we.correct = true;
+      int failing_timed = 0;
+      for (TensorCheck c : rchecks) {
+        if (c.arg_index >= task.args.size()) return finish(Outcome::internal_error, "the reference named no such output");
+        c.arg = task.args[c.arg_index].name;
+        const bool ok = c.ok();
+        if (!ok) we.correct = false;
+        if (c.seed_index >= -1 || (!ok && failing_timed++ < 4)) we.checks.push_back(std::move(c));
+      }
+      we.timing = rr.workloads[w].timing;
+      we.launches = rr.workloads[w].launches;
+      all_ok = all_ok && we.correct;
+      res.workloads.push_back(std::move(we));
+    }
+    res.phases.compare_s = 0;  // on the GPU, inside the reference phase
+    if (!all_ok) {
+      std::string which;
+      for (const auto& we : res.workloads)
+        if (!we.correct) which += (which.empty() ? "" : ", ") + we.name;
+      return finish(Outcome::incorrect, "outputs differ from the reference on: " + which);
+    }
+  }
+  bool all_correct = true;
+  if (!resident) {
   const Layout cand_layout = output_layout(cand_job);
   const Layout ref_layout = output_layout(ref_job);
-  bool all_correct = true;
   try {
     // Every (candidate slot, reference slot) pair is compared on a few threads: large outputs times
     // (seeds + 1) take seconds on one core. Each thread holds two slots in memory at a time.
@@ -587,6 +774,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     return finish(Outcome::internal_error, std::string("comparing outputs: ") + e.what());
   }
   res.phases.compare_s = since(t_cmp);
+  }
   if (!all_correct) {
     std::string which;
     for (const auto& we : res.workloads)
@@ -634,6 +822,14 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
           (all_calls.samples * sample_o + we.timing->samples * replay_o) / std::max(1, all_calls.samples);
       const double window = e->second - b->second;
       double below = 0;
+      {
+        const double n = all_calls.samples;
+        const double real = window - n * per_call;
+        const double slack = config_.bound.fixed_slack_s + n * (config_.bound.overhead_rel_slack * per_call + config_.bound.call_slack_s);
+        we.window_s = window;
+        we.call_overhead_s = per_call;
+        we.flag_below_fraction = real > 0 ? std::max(0.0, (config_.bound.fraction * real - slack) / real) : 0;
+      }
       // Both bounds allow the candidate's per-call overhead to differ from the reference's by
       // bound.overhead_rel_slack of it (the hand-over copies vary that much between processes).
       if (claimed_time_implausible(all_calls, window, per_call, config_.flag_factor,
@@ -729,6 +925,9 @@ json WorkloadEval::to_json() const {
   if (timing) {
     j["timing"] = runner::to_json(*timing);
     j["outside_s"] = outside_s;
+    j["window_s"] = window_s;
+    j["call_overhead_s"] = call_overhead_s;
+    j["flag_below_fraction"] = flag_below_fraction;
   }
   if (launches) {
     json ls = json::array();
@@ -750,7 +949,8 @@ json EvalResult::to_json() const {
           {"gpu_name", gpu_name},
           {"phases",
            {{"reference_s", phases.reference_s}, {"wait_ready_s", phases.wait_ready_s},
-            {"candidate_s", phases.candidate_s}, {"compare_s", phases.compare_s}, {"total_s", phases.total_s}}},
+            {"candidate_s", phases.candidate_s}, {"compare_s", phases.compare_s}, {"total_s", phases.total_s},
+            {"candidate_tail_s", phases.candidate_tail_s}}},
           {"runner_output", runner_output},
           {"launches_error", launches_error}};
 }

@@ -71,6 +71,15 @@ struct EvalConfig {
   double flag_slack_s = 50e-6;
   double flag_fixed_slack_s = 5e-3;
   ParentBound bound;                          // and the tight bound (below)
+  // GPU-resident outputs (docs/timing-protocol.md): the trusted runner owns the candidate's output
+  // slots on the GPU (CUDA VMM, POSIX fd passed through this process), the agent runner copies each
+  // call's outputs there device to device, and the trusted runner compares them with the
+  // reference's on the GPU after the agent runner has exited. Off: outputs go through host memfds
+  // and are compared here on the CPU. Agent-mode candidates only (calibration keeps the CPU path).
+  // Off by default: on the H200 (2026-12-01 22:40Z, tests/README.md) it was correct everywhere, but 2
+  // of 13 honest evaluations of vector_add were flagged by the 2x outside bound on the first timed
+  // workload (a 5-26 ms fixed cost in that phase that the trusted overhead does not hold).
+  bool gpu_resident = false;
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
   TrustedBuild build_trusted;
@@ -98,6 +107,11 @@ struct WorkloadEval {
   std::vector<TensorCheck> checks;            // one per output × seed, plus the timed call's
   std::optional<TimingResult> timing;
   double outside_s = 0;                       // the parent's per-sample bound (0: not timed)
+  double window_s = 0;                        // the parent's window of the timed phase (key to timing_end)
+  double call_overhead_s = 0;                 // the trusted per-call overhead the bound subtracts
+  // The claimed fraction of the parent-measured call time (window less overheads) below which the
+  // tight bound flags this workload, with this phase's sample count and slack (0: not timed).
+  double flag_below_fraction = 0;
   std::optional<std::vector<LaunchRecord>> launches;  // when requested and the runner could record
   nlohmann::json to_json() const;
 };
@@ -106,8 +120,11 @@ struct PhaseTimes {
   double reference_s = 0;                     // trusted reference run, wall clock
   double wait_ready_s = 0;                    // waiting for the agent runner's CUDA start-up
   double candidate_s = 0;                     // agent runner job, wall clock
-  double compare_s = 0;
+  double compare_s = 0;                       // in the parent (0 on the GPU-resident path: the owner compares)
   double total_s = 0;
+  // The parent's clock from the last timing_end to the candidate's reap (its process, CUDA context
+  // and any GPU work it left are gone): work deferred past the timed phases would show here (measured, not yet bounded).
+  double candidate_tail_s = 0;
 };
 
 struct EvalResult {

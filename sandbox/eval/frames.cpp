@@ -15,9 +15,13 @@ long long index_field(const json& j, const char* key) {
 
 }  // namespace
 
-FrameChecker::FrameChecker(const Job& job) : seeds_(job.seeds.size()) {
+FrameChecker::FrameChecker(const Job& job)
+    : seeds_(job.seeds.size()), slots_due_(job.gpu_slots == SlotsRole::owner) {
+  // A GPU-resident owner (trusted) never times: its job keeps the candidate's timing spec only so
+  // that both ends compute the same slot layout.
+  const bool owner = job.gpu_slots == SlotsRole::owner;
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
-    workloads_.push_back({job.timing.enabled && job.workloads[w].time, timed_slots(job, w)});
+    workloads_.push_back({!owner && job.timing.enabled && job.workloads[w].time, timed_slots(job, w)});
 }
 
 void FrameChecker::next_workload() {
@@ -48,6 +52,11 @@ std::string FrameChecker::accept(const json& frame) {
            std::to_string(seq_) + (static_cast<std::uint64_t>(seq) < seq_ ? " (a duplicate or replay)" : " (a gap)");
   ++seq_;
   if (ev == "heartbeat") return "";
+  if (slots_due_) {  // a GPU-resident owner's first frame after ready: its slots are exported
+    if (ev != "slots" && ev != "result") return "frame '" + ev.substr(0, 32) + "' before the owner's slots";
+    slots_due_ = false;
+    if (ev == "slots") return "";
+  }
   if (ev == "result") {
     result_ = true;
     return "";

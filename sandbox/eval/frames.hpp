@@ -41,6 +41,7 @@ class FrameChecker {
   };
   std::vector<Wl> workloads_;
   std::size_t seeds_ = 0;
+  bool slots_due_ = false;      // a GPU-resident owner: "slots" is due before any call
   std::uint64_t seq_ = 0;       // the number the next frame must carry
   std::size_t w_ = 0, s_ = 0;   // the next call due: workload, seed index
   Phase phase_ = Phase::calls;

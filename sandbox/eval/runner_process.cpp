@@ -1,5 +1,7 @@
 #include "sandbox/eval/runner_process.hpp"
 
+#include <sys/socket.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -63,8 +65,16 @@ std::unique_ptr<RunnerProcess> RunnerProcess::start(const SpawnSpec& spec) {
     throw std::runtime_error("memfd_create failed");
   }
 
+  // fd 5: a unix socket for one descriptor (the GPU-resident output slots: the owner sends its
+  // export to the parent, the parent sends it to the agent runner).
+  int sv[2] = {-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) throw std::runtime_error("socketpair failed");
+  p->slots_ = sandbox::Fd(sv[0]);
+  sandbox::Fd child_slots(sv[1]);
+
   sandbox::SpawnSpec s;
-  s.argv = {spec.runner.string(), "--mode", std::string(mode_name(spec.mode)), "--result-fd", "3", "--out-fd", "4"};
+  s.argv = {spec.runner.string(), "--mode", std::string(mode_name(spec.mode)), "--result-fd", "3", "--out-fd", "4",
+            "--slots-fd", "5"};
   if (spec.isolate && spec.mode != Mode::probe && spec.mode != Mode::bandwidth) s.argv.push_back("--isolate");
   std::map<std::string, std::string> env = {{"PATH", "/usr/bin:/bin"}, {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}, {"HOME", "/"},
                                             {"LANG", "C"}, {"CUDA_MODULE_LOADING", "LAZY"}};
@@ -74,7 +84,7 @@ std::unique_ptr<RunnerProcess> RunnerProcess::start(const SpawnSpec& spec) {
   s.in = sandbox::Stdio::piped();    // the job, one JSON line
   s.out = sandbox::Stdio::piped();   // stdout and stderr: drained, capped
   s.err = sandbox::Stdio::with_stdout();
-  s.keep_fds = {{result.write.get(), 3}, {p->out_.get(), 4}};
+  s.keep_fds = {{result.write.get(), 3}, {p->out_.get(), 4}, {child_slots.get(), 5}};
   s.own_process_group = true;
   s.die_with_parent = true;
   try {
@@ -133,6 +143,12 @@ std::string RunnerProcess::spare_defect() {
     if (!ev.is_object() || ev.value("event", std::string()) != "ready") return "unexpected output before its job";
   }
   return {};
+}
+
+bool RunnerProcess::said_ready() {
+  if (exit_ || result_eof_) return true;
+  pump(0);
+  return !lines_.empty() || result_eof_;
 }
 
 RunnerProcess::~RunnerProcess() {
@@ -315,10 +331,11 @@ RunnerPool::~RunnerPool() {
 void RunnerPool::refill() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    if (ready_.size() >= size_) {
+    if (ready_.size() >= size_ || (held_ && !ready_.empty())) {
       cv_.wait(lock);
       continue;
     }
+    starting_ = true;
     lock.unlock();
     std::unique_ptr<RunnerProcess> p;
     std::string err;
@@ -328,6 +345,7 @@ void RunnerPool::refill() {
       err = e.what();
     }
     lock.lock();
+    starting_ = false;
     if (p) {
       ready_.push_back(std::move(p));
       last_error_.clear();
@@ -336,6 +354,29 @@ void RunnerPool::refill() {
     }
     cv_.notify_all();
     if (!p) cv_.wait_for(lock, std::chrono::seconds(1));  // do not spin when fork fails
+  }
+}
+
+void RunnerPool::hold(bool on) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = on;
+  }
+  cv_.notify_all();
+}
+
+bool RunnerPool::wait_started(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    // A start in flight, or one the refill is about to make (fewer spares than the size, not held).
+    bool busy = starting_ || (ready_.size() < size_ && !(held_ && !ready_.empty()) && last_error_.empty());
+    for (auto& p : ready_)
+      if (!busy && !p->said_ready()) busy = true;
+    if (!busy) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    lock.lock();
   }
 }
 

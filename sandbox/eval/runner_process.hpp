@@ -72,6 +72,7 @@ class RunnerProcess {
   void kill();                     // SIGKILL to the whole process group
   Exit wait();                     // reaps (kills first if still running after a short grace)
   int output_fd() const { return out_.get(); }  // the memfd holding the output tensors
+  int slots_socket() const { return slots_.get(); }  // unix socket to its fd 5 (GPU-resident slots)
   const std::string& output() const { return output_; }  // captured stdout/stderr (capped)
   std::uint64_t output_dropped() const { return dropped_; }
   const std::string& error() const { return error_; }
@@ -82,6 +83,8 @@ class RunnerProcess {
   // executable it was started as (same inode, unchanged on disk), and it has said nothing beyond
   // "ready". Empty when fit, otherwise why not. Never blocks.
   std::string spare_defect();
+  // It has said "ready" (CUDA is up) or ended; never blocks, consumes nothing.
+  bool said_ready();
 
  private:
   RunnerProcess() = default;
@@ -89,6 +92,7 @@ class RunnerProcess {
   SpawnSpec spec_;
   sandbox::Child child_;
   sandbox::Fd job_, result_, log_, out_;  // its stdin, fd 3, stdout+stderr, fd 4 (memfd)
+  sandbox::Fd slots_;                     // our end of its fd 5
   std::string line_buf_;
   std::deque<std::string> lines_;
   bool result_eof_ = false;
@@ -120,6 +124,12 @@ class RunnerPool {
   // throws when starting fails.
   std::unique_ptr<RunnerProcess> take();
   const SpawnSpec& spec() const { return spec_; }
+  // While held, no replacement is started unless the pool is empty (a GPU-resident evaluation holds
+  // its GPU's pools while its candidate runs: no CUDA start-up beside a timed phase).
+  void hold(bool on);
+  // Waits until no runner of this pool is starting (every spare has said ready or ended, no start
+  // in flight); false at the deadline.
+  bool wait_started(std::chrono::steady_clock::time_point deadline);
 
  private:
   void refill();
@@ -130,6 +140,8 @@ class RunnerPool {
   std::deque<std::unique_ptr<RunnerProcess>> ready_;
   std::string last_error_;
   bool stop_ = false;
+  bool held_ = false;
+  bool starting_ = false;
   std::thread thread_;
 };
 

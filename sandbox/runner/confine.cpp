@@ -401,7 +401,7 @@ std::uint64_t max_foreign_device_bytes(std::uint64_t total_bytes) {
   return std::max<std::uint64_t>(4ull << 30, total_bytes / 10);
 }
 
-void check_clean_device() {
+void check_clean_device(std::uint64_t owned_bytes) {
   const cudaError_t sticky = cudaGetLastError();
   if (sticky != cudaSuccess) throw ConfineError(std::string("unclean device: pending error ") + cudaGetErrorName(sticky));
   std::size_t limit = 0;
@@ -413,7 +413,8 @@ void check_clean_device() {
   if (cudaCtxResetPersistingL2Cache() != cudaSuccess) throw ConfineError("unclean device: cannot reset persisting L2 lines");
   std::size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) throw ConfineError("unclean device: cannot read free memory");
-  const std::uint64_t used = total_bytes - free_bytes;
+  const std::uint64_t owned = std::min<std::uint64_t>(owned_bytes, total_bytes - free_bytes);
+  const std::uint64_t used = total_bytes - free_bytes - owned;
   if (used > max_foreign_device_bytes(total_bytes))
     throw ConfineError("unclean device: " + std::to_string(used >> 20) + " MiB of device memory in use (at most " +
                        std::to_string(max_foreign_device_bytes(total_bytes) >> 20) + " MiB expected)");

@@ -130,7 +130,8 @@ std::uint64_t max_foreign_device_bytes(std::uint64_t total_bytes);
 // L2 limit and lines (reset to 0 and read back), free device memory (max_foreign_device_bytes),
 // no sticky error. Throws ConfineError ("unclean device: ...") otherwise: the job is refused.
 // Called before every job, agent and trusted (calibration) alike.
-void check_clean_device();
+// `owned_bytes`: device memory the evaluation itself holds (a GPU-resident owner's output slots).
+void check_clean_device(std::uint64_t owned_bytes = 0);
 // The thermal half (nvml.hpp hot_reason on `read()`, Nvml::condition in the runner): waits, polling
 // every 100 ms and calling `beat` about every 0.5 s (the parent's silence deadline), until the GPU
 // is more than kThermalMarginC below its slowdown temperature and no heat or power slowdown holds

@@ -42,6 +42,8 @@
 #include "sandbox/runner/launch_records.hpp"
 #include "sandbox/runner/nvml.hpp"
 #include "sandbox/runner/csr_gen.hpp"
+#include "sandbox/runner/fd_pass.hpp"
+#include "sandbox/runner/gpu_slots.hpp"
 #include "sandbox/runner/runner_device.hpp"
 #include "sandbox/runner/runner_seccomp.hpp"
 #include "sandbox/runner/wire.hpp"
@@ -150,8 +152,8 @@ struct Sample {
 
 class Runner {
  public:
-  Runner(bool agent_mode, int result_fd, int out_fd)
-      : agent_(agent_mode), emit_(result_fd), out_fd_(out_fd) {}
+  Runner(bool agent_mode, int result_fd, int out_fd, int slots_fd)
+      : agent_(agent_mode), emit_(result_fd), out_fd_(out_fd), slots_fd_(slots_fd) {}
 
   int run(bool isolate) {
     const auto t0 = Clock::now();
@@ -202,6 +204,9 @@ class Runner {
     cudaRuntimeGetVersion(&device_.runtime_version);
     device_.nvml = nvml_.open(bus);
     device_.driver = nvml_.driver_version();
+    // NVML's first clock queries can be slow; they happen here, not inside a timed phase's window.
+    (void)nvml_.sm_clock_mhz();
+    (void)nvml_.sm_clock_max_mhz();
     // Twice the L2, at least 64 MiB: every line of an earlier call is evicted.
     gpu_.flush_bytes = std::max<std::uint64_t>(2 * device_.l2_bytes, 64ull << 20);
     RUNNER_CUDA(cudaMalloc(&gpu_.flush, gpu_.flush_bytes), setup_error);
@@ -224,7 +229,10 @@ class Runner {
       throw Stop{Outcome::bad_job, std::string("job is not JSON: ") + e.what()};
     }
     job_ = job_from_json(j);
-    layout_ = output_layout(job_);
+    layout_ = output_layout(job_);  // an owner's job has no replay yet: this is the candidate's layout
+    if (job_.gpu_slots == SlotsRole::user && agent_ == false)
+      throw Stop{Outcome::bad_job, "gpu_slots user is for agent runners"};
+    if (job_.gpu_slots == SlotsRole::owner && agent_) throw Stop{Outcome::bad_job, "gpu_slots owner is for trusted runners"};
   }
 
   // Resets what an earlier call may have left in the cache hierarchy, then evicts the L2.
@@ -303,13 +311,22 @@ class Runner {
   void execute() {
     const int so_fd = ::open(job_.so_path.c_str(), O_RDONLY | O_CLOEXEC);
     if (so_fd < 0) throw Stop{Outcome::load_error, "cannot open " + job_.so_path + ": " + std::strerror(errno)};
-    if (out_fd_ >= 0 && ftruncate(out_fd_, static_cast<off_t>(layout_.total_bytes)) != 0)
+    const bool gpu_slots = job_.gpu_slots != SlotsRole::none;
+    if (!gpu_slots && out_fd_ >= 0 && ftruncate(out_fd_, static_cast<off_t>(layout_.total_bytes)) != 0)
       throw Stop{Outcome::setup_error, std::string("sizing the output file: ") + std::strerror(errno)};
-    if (out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
-    confine_step([] { check_clean_device(); });  // what an earlier job left behind
+    if (!gpu_slots && out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
+    // What an earlier job left behind (the owner's slots of this evaluation are expected).
+    const std::uint64_t owned = job_.gpu_slots == SlotsRole::user ? job_.gpu_slots_bytes : 0;
+    confine_step([&] { check_clean_device(owned); });
     confine_step([&] {  // a GPU left hot or slowed down is waited out (heartbeats) or refused
       wait_until_cool([&] { return nvml_.condition(); }, kMaxCoolWaitS, [&] { emit_.send({{"event", "heartbeat"}}); });
     });
+    if (job_.gpu_slots == SlotsRole::owner) own_slots();
+    if (job_.gpu_slots == SlotsRole::user) map_slots();
+    if (slots_fd_ >= 0) {  // unused: agent code gets no channel to the parent beyond its frames
+      ::close(slots_fd_);
+      slots_fd_ = -1;
+    }
     // stdin stays open: the parent releases each timed phase's key there, just in time.
     if (job_.measure_overhead) measure_overhead();
     if (job_.record_launches) start_launch_records();
@@ -329,6 +346,50 @@ class Runner {
     baseline_threads_ = baseline_threads;
 
     for (std::size_t w = 0; w < job_.workloads.size(); ++w) run_workload(w);
+  }
+
+  // GPU-resident owner (trusted): the candidate's output slots on the GPU, exported to the parent
+  // (which hands the descriptor to the agent runner); then the parent's "go" line, sent once the
+  // agent runner has exited, with the timed calls to replay.
+  void own_slots() {
+    if (slots_fd_ < 0) throw Stop{Outcome::setup_error, "no slots socket"};
+    int fd = -1;
+    if (std::string e = slots_.create(layout_.total_bytes, fd); !e.empty())
+      throw Stop{Outcome::setup_error, "output slots: " + e};
+    const std::string sent = send_fd(slots_fd_, fd);
+    ::close(fd);
+    if (!sent.empty()) throw Stop{Outcome::setup_error, "output slots: " + sent};
+    ::close(slots_fd_);
+    slots_fd_ = -1;
+    emit_.send({{"event", "slots"}, {"bytes", slots_.size()}});
+    std::string line;
+    if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no go line on stdin"};
+    try {
+      const json go = json::parse(line);
+      for (const auto& r : go.at("replay")) {
+        const auto w = r.at("workload").get<std::size_t>();
+        const int n = r.at("samples").get<int>();
+        if (w >= job_.workloads.size() || n < 0 || n > timed_slots(job_, w))
+          throw Stop{Outcome::bad_job, "replay out of the layout"};
+        job_.workloads[w].replay_key = r.at("key").get<std::uint64_t>();
+        job_.workloads[w].replay_samples = n;
+      }
+    } catch (const json::exception& e) {
+      throw Stop{Outcome::bad_job, std::string("bad go line: ") + e.what()};
+    }
+  }
+
+  // GPU-resident user (agent): maps the owner's slots, before any foreign code is loaded.
+  void map_slots() {
+    if (slots_fd_ < 0) throw Stop{Outcome::setup_error, "no slots socket"};
+    if (job_.gpu_slots_bytes < layout_.total_bytes) throw Stop{Outcome::bad_job, "output slots smaller than the layout"};
+    std::string err;
+    const int fd = recv_fd(slots_fd_, 10000, err);
+    ::close(slots_fd_);
+    slots_fd_ = -1;
+    if (fd < 0) throw Stop{Outcome::setup_error, "output slots: " + err};
+    if (std::string e = slots_.import(fd, job_.gpu_slots_bytes); !e.empty())
+      throw Stop{Outcome::setup_error, "output slots: " + e};
   }
 
   // CUPTI is loaded and exercised once before any foreign code (and before the filter), so its
@@ -435,11 +496,30 @@ class Runner {
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
     };
     std::vector<char> host;
+    WorkloadResult wr;
     auto hand_over = [&](int seed_index) {
       for (std::size_t a = 0; a < n; ++a) {
         if (wl.args[a].role != ArgRole::output) continue;
         const Slot* slot = layout_.find(w, seed_index, a);
         if (slot == nullptr) continue;
+        if (job_.gpu_slots == SlotsRole::user) {  // device to device, into the owner's memory
+          RUNNER_CUDA(cudaMemcpyAsync(slots_.data() + slot->offset, bufs[a], slot->bytes, cudaMemcpyDeviceToDevice,
+                                      gpu_.stream), runtime_error);
+          RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
+          continue;
+        }
+        if (job_.gpu_slots == SlotsRole::owner) {  // the candidate's slot against this reference output
+          Tolerance tol;
+          if (auto it = job_.tolerances.find(std::string(dtype_name(slot->dtype))); it != job_.tolerances.end())
+            tol = it->second;
+          TensorCheck check;
+          RUNNER_CUDA(compare_on_gpu(slots_.data() + slot->offset, bufs[a], slot->dtype, slot->count, tol.atol, tol.rtol,
+                                     gpu_.stream, check), runtime_error);
+          check.seed_index = seed_index;
+          check.arg_index = a;
+          wr.checks.push_back(std::move(check));
+          continue;
+        }
         host.resize(slot->bytes);
         RUNNER_CUDA(cudaMemcpy(host.data(), bufs[a], slot->bytes, cudaMemcpyDeviceToHost), runtime_error);
         pwrite_all(out_fd_, host.data(), host.size(), slot->offset);
@@ -471,7 +551,6 @@ class Runner {
       emit_.send({{"event", "call"}, {"workload", w}, {"seed", s}});
     }
 
-    WorkloadResult wr;
     wr.name = wl.name;
     wr.launches = std::move(launch_records);
     // Trusted replay (the reference, after the candidate): the outputs of the candidate's timed calls,
@@ -500,7 +579,7 @@ class Runner {
       wr.replay_overhead_s = std::max(0.0, seconds_since(t0) - in_calls) / wl.replay_samples;
     }
 
-    if (job_.timing.enabled && wl.time) {
+    if (job_.timing.enabled && wl.time && job_.gpu_slots != SlotsRole::owner) {
       // The key of this timed phase arrives only now, from the parent (whose clock starts here):
       // every timed call gets inputs of its own, unknown to the process before they are due.
       emit_.send({{"event", "timing_ready"}, {"workload", w}});
@@ -599,6 +678,8 @@ class Runner {
   bool agent_;
   Emitter emit_;
   int out_fd_;
+  int slots_fd_;
+  SharedSlots slots_;
   Nvml nvml_;
   LaunchRecorder launches_;
   Gpu gpu_;
@@ -726,7 +807,7 @@ int bandwidth(int result_fd) {
 
 int main(int argc, char** argv) {
   bool agent = false, isolate = false, mode_given = false, probe_mode = false, bandwidth_mode = false;
-  int result_fd = 3, out_fd = 4;
+  int result_fd = 3, out_fd = 4, slots_fd = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--mode" && i + 1 < argc) {
@@ -742,13 +823,15 @@ int main(int argc, char** argv) {
       result_fd = std::atoi(argv[++i]);
     } else if (a == "--out-fd" && i + 1 < argc) {
       out_fd = std::atoi(argv[++i]);
+    } else if (a == "--slots-fd" && i + 1 < argc) {
+      slots_fd = std::atoi(argv[++i]);
     } else {
       mode_given = false;
       break;
     }
   }
   if (!mode_given) {
-    std::fprintf(stderr, "usage: d2k-runner --mode agent|trusted|probe|bandwidth [--isolate] [--result-fd N] [--out-fd N]\n");
+    std::fprintf(stderr, "usage: d2k-runner --mode agent|trusted|probe|bandwidth [--isolate] [--result-fd N] [--out-fd N] [--slots-fd N]\n");
     return 64;
   }
   if (fcntl(result_fd, F_GETFD) < 0) {
@@ -756,10 +839,11 @@ int main(int argc, char** argv) {
     return 64;
   }
   if (fcntl(out_fd, F_GETFD) < 0) out_fd = -1;
+  if (fcntl(slots_fd, F_GETFD) < 0) slots_fd = -1;
   signal(SIGPIPE, SIG_IGN);
   if (probe_mode) _exit(probe(result_fd));
   if (bandwidth_mode) _exit(bandwidth(result_fd));
-  d2k::runner::Runner runner(agent, result_fd, out_fd);
+  d2k::runner::Runner runner(agent, result_fd, out_fd, slots_fd);
   const int rc = runner.run(isolate);
   std::fflush(stdout);
   std::fflush(stderr);

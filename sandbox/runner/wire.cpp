@@ -59,6 +59,8 @@ json to_json(const Job& job) {
     }
     wls.push_back(wj);
   }
+  json tols = json::object();
+  for (const auto& [dt, t] : job.tolerances) tols[dt] = {{"atol", t.atol}, {"rtol", t.rtol}};
   return {{"so_path", job.so_path},
           {"entry", job.entry},
           {"returns_int", job.returns_int},
@@ -72,7 +74,19 @@ json to_json(const Job& job) {
           {"measure_overhead", job.measure_overhead},
           {"hide_paths", job.hide_paths},
           {"host_memory_bytes", job.host_memory_bytes},
-          {"record_launches", job.record_launches}};
+          {"record_launches", job.record_launches},
+          {"gpu_slots", to_string(job.gpu_slots)},
+          {"gpu_slots_bytes", job.gpu_slots_bytes},
+          {"tolerances", tols}};
+}
+
+std::string_view to_string(SlotsRole r) {
+  switch (r) {
+    case SlotsRole::none: return "none";
+    case SlotsRole::user: return "user";
+    case SlotsRole::owner: return "owner";
+  }
+  return "none";
 }
 
 Job job_from_json(const json& j) {
@@ -148,6 +162,20 @@ Job job_from_json(const json& j) {
   job.hide_paths = get_or<std::vector<std::string>>(j, "hide_paths", {}, c);
   job.host_memory_bytes = get_or<std::uint64_t>(j, "host_memory_bytes", 8ull << 30, c);
   job.record_launches = get_or<bool>(j, "record_launches", false, c);
+  const auto slots = get_or<std::string>(j, "gpu_slots", "none", c);
+  if (slots == "none") job.gpu_slots = SlotsRole::none;
+  else if (slots == "user") job.gpu_slots = SlotsRole::user;
+  else if (slots == "owner") job.gpu_slots = SlotsRole::owner;
+  else bad(c, "unknown gpu_slots role");
+  job.gpu_slots_bytes = get_or<std::uint64_t>(j, "gpu_slots_bytes", 0, c);
+  if (job.gpu_slots == SlotsRole::user && job.gpu_slots_bytes == 0) bad(c, "gpu_slots user without a size");
+  const json tols = get_or<json>(j, "tolerances", json::object(), c);
+  if (!tols.is_object()) bad(c, "tolerances must be an object");
+  for (const auto& [dt, t] : tols.items()) {
+    Tolerance tol{get<double>(t, "atol", c), get<double>(t, "rtol", c)};
+    if (!std::isfinite(tol.atol) || !std::isfinite(tol.rtol) || tol.atol < 0 || tol.rtol < 0) bad(c, "bad tolerance");
+    job.tolerances[dt] = tol;
+  }
   return job;
 }
 
@@ -219,6 +247,11 @@ json to_json(const RunnerResult& r) {
     json wj = {{"name", w.name}};
     if (w.timing) wj["timing"] = to_json(*w.timing);
     if (w.replay_overhead_s > 0) wj["replay_overhead_s"] = w.replay_overhead_s;
+    if (!w.checks.empty()) {
+      json cs = json::array();
+      for (const auto& ch : w.checks) cs.push_back(ch.to_json());
+      wj["checks"] = cs;
+    }
     if (w.launches) {
       json ls = json::array();
       for (const auto& l : *w.launches) ls.push_back(to_json(l));
@@ -252,6 +285,9 @@ RunnerResult result_from_json(const json& j) {
     WorkloadResult w;
     w.name = get<std::string>(wj, "name", c);
     w.replay_overhead_s = get_or<double>(wj, "replay_overhead_s", 0, c);
+    const json checks = get_or<json>(wj, "checks", json::array(), c);
+    if (!checks.is_array()) bad(c, "checks must be an array");
+    for (const auto& cj : checks) w.checks.push_back(check_from_json(cj));
     if (!std::isfinite(w.replay_overhead_s) || w.replay_overhead_s < 0) bad(c, "replay overhead out of range");
     if (wj.contains("timing")) {
       const json& t = wj.at("timing");
@@ -284,6 +320,50 @@ RunnerResult result_from_json(const json& j) {
     r.workloads.push_back(std::move(w));
   }
   return r;
+}
+
+json TensorCheck::to_json() const {
+  auto num = [](double v) { return std::isfinite(v) ? json(v) : json(std::to_string(v)); };
+  json j = {{"arg", arg},           {"seed_index", seed_index}, {"count", count},
+            {"mismatches", mismatches}, {"nonfinite", nonfinite}, {"max_abs", num(max_abs)},
+            {"max_rel", num(max_rel)}, {"first_bad", first_bad}};
+  if (first_bad >= 0) {
+    j["first_bad_got"] = num(first_bad_got);
+    j["first_bad_want"] = num(first_bad_want);
+  }
+  if (arg_index > 0) j["arg_index"] = arg_index;
+  return j;
+}
+
+TensorCheck check_from_json(const json& j) {
+  constexpr const char* c = "bad_result";
+  // Non-finite values travel as strings ("inf", "nan"); anything else must be a number.
+  auto num = [&](const char* key) -> double {
+    if (!j.contains(key)) return 0;
+    const json& v = j.at(key);
+    if (v.is_number()) return v.get<double>();
+    if (v.is_string()) {
+      const std::string s = v.get<std::string>();
+      if (s.find("nan") != std::string::npos) return std::nan("");
+      if (s.find("inf") != std::string::npos) return s[0] == '-' ? -INFINITY : INFINITY;
+    }
+    bad(c, std::string("check field '") + key + "' is not a number");
+  };
+  if (!j.is_object()) bad(c, "a check must be an object");
+  TensorCheck t;
+  t.arg = get_or<std::string>(j, "arg", "", c);
+  t.seed_index = get<int>(j, "seed_index", c);
+  t.count = get<std::uint64_t>(j, "count", c);
+  t.mismatches = get<std::uint64_t>(j, "mismatches", c);
+  t.nonfinite = get_or<std::uint64_t>(j, "nonfinite", 0, c);
+  t.max_abs = num("max_abs");
+  t.max_rel = num("max_rel");
+  t.first_bad = get_or<std::int64_t>(j, "first_bad", -1, c);
+  t.first_bad_got = num("first_bad_got");
+  t.first_bad_want = num("first_bad_want");
+  t.arg_index = get_or<std::size_t>(j, "arg_index", 0, c);
+  if (t.mismatches > t.count || t.nonfinite > t.mismatches || t.first_bad < -1) bad(c, "check counts out of range");
+  return t;
 }
 
 json to_json(const DeviceInfo& d) {

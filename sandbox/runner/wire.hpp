@@ -73,6 +73,18 @@ struct TimingSpec {
 };
 
 
+// GPU-resident outputs (docs/timing-protocol.md): none (outputs handed over through the output
+// file, compared in the parent); owner (a trusted runner: allocates the candidate's output slots on
+// the GPU, exports them as a descriptor on its slots socket, sends "slots", waits for the parent's
+// "go" line, then runs the reference and compares every slot on the GPU); user (the agent runner:
+// receives that descriptor on its slots socket, maps it, copies each call's outputs there).
+enum class SlotsRole { none, user, owner };
+std::string_view to_string(SlotsRole r);
+
+struct Tolerance {
+  double atol = 0, rtol = 0;
+};
+
 struct Job {
   std::string so_path;           // the shared object to load (opened before any hiding)
   std::string entry;             // C symbol
@@ -86,6 +98,9 @@ struct Job {
   // Record every kernel launch of each workload's first correctness call (CUPTI activity records;
   // d2k verify-tasks' resource properties). Off by default: it adds per-launch overhead.
   bool record_launches = false;
+  SlotsRole gpu_slots = SlotsRole::none;
+  std::uint64_t gpu_slots_bytes = 0;             // user: bytes to map (the owner's "slots" frame)
+  std::map<std::string, Tolerance> tolerances;   // owner: per dtype name, for the GPU comparison
 };
 
 nlohmann::json to_json(const Job& job);
@@ -157,8 +172,27 @@ LaunchRecord launch_from_json(const nlohmann::json& j);  // throws WireError
 
 inline constexpr std::size_t kMaxLaunchRecords = 4096;  // per workload; more is an error
 
+// One output tensor's comparison with the reference's: the parent's (sandbox/eval/compare.hpp) or
+// the GPU-resident owner's (sandbox/runner/gpu_slots.hpp), the same semantics.
+struct TensorCheck {
+  std::string arg;                 // output argument name (the owner sends its index; the parent names it)
+  int seed_index = 0;              // >= 0: correctness seed; -1 - i: timed sample i
+  std::uint64_t count = 0;
+  std::uint64_t mismatches = 0;    // |got - want| > atol + rtol * |want|, or NaN/Inf where want is finite
+  std::uint64_t nonfinite = 0;     // NaN/Inf in got where want is finite (poison left unwritten)
+  double max_abs = 0;
+  double max_rel = 0;
+  std::int64_t first_bad = -1;     // element index, -1 when none
+  double first_bad_got = 0, first_bad_want = 0;
+  std::size_t arg_index = 0;       // the owner's: entry-point argument index
+  bool ok() const { return mismatches == 0; }
+  nlohmann::json to_json() const;
+};
+TensorCheck check_from_json(const nlohmann::json& j);  // throws WireError
+
 struct WorkloadResult {
   std::string name;
+  std::vector<TensorCheck> checks;  // GPU-resident owner: every slot's comparison, in layout order
   std::optional<TimingResult> timing;
   std::optional<std::vector<LaunchRecord>> launches;  // when the job asked for launch records
   double replay_overhead_s = 0;  // trusted replay: per-call time outside the call (inputs, poison, hand-over)

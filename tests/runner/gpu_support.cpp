@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 
 namespace d2k::test {
 
@@ -21,10 +22,8 @@ std::filesystem::path nvcc_build(const std::filesystem::path& cu, const std::fil
   return so;
 }
 
-runner::Evaluator& evaluator() {
-  static std::once_flag once;
-  static std::unique_ptr<runner::Evaluator> ev;
-  std::call_once(once, [] {
+namespace {
+runner::EvalConfig test_config() {
     runner::EvalConfig cfg;
     cfg.state_dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner";
     cfg.build_trusted = [](const tasks::Task&, const std::filesystem::path& cu) {
@@ -34,6 +33,41 @@ runner::Evaluator& evaluator() {
     cfg.seeds = 2;
     cfg.timing.time_cap_s = 1.0;
     cfg.call_timeout_s = 8;
+    return cfg;
+}
+}  // namespace
+
+runner::Evaluator& evaluator() {
+  static std::once_flag once;
+  static std::unique_ptr<runner::Evaluator> ev;
+  std::call_once(once, [] {
+    runner::EvalConfig cfg = test_config();
+    if (const char* e = std::getenv("D2K_GPU_RESIDENT"); e != nullptr) cfg.gpu_resident = std::string(e) == "1";
+    std::printf("GPU tests on the %s path\n", cfg.gpu_resident ? "GPU-resident (D2K_GPU_RESIDENT=1)" : "host");
+    ev = std::make_unique<runner::Evaluator>(cfg);
+  });
+  return *ev;
+}
+
+runner::Evaluator& evaluator_host() {
+  static std::once_flag once;
+  static std::unique_ptr<runner::Evaluator> ev;
+  std::call_once(once, [] {
+    runner::EvalConfig cfg = test_config();
+    cfg.gpu_resident = false;
+    cfg.agent_pool_size = 1;
+    ev = std::make_unique<runner::Evaluator>(cfg);
+  });
+  return *ev;
+}
+
+runner::Evaluator& evaluator_resident() {
+  static std::once_flag once;
+  static std::unique_ptr<runner::Evaluator> ev;
+  std::call_once(once, [] {
+    runner::EvalConfig cfg = test_config();
+    cfg.gpu_resident = true;
+    cfg.agent_pool_size = 1;
     ev = std::make_unique<runner::Evaluator>(cfg);
   });
   return *ev;

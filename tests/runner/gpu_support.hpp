@@ -10,8 +10,13 @@
 
 namespace d2k::test {
 
-// The process-wide evaluator (plain nvcc for trusted builds, state under the build dir).
+// The process-wide evaluator (plain nvcc for trusted builds, state under the build dir), with the
+// default EvalConfig::gpu_resident (off); D2K_GPU_RESIDENT=1 in the environment runs every GPU test
+// (exploits included) on the GPU-resident path instead (D2K_GPU_RESIDENT=0: the host path).
 runner::Evaluator& evaluator();
+// Evaluators of the same configuration with gpu_resident on / off (their own runner pools).
+runner::Evaluator& evaluator_resident();
+runner::Evaluator& evaluator_host();
 // True when a GPU is present; otherwise prints a clear SKIP line naming the test.
 bool have_gpu(const char* test_name);
 const tasks::Task& vector_add();

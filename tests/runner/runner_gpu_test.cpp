@@ -2,6 +2,7 @@
 // baseline, experts) evaluate ok with timing and are never flagged; calibration caches their
 // times; a kernel built by the sandboxed compiler evaluates in an agent runner.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -111,4 +112,93 @@ TEST_CASE("a kernel built by the sandboxed compiler runs in an agent runner", "[
   REQUIRE(out.ok);
   const EvalResult e = eval_so(out.artifact, false);
   CHECK(e.status == d2k::sandbox::Outcome::ok);
+}
+
+// ---- GPU-resident outputs (EvalConfig::gpu_resident; docs/timing-protocol.md) --------------------
+namespace {
+EvalResult eval_resident(const std::filesystem::path& so, bool resident, WorkloadSet set = WorkloadSet::all) {
+  EvalRequest r;
+  r.task = &d2k::test::vector_add();
+  r.so_path = so;
+  r.workloads = set;
+  r.seeds = 2;
+  auto& ev = resident ? d2k::test::evaluator_resident() : d2k::test::evaluator_host();
+  EvalResult e = ev.evaluate(r);
+  std::printf("%s [%s]: %s time=%.3f us flags=%zu phases=%s\n", so.filename().c_str(), resident ? "gpu-resident" : "host",
+              std::string(d2k::sandbox::to_string(e.status)).c_str(), e.time_s * 1e6, e.flags.size(),
+              e.to_json().at("phases").dump().c_str());
+  for (const auto& w : e.workloads)
+    if (w.timing)
+      std::printf("   %-18s median %.2f us  cv %.4f  samples %d  outside %.2f\n", w.name.c_str(), w.timing->median_s * 1e6,
+                  w.timing->cv, w.timing->samples, w.outside_s * 1e6);
+  UNSCOPED_INFO(e.to_json().dump(1).substr(0, 4000));
+  return e;
+}
+// vector_add that is wrong at one element of each call (index 12345) and right elsewhere.
+std::filesystem::path wrong_at_12345() {
+  const auto dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "resident";
+  std::filesystem::create_directories(dir);
+  const auto cu = dir / "wrong_at_12345.cu";
+  std::ofstream(cu) << "#include <cstdint>\n#include <cuda_runtime.h>\n"
+                       "__global__ void k(const float* a, const float* b, float* y, int64_t n) {\n"
+                       "  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;\n"
+                       "  if (i < n) y[i] = i == 12345 ? a[i] - b[i] + 1.0f : a[i] + b[i];\n}\n"
+                       "extern \"C\" int d2k_vector_add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {\n"
+                       "  k<<<unsigned((n + 255) / 256), 256, 0, s>>>(a, b, y, n);\n  return int(cudaGetLastError());\n}\n";
+  return d2k::test::nvcc_build(cu, dir);
+}
+}  // namespace
+
+TEST_CASE("gpu-resident: the expert is correct, timed and unflagged, every output compared on the GPU", "[gpu][runner][resident]") {
+  if (!d2k::test::have_gpu("gpu-resident expert")) return;
+  const auto& task = d2k::test::vector_add();
+  const auto out = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so";
+  const auto so = d2k::test::nvcc_build(task.expert_path(3), out);
+  const EvalResult host = eval_resident(so, false);
+  const EvalResult gpu = eval_resident(so, true);
+  CHECK(host.status == d2k::sandbox::Outcome::ok);
+  REQUIRE(gpu.status == d2k::sandbox::Outcome::ok);
+  CHECK(gpu.flags.empty());
+  REQUIRE(gpu.workloads.size() == host.workloads.size());
+  for (std::size_t w = 0; w < gpu.workloads.size(); ++w) {
+    const auto& g = gpu.workloads[w];
+    CHECK(g.correct);
+    CHECK(g.timing.has_value() == host.workloads[w].timing.has_value());
+    std::size_t seeds = 0;
+    for (const auto& c : g.checks) {
+      CHECK(c.mismatches == 0);
+      CHECK(c.arg == "y");
+      if (c.seed_index >= 0) ++seeds;
+    }
+    CHECK(seeds == 2);
+    if (g.timing) CHECK(g.timing->samples >= 10);
+  }
+  CHECK(gpu.phases.compare_s == 0);  // no comparison in the parent
+}
+
+// The two evaluations draw their own secret seeds, so the values differ; the index, the count and
+// the relation of the values (the only wrong element sets max_abs) must hold on both paths.
+TEST_CASE("gpu-resident: a wrong element is found at the same index as on the host", "[gpu][runner][resident]") {
+  if (!d2k::test::have_gpu("gpu-resident wrong element")) return;
+  const auto so = wrong_at_12345();
+  const EvalResult host = eval_resident(so, false, WorkloadSet::visible);
+  const EvalResult gpu = eval_resident(so, true, WorkloadSet::visible);
+  REQUIRE(host.status == d2k::sandbox::Outcome::incorrect);
+  REQUIRE(gpu.status == d2k::sandbox::Outcome::incorrect);
+  REQUIRE(gpu.workloads.size() == host.workloads.size());
+  for (std::size_t w = 0; w < gpu.workloads.size(); ++w) {
+    const auto& g = gpu.workloads[w].checks;
+    const auto& h = host.workloads[w].checks;
+    REQUIRE(g.size() == h.size());
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      CHECK(g[i].seed_index == h[i].seed_index);
+      CHECK(g[i].mismatches == 1);
+      CHECK(g[i].mismatches == h[i].mismatches);
+      CHECK(g[i].first_bad == 12345);
+      CHECK(g[i].first_bad == h[i].first_bad);
+      CHECK(g[i].first_bad_got != g[i].first_bad_want);
+      CHECK(g[i].max_abs == std::fabs(g[i].first_bad_got - g[i].first_bad_want));
+      CHECK(h[i].max_abs == std::fabs(h[i].first_bad_got - h[i].first_bad_want));
+    }
+  }
 }

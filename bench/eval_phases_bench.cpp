@@ -1,0 +1,129 @@
+// The phases of one `evaluate` (compile-cache hit: the candidate is built once beforehand), on the
+// host path and on the GPU-resident path (EvalConfig::gpu_resident), for tasks' L3 experts, and
+// how tight the parent's bound is for each timed workload. Prints figures; asserts nothing.
+//   CUDA_VISIBLE_DEVICES=0 build/bin/bench_eval_phases [--runs 5] [--seeds 3] [--modes host,resident]
+//                                                      [--tasks vector_add,softmax] [--rel-slack X]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sandbox/eval/evaluator.hpp"
+#include "tasks/loader/task.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& name) {
+  fs::create_directories(dir);
+  const fs::path so = dir / (name + ".so");
+  const std::string cmd = "/usr/local/cuda/bin/nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC -lineinfo -o '" + so.string() +
+                          "' '" + cu.string() + "' 2>&1";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("nvcc failed: " + cmd);
+  return so;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = 5, seeds = 3;
+  double rel_slack = -1;  // --rel-slack: the tight bound's overhead_rel_slack (default: EvalConfig's)
+  std::vector<std::string> modes = {"host", "resident"}, task_names = {"vector_add", "softmax"};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--seeds")) seeds = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--modes")) modes = split(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--tasks")) task_names = split(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--rel-slack")) rel_slack = std::atof(argv[i + 1]);
+  }
+  const fs::path state = fs::temp_directory_path() / "d2k-bench-eval-phases";
+  std::time_t now = std::time(nullptr);
+  char date[64];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  for (const std::string& mode : modes) {
+    d2k::runner::EvalConfig cfg;
+    cfg.state_dir = state / mode;
+    cfg.build_trusted = [&](const d2k::tasks::Task& t, const fs::path& cu) {
+      return nvcc_build(cu, state / "trusted", t.id + "_" + cu.stem().string());
+    };
+    cfg.toolchain = "nvcc-bench";
+    cfg.gpu_resident = mode == "resident";
+    if (rel_slack >= 0) cfg.bound.overhead_rel_slack = rel_slack;
+    d2k::runner::Evaluator ev(cfg);
+    if (ev.gpu_count() == 0) {
+      std::printf("bench_eval_phases: no GPU (%s); nothing measured\n", ev.probe_error().c_str());
+      return 0;
+    }
+    std::printf("bench_eval_phases %s on %s (%s path, visible workloads, %d seeds, L3 expert, %d runs, bound slack %.2f x overhead)\n",
+                date, ev.gpus()[0].name.c_str(), mode.c_str(), seeds, runs, cfg.bound.overhead_rel_slack);
+    for (const std::string& name : task_names) {
+      const d2k::tasks::Task task = d2k::tasks::load_task(fs::path(D2K_TASKS_DIR) / name);
+      const fs::path so = nvcc_build(task.expert_path(3), state / "candidate", name + "_L3");
+      std::map<std::string, std::vector<double>> ph;
+      std::map<std::string, std::vector<double>> med, outside, over, frac, samples;
+      int ok = 0;
+      for (int r = 0; r <= runs; ++r) {  // run 0 warms the pools and the task's GPU budget
+        d2k::runner::EvalRequest req;
+        req.task = &task;
+        req.so_path = so;
+        req.seeds = seeds;
+        const auto t0 = std::chrono::steady_clock::now();
+        const d2k::runner::EvalResult e = ev.evaluate(req);
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (!e.ok()) {
+          std::printf("  %s run %d: %s %s\n", name.c_str(), r, std::string(d2k::sandbox::to_string(e.status)).c_str(),
+                      e.message.c_str());
+          continue;
+        }
+        if (r == 0) continue;
+        ++ok;
+        ph["wait_ready"].push_back(e.phases.wait_ready_s);
+        ph["candidate"].push_back(e.phases.candidate_s);
+        ph["reference"].push_back(e.phases.reference_s);
+        ph["compare"].push_back(e.phases.compare_s);
+        ph["total"].push_back(e.phases.total_s);
+        ph["wall"].push_back(wall);
+        ph["tail"].push_back(e.phases.candidate_tail_s);
+        for (const auto& w : e.workloads) {
+          if (!w.timing) continue;
+          med[w.name].push_back(w.timing->median_s);
+          outside[w.name].push_back(w.outside_s);
+          over[w.name].push_back(w.call_overhead_s);
+          frac[w.name].push_back(w.flag_below_fraction);
+          samples[w.name].push_back(w.timing->samples);
+        }
+      }
+      std::printf("  %-10s %-8s ok %d/%d  median phases [s]: wait_ready %.3f  candidate %.3f  reference %.3f  compare %.3f  total %.3f  (wall %.3f; last timing_end to exit %.3f)\n",
+                  name.c_str(), mode.c_str(), ok, runs, median(ph["wait_ready"]), median(ph["candidate"]),
+                  median(ph["reference"]), median(ph["compare"]), median(ph["total"]), median(ph["wall"]), median(ph["tail"]));
+      for (const auto& [w, v] : med)
+        std::printf("      %-18s kernel %.1f us  parent per call %.1f us  trusted overhead/call %.1f us  samples %.0f  "
+                    "flags a claim below %.1f %% of the parent's call time\n",
+                    w.c_str(), median(v) * 1e6, median(outside[w]) * 1e6, median(over[w]) * 1e6, median(samples[w]),
+                    100 * median(frac[w]));
+    }
+  }
+  return 0;
+}
