@@ -176,11 +176,20 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
 
   auto on_worker_error = [](const std::string& what) { log_error("worker error: " + what); };
   compile_pool_ = std::make_unique<WorkerPool>("compile", config_.compile_workers, on_worker_error);
-  for (std::size_t i = 0; i < gpu_info_.size(); ++i)
+  for (std::size_t i = 0; i < gpu_info_.size(); ++i) {
     gpu_queues_.push_back(std::make_unique<WorkerPool>("gpu" + std::to_string(i), 1, on_worker_error));
+    gpu_counters_.push_back(std::make_unique<GpuCounters>());
+  }
+  if (gpu_ && !gpu_info_.empty()) {
+    std::vector<const tasks::Task*> order;
+    for (const auto& t : tasks_.tasks) order.push_back(&t);
+    preparation_ = std::make_unique<Preparation>(gpu_, std::move(order), gpu_info_.size(),
+                                                 [](const std::string& line) { log_info(line); });
+  }
 }
 
 Server::~Server() {
+  preparation_.reset();  // its parked continuations submit to the GPU queues
   compile_pool_.reset();
   gpu_queues_.clear();
   if (stop_fd_ >= 0) ::close(stop_fd_);
@@ -242,6 +251,11 @@ void Server::run() {
   std::optional<clock::time_point> stop_deadline;
   bool cancelled = false;
   auto last_reap = clock::now();
+  if (preparation_) {
+    log_info("preparing " + std::to_string(tasks_.tasks.size()) + " task(s) on " + std::to_string(gpu_info_.size()) +
+             " GPU(s) in the background; evaluations of a task wait until it is ready");
+    preparation_->start();
+  }
   for (;;) {
     zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, mailbox_.fd(), ZMQ_POLLIN, 0},
@@ -260,6 +274,7 @@ void Server::run() {
         stop_deadline = clock::now() + std::chrono::milliseconds(
                                            static_cast<long long>(config_.shutdown_grace_s * 1000));
         log_info("stopping; " + std::to_string(deferred_in_flight_) + " action(s) in flight");
+        if (preparation_) preparation_->release();  // parked evaluations go on without it
       }
     }
     if (items[1].revents & ZMQ_POLLIN) mailbox_.drain();
@@ -286,6 +301,10 @@ void Server::run() {
   for (const auto& id : sessions_.ids()) {
     sessions_.find(id)->episode->end("server_shutdown");
     erase_session(id, "server_shutdown");
+  }
+  if (preparation_) {
+    if (!preparation_->done()) log_info("waiting for the task being prepared to finish");
+    preparation_->stop();
   }
   compile_pool_->stop();
   for (auto& q : gpu_queues_) q->stop();
@@ -671,14 +690,22 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
     }
     job.kernel_so = outcome.artifact;
     json compile_json = compile_to_json(outcome);
-    gpu_queues_.at(static_cast<std::size_t>(job.gpu))
-        ->submit([this, job, type, submit, compile_json, session_id, route, id]() {
+    // The timed run waits for its task's preparation on this GPU (parked in preparation_, not
+    // failed), then queues on the GPU.
+    auto enqueue = [this, job, type, submit, compile_json, session_id, route, id](double waited_s) {
+      gpu_queues_.at(static_cast<std::size_t>(job.gpu))
+          ->submit([this, job, type, submit, compile_json, session_id, route, id, waited_s]() {
           EvaluationReport report;
           Landed done;
           done.submit = submit;
+          done.prepare_wait_s = waited_s;
           done.last = {{"action", type}, {"compile", compile_json}};
           try {
             report = gpu_->evaluate(job);
+            GpuCounters& counters = *gpu_counters_.at(static_cast<std::size_t>(job.gpu));
+            ++counters.evaluations;
+            counters.phase_ns += static_cast<std::uint64_t>(std::max(0.0, report.gpu_phase_s) * 1e9);
+            counters.timed_ns += static_cast<std::uint64_t>(std::max(0.0, report.timed_s) * 1e9);
             done.last["ok"] = report.outcome == sandbox::Outcome::ok;
             done.last["evaluation"] = report.evaluation;
             if (report.outcome != sandbox::Outcome::ok)
@@ -692,6 +719,9 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
           done.breakdown = report.breakdown;
           land(session_id, id, route, std::move(done));
         });
+    };
+    if (preparation_) preparation_->when_ready(job.gpu, *job.task, session_id, std::move(enqueue));
+    else enqueue(0.0);
   });
 }
 
@@ -723,6 +753,8 @@ void Server::land(const std::string& session_id, std::uint64_t id, const Route& 
     if (landed.submit) ep.end("submitted");
     json extra = json::object();
     if (!landed.breakdown.is_null()) extra["reward"] = landed.breakdown;
+    if (landed.prepare_wait_s > 0)
+      extra["queue"] = {{"state", "ran_after_preparation"}, {"waited_for_preparation_s", landed.prepare_wait_s}};
     finish_deferred(session_id, id, protocol::make_ok_reply(id, step_reply(ep, landed.reward, extra)), route);
   });
 }
@@ -749,7 +781,10 @@ Value Server::op_observe(const Request& request) {
   Session& s = sessions_.find_open(request.session);
   if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   s.episode->touch();
-  return {{"observation", s.episode->observation()}, {"info", s.episode->info()}};
+  json info = s.episode->info();
+  if (s.in_flight && preparation_)
+    if (auto waiting = preparation_->waiting(request.session)) info["queue"] = std::move(*waiting);
+  return {{"observation", s.episode->observation()}, {"info", std::move(info)}};
 }
 
 Value Server::op_close(const Request& request) {
@@ -797,12 +832,24 @@ Value Server::op_stats() const {
   const std::size_t active = sessions_.count_active(), ended = sessions_.size() - active;
   double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   json gpus = json::array();
-  for (std::size_t i = 0; i < gpu_queues_.size(); ++i)
+  for (std::size_t i = 0; i < gpu_queues_.size(); ++i) {
+    const GpuCounters& c = *gpu_counters_[i];
+    const std::size_t parked = preparation_ ? preparation_->parked(static_cast<int>(i)) : 0;
+    auto fraction = [&](double seconds) { return uptime > 0 ? std::min(1.0, seconds / uptime) : 0.0; };
     gpus.push_back({{"index", i},
                     {"queued", gpu_queues_[i]->queued()},
+                    {"waiting_for_preparation", parked},
+                    {"queue_depth", gpu_queues_[i]->queued() + gpu_queues_[i]->running() + parked},
                     {"running", gpu_queues_[i]->running()},
                     {"sessions", sessions_.gpu_sessions(i)},
-                    {"busy_fraction", uptime > 0 ? gpu_queues_[i]->busy_seconds() / uptime : 0.0}});
+                    {"evaluations", c.evaluations.load()},
+                    // Real GPU use: time in runner jobs on the GPU, and of it the timed sample loops.
+                    {"busy_fraction", fraction(static_cast<double>(c.phase_ns.load()) * 1e-9)},
+                    {"timed_fraction", fraction(static_cast<double>(c.timed_ns.load()) * 1e-9)},
+                    // How long the GPU's queue held an evaluation (what busy_fraction was before issue 15).
+                    {"queue_occupancy", fraction(gpu_queues_[i]->busy_seconds())},
+                    {"preparation", preparation_ ? preparation_->progress(static_cast<int>(i)) : json(nullptr)}});
+  }
   json reasons = json::object();
   for (const auto& [k, v] : sessions_.end_reasons()) reasons[k] = v;
   return {{"uptime_s", uptime},

@@ -4,6 +4,7 @@
 // pools and comes back through the Mailbox, so the loop never blocks.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "env/config.hpp"
 #include "env/episode.hpp"
 #include "env/gpu_backend.hpp"
+#include "env/prepare.hpp"
 #include "env/recorder.hpp"
 #include "env/reply_cache.hpp"
 #include "env/route.hpp"
@@ -80,6 +82,13 @@ class Server {
     nlohmann::json breakdown;  // info.reward (evaluations only)
     bool submit = false;       // ends the episode
     bool storage = false;      // the server's disk refused the work: not a step, nothing charged
+    double prepare_wait_s = 0; // time the evaluation waited for its task's preparation
+  };
+  // What each GPU's evaluations cost it (stats): written by that GPU's queue thread.
+  struct GpuCounters {
+    std::atomic<std::uint64_t> evaluations{0};
+    std::atomic<std::uint64_t> phase_ns{0};  // runner jobs on the GPU (EvaluationReport::gpu_phase_s)
+    std::atomic<std::uint64_t> timed_ns{0};  // timed sample loops (EvaluationReport::timed_s)
   };
 
   void on_frames(std::vector<zmq::message_t>& frames);
@@ -124,6 +133,8 @@ class Server {
   Mailbox mailbox_;
   std::unique_ptr<WorkerPool> compile_pool_;
   std::vector<std::unique_ptr<WorkerPool>> gpu_queues_;  // one per GPU: one timed run at a time
+  std::vector<std::unique_ptr<GpuCounters>> gpu_counters_;
+  std::unique_ptr<Preparation> preparation_;  // with a GPU backend: every task readied on every GPU
   zmq::context_t context_{1};
   zmq::socket_t socket_{context_, zmq::socket_type::router};
   std::string bound_endpoint_;
