@@ -846,6 +846,8 @@ Value Server::op_stats() const {
                     // Real GPU use: time in runner jobs on the GPU, and of it the timed sample loops.
                     {"busy_fraction", fraction(static_cast<double>(c.phase_ns.load()) * 1e-9)},
                     {"timed_fraction", fraction(static_cast<double>(c.timed_ns.load()) * 1e-9)},
+                    {"busy_s", static_cast<double>(c.phase_ns.load()) * 1e-9},
+                    {"timed_s", static_cast<double>(c.timed_ns.load()) * 1e-9},
                     // How long the GPU's queue held an evaluation (what busy_fraction was before issue 15).
                     {"queue_occupancy", fraction(gpu_queues_[i]->busy_seconds())},
                     {"preparation", preparation_ ? preparation_->progress(static_cast<int>(i)) : json(nullptr)}});

@@ -313,3 +313,16 @@ TEST_CASE("the calibration cache parses its file once, and again only when it ch
   std::filesystem::remove_all(dir);
 }
 #endif
+
+TEST_CASE("d2k calibrate names what it cannot do", "[prepare][cli]") {
+  const auto bad = d2k::test::run_command(d2k::test::d2k_binary() + " calibrate --task no_such_task");
+  CHECK(bad.status == 2);
+  CHECK(bad.out.find("no task 'no_such_task'") != std::string::npos);
+  if (!std::filesystem::exists("/dev/nvidia0") && !std::filesystem::exists("/dev/nvidiactl")) {
+    const auto state = d2k::test::temp_dir("d2k-calibrate");
+    const auto r = d2k::test::run_command(d2k::test::d2k_binary() + " calibrate --state-dir " + state.string());
+    CHECK(r.status == 2);
+    CHECK(r.out.find("no GPU to calibrate on") != std::string::npos);
+    std::filesystem::remove_all(state);
+  }
+}
