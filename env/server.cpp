@@ -454,7 +454,10 @@ Server::Answer Server::dispatch(const Route& route, const Request& request) {
   if (op == "list_tasks") return {protocol::make_ok_reply(id, op_list_tasks())};
   if (op == "reset") return {protocol::make_ok_reply(id, op_reset(request.envelope))};
   if (op == "step") return op_step(route, request);
-  if (op == "observe") return {protocol::make_ok_reply(id, op_observe(request))};
+  if (op == "observe") {
+    if (!recorder_) return {{}, fast_observe(request)};  // nothing to log: no reply value needed
+    return {protocol::make_ok_reply(id, op_observe(request))};
+  }
   if (op == "close") return {protocol::make_ok_reply(id, op_close(request))};
   if (op == "stats") return {protocol::make_ok_reply(id, op_stats())};
   throw Error(ErrorCode::unknown_op, "unknown op '" + op + "'", "op");
@@ -556,6 +559,7 @@ Server::Answer Server::op_step(const Route& route, const Request& request) {
   const std::uint64_t id = request.envelope.id;
   const protocol::Action action = protocol::parse_step(request.envelope, config_.limits).action;
   Session& s = sessions_.find_open(request.session);
+  forget_observation(request.session);  // whatever the step does, the next observe rebuilds
   // Nothing of the session goes out, cached or new, while an earlier record waits for the disk.
   if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   if (ReplyBytes hit = replies_.find(request.session, id)) return {{}, hit};
@@ -727,6 +731,7 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
 
 void Server::land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed) {
   mailbox_.post([this, landed = std::move(landed), session_id, route, id]() {
+    forget_observation(session_id);
     Session* s = sessions_.find(session_id);
     if (!s) {
       --deferred_in_flight_;
@@ -787,8 +792,35 @@ Value Server::op_observe(const Request& request) {
   return {{"observation", s.episode->observation()}, {"info", std::move(info)}};
 }
 
+ReplyBytes Server::fast_observe(const Request& request) {
+  Session& s = sessions_.find_open(request.session);
+  s.episode->touch();
+  auto [it, fresh] = observations_.try_emplace(request.session);
+  if (fresh) it->second = s.episode->observation();
+  else it->second["budget"]["seconds_used"] = s.episode->seconds_used();  // the one field time changes
+  json info = s.episode->info();
+  if (s.in_flight && preparation_)
+    if (auto waiting = preparation_->waiting(request.session)) info["queue"] = std::move(*waiting);
+  // The reply map {observation, info, v, id, ok} written around the cached observation's encoding:
+  // what protocol::encode(make_ok_reply(...)) gives, in another key order (a map's order carries
+  // nothing, PROTOCOL.md section 3).
+  static const std::string head = [] {
+    std::string h(1, static_cast<char>(0x85));  // fixmap of 5 entries
+    return h + protocol::encode("v") + protocol::encode(protocol::kVersion) + protocol::encode("ok") +
+           protocol::encode(true) + protocol::encode("id");
+  }();
+  static const std::string observation_key = protocol::encode("observation"), info_key = protocol::encode("info");
+  const std::string obs = protocol::encode(it->second);
+  const std::string id = protocol::encode(request.envelope.id), inf = protocol::encode(info);
+  std::string bytes;
+  bytes.reserve(head.size() + id.size() + observation_key.size() + obs.size() + info_key.size() + inf.size());
+  bytes.append(head).append(id).append(observation_key).append(obs).append(info_key).append(inf);
+  return std::make_shared<const std::string>(std::move(bytes));
+}
+
 Value Server::op_close(const Request& request) {
   Session& s = sessions_.find_open(request.session);
+  forget_observation(request.session);
   Episode& ep = *s.episode;
   ep.end("closed");
   json out = {{"session", request.session}, {"end_reason", *ep.end_reason()}, {"steps", ep.steps()},
@@ -800,6 +832,7 @@ Value Server::op_close(const Request& request) {
 }
 
 void Server::erase_session(const std::string& id, const std::string& reason) {
+  forget_observation(id);
   Session* s = sessions_.find(id);
   if (!s) return;
   if (recorder_) {

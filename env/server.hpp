@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <zmq.hpp>
@@ -101,6 +102,10 @@ class Server {
   protocol::Value op_reset(const protocol::Envelope& request);
   Answer op_step(const Route& route, const Request& request);
   protocol::Value op_observe(const Request& request);
+  // observe without a recorder: the reply's bytes spliced from the session's cached observation
+  // (rebuilt only after the session changed; its clock field refreshed each time).
+  ReplyBytes fast_observe(const Request& request);
+  void forget_observation(const std::string& session) { observations_.erase(session); }
   protocol::Value op_close(const Request& request);
   protocol::Value op_stats() const;
 
@@ -142,6 +147,9 @@ class Server {
   bool stopping_ = false;
 
   SessionTable sessions_;
+  // Each session's observation as last built, for `observe` (issue 15 item 5): dropped whenever the
+  // server changes the session (step, a landed action, close, erase).
+  std::unordered_map<std::string, nlohmann::json> observations_;
   ReplyCache replies_;
   std::mt19937_64 rng_{std::random_device{}()};  // episode seeds not given by the client
 
