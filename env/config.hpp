@@ -62,6 +62,7 @@ struct Config {
   std::size_t reply_cache_bytes = 256u << 20;        // all cached replies of the server together
   double compile_deadline_s = 120;                   // wall clock of one nvcc run
   bool record = true;                                // write episode logs and the catalogue
+  bool prepare = true;                               // ready every task on every GPU at start (docs/pipeline.md)
   std::filesystem::path log_dir;                     // episode logs; default state_dir/episodes
   std::uint64_t log_budget_bytes = 16ull << 30;      // episode logs kept; the oldest finished go first; 0 = no bound
   std::filesystem::path catalogue;                   // SQLite index of episodes; default state_dir/catalogue.sqlite
@@ -122,6 +123,7 @@ void Config::for_each_key(Visit&& visit) {
   D2K_CONFIG_KEY(reply_cache_bytes, "", "Bytes of all cached replies together; the oldest go first, never a session's latest step reply");
   D2K_CONFIG_KEY(compile_deadline_s, "", "Wall-clock seconds of one nvcc run");
   D2K_CONFIG_KEY(record, "--record", "Write episode logs and the catalogue; --no-record writes none (a session can also opt out: reset options.record=false)");
+  D2K_CONFIG_KEY(prepare, "", "Prepare every task on every GPU in the background at start (trusted builds, calibration; docs/pipeline.md); false (`d2k serve --no-prepare`): each task's first evaluation does it inline");
   D2K_CONFIG_KEY(log_dir, "--log-dir", "Episode logs (default: <state-dir>/episodes)");
   D2K_CONFIG_KEY(log_budget_bytes, "", "Bytes of episode logs kept in the log dir; beyond it the oldest finished logs are deleted (0 = keep all)");
   D2K_CONFIG_KEY(catalogue, "--catalogue", "SQLite episode catalogue (default: <state-dir>/catalogue.sqlite)");

@@ -180,7 +180,7 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
     gpu_queues_.push_back(std::make_unique<WorkerPool>("gpu" + std::to_string(i), 1, on_worker_error));
     gpu_counters_.push_back(std::make_unique<GpuCounters>());
   }
-  if (gpu_ && !gpu_info_.empty()) {
+  if (gpu_ && !gpu_info_.empty() && config_.prepare) {
     std::vector<const tasks::Task*> order;
     for (const auto& t : tasks_.tasks) order.push_back(&t);
     preparation_ = std::make_unique<Preparation>(gpu_, std::move(order), gpu_info_.size(),

@@ -288,6 +288,23 @@ TEST_CASE("a server stopping with an evaluation parked still answers it", "[serv
   stopper.join();
 }
 
+TEST_CASE("--no-prepare: nothing is prepared and evaluations run at once", "[server][prepare][slow]") {
+  auto gpu = std::make_shared<GatedBackend>();
+  d2k::env::Config cfg = d2k::test::test_config();
+  cfg.prepare = false;
+  TestServer srv(cfg, gpu);
+  Client c(srv.endpoint);
+  const std::string s = c.reset("vector_add", 1, 7)["session"].get<std::string>();
+  c.step(s, {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", d2k::test::kGoodKernel}});
+  Value r = c.step(s, {{"type", "evaluate"}});
+  CHECK(r["observation"]["last"]["ok"] == true);
+  CHECK_FALSE(r["info"].contains("queue"));
+  CHECK(gpu->order().empty());
+  Value st = c.stats();
+  CHECK(st["gpus"][0]["preparation"].is_null());
+  CHECK(st["gpus"][0]["evaluations"] == 1);
+}
+
 #ifdef D2K_TEST_HAVE_EVAL
 TEST_CASE("the calibration cache parses its file once, and again only when it changed", "[prepare][calibration]") {
   const auto dir = d2k::test::temp_dir("d2k-calib-memo");
