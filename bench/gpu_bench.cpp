@@ -1,10 +1,22 @@
 // GPU evaluation figures (prints them; asserts nothing). On a GPU machine:
+//   (d) time to ready: a fresh server (empty state dir) prepares the chosen tasks (trusted builds,
+//       calibration) in the background; then a second server on the same state dir (persisted);
 //   (a) timing stability: the vector_add L3 expert evaluated N times, each in a fresh runner:
 //       median of the medians and the CV of the medians (pow2_64m);
-//   (b) the latency of one evaluate split into its phases (median over those runs);
-//   (c) evaluations per hour with S concurrent sessions on one GPU through a real server, and that
-//       GPU's busy fraction from `stats`.
-//   CUDA_VISIBLE_DEVICES=0 build/bin/bench_gpu [--runs 20] [--sessions 32] [--seconds 45]
+//   (b) one evaluate per task through the server (client round trip), cold (a compile-cache miss)
+//       and cached (median of --runs-b hits), split into the phases the reply reports;
+//   (c) evaluations per hour with S concurrent sessions (each of --sessions) on one GPU per task
+//       of --throughput, half the sessions evaluating a new source each time (compile misses),
+//       half the same source (hits), with the GPU's real busy fraction: runner GPU time from
+//       `stats` (busy_s, timed_s) and NVML utilisation sampled by nvidia-smi every 200 ms.
+//   CUDA_VISIBLE_DEVICES=0 build/bin/bench_gpu [--runs 20] [--runs-b 5] [--sessions 8,32,64]
+//       [--seconds 30] [--tasks vector_add,softmax|all] [--throughput vector_add,softmax] [--only dabc]
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,17 +25,22 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "env/gpu_setup.hpp"
+#include "env/log.hpp"
 #include "env/server.hpp"
 #include "protocol/client.hpp"
 #include "sandbox/compiler.hpp"
 #include "sandbox/eval/evaluator.hpp"
 
+extern char** environ;
+
 using namespace std::chrono;
 namespace fs = std::filesystem;
+using d2k::protocol::Value;
 
 namespace {
 
@@ -40,110 +57,362 @@ std::string read(const fs::path& p) {
   return ss.str();
 }
 
-}  // namespace
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
 
-int main(int argc, char** argv) {
-  int runs = 20, sessions = 32;
-  double seconds = 45;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--sessions")) sessions = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
+double since(steady_clock::time_point t) { return duration<double>(steady_clock::now() - t).count(); }
+
+// nvidia-smi sampling utilization.gpu of one GPU every 200 ms, in a child process, until stop().
+class NvmlSampler {
+ public:
+  explicit NvmlSampler(int gpu) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    const std::string index = std::to_string(gpu);
+    const char* argv[] = {"nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                          "-i", index.c_str(), "-lms", "200", nullptr};
+    if (::posix_spawnp(&pid_, "nvidia-smi", &fa, nullptr, const_cast<char* const*>(argv), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(fds[1]);
+    if (pid_ < 0) {
+      ::close(fds[0]);
+      return;
+    }
+    reader_ = std::thread([this, fd = fds[0]] {
+      std::string line;
+      char buf[512];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+        for (ssize_t i = 0; i < n; ++i) {
+          if (buf[i] != '\n') {
+            line += buf[i];
+            continue;
+          }
+          char* end = nullptr;
+          const double v = std::strtod(line.c_str(), &end);
+          if (end != line.c_str()) {
+            std::lock_guard lock(mu_);
+            samples_.push_back(v);
+          }
+          line.clear();
+        }
+      ::close(fd);
+    });
   }
-  char state[] = "/tmp/d2k-gpubench-XXXXXX";
-  if (!::mkdtemp(state)) return 1;
+  ~NvmlSampler() { stop(); }
+  // Mean utilisation in percent and the sample count (0 samples: nvidia-smi missing).
+  std::pair<double, std::size_t> stop() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    if (reader_.joinable()) reader_.join();
+    std::lock_guard lock(mu_);
+    double sum = 0;
+    for (double v : samples_) sum += v;
+    return {samples_.empty() ? 0 : sum / static_cast<double>(samples_.size()), samples_.size()};
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::thread reader_;
+  std::mutex mu_;
+  std::vector<double> samples_;
+};
+
+d2k::env::Config server_config(const fs::path& state, const fs::path& tasks_dir, const std::string& name) {
   d2k::env::Config cfg;
-  cfg.endpoint = std::string("ipc://") + state + "/s.sock";
-  cfg.tasks_dir = D2K_TASKS_DIR;
+  cfg.endpoint = "ipc://" + (state / (name + ".sock")).string();
+  cfg.tasks_dir = tasks_dir;
   cfg.state_dir = state;
   cfg.record = false;
   cfg.events_endpoint = "none";
-  cfg.max_budget.max_evaluations = 100000;
-  cfg.max_budget.max_steps = 100000;
+  cfg.max_budget.max_evaluations = 1000000;
+  cfg.max_budget.max_steps = 1000000;
   cfg.finalize();
-  d2k::tasks::TaskSet tasks = d2k::tasks::load_tasks(cfg.tasks_dir);
-  const d2k::tasks::Task* task = tasks.find("vector_add");
-  std::string note;
-  auto backend = d2k::env::make_gpu_backend(cfg, tasks, note);
-  if (!backend || !task) {
-    std::printf("bench_gpu: no usable GPU (%s); nothing measured\n", note.c_str());
-    return 0;
+  return cfg;
+}
+
+// A server on its own thread, with the GPU backend of its config.
+struct BenchServer {
+  BenchServer(const d2k::env::Config& cfg, std::string& note) {
+    d2k::tasks::TaskSet set = d2k::tasks::load_tasks(cfg.tasks_dir);
+    auto backend = d2k::env::make_gpu_backend(cfg, set, note);
+    if (!backend) return;
+    t0 = steady_clock::now();
+    server = std::make_unique<d2k::env::Server>(cfg, std::move(set), backend);
+    server->bind();
+    loop = std::thread([this] { server->run(); });
   }
+  ~BenchServer() {
+    if (loop.joinable()) {
+      server->request_stop();
+      loop.join();
+    }
+  }
+  // Seconds from construction until every GPU's preparation is done (polled through `stats`).
+  double wait_ready(Value* last_stats) {
+    d2k::Client c(server->endpoint());
+    for (;;) {
+      Value st = c.stats();
+      bool done = true;
+      for (const auto& g : st["gpus"]) done = done && g["preparation"].value("done", false);
+      if (done) {
+        if (last_stats) *last_stats = st;
+        return since(t0);
+      }
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  }
+  steady_clock::time_point t0;
+  std::unique_ptr<d2k::env::Server> server;
+  std::thread loop;
+};
+
+// One session at L3 with the task's L3 expert (or the reference where there is none) as its kernel.
+struct Session {
+  std::string id, main_file, source;
+};
+
+Session open_session(d2k::Client& c, const d2k::tasks::Task& task, std::uint64_t seed) {
+  Session s;
+  s.main_file = task.main_file;
+  s.source = read(fs::exists(task.expert_path(3)) ? task.expert_path(3) : task.reference_path());
+  s.id = c.reset(task.id, 3, seed, {{"max_evaluations", 1000000}, {"max_steps", 1000000}})["session"].get<std::string>();
+  return s;
+}
+
+void write_source(d2k::Client& c, const Session& s, const std::string& tag) {
+  // A comment changes the source's hash, not its code: a compile-cache miss on demand.
+  c.step(s.id, {{"type", "write_file"}, {"path", s.main_file}, {"content", s.source + "\n// " + tag + "\n"}});
+}
+
+std::string phases_text(const Value& last) {
+  std::string out;
+  char buf[96];
+  if (last.contains("compile")) {
+    std::snprintf(buf, sizeof buf, "compile %.3f s%s", last["compile"].value("seconds", 0.0),
+                  last["compile"].value("cached", false) ? " (cache hit)" : "");
+    out += buf;
+  }
+  if (last.contains("evaluation") && last["evaluation"].contains("phases"))
+    for (const auto& [k, v] : last["evaluation"]["phases"].items())
+      if (v.is_number()) {
+        std::snprintf(buf, sizeof buf, ", %s %.3f", k.c_str(), v.get<double>());
+        out += buf;
+      }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = 20, runs_b = 5;
+  double seconds = 30;
+  std::string sessions_arg = "8,32,64", tasks_arg = "vector_add,softmax", throughput_arg = "vector_add,softmax",
+              only = "dabc";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--runs-b")) runs_b = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--sessions")) sessions_arg = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--tasks")) tasks_arg = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--throughput")) throughput_arg = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
+  }
+  auto want = [&](char part) { return only.find(part) != std::string::npos; };
+  d2k::env::set_log_level("warn");
+  char state_buf[] = "/tmp/d2k-gpubench-XXXXXX";
+  if (!::mkdtemp(state_buf)) return 1;
+  const fs::path state = state_buf;
+
+  // The chosen tasks in a tasks dir of their own (links), so each server prepares only those.
+  d2k::tasks::TaskSet all = d2k::tasks::load_tasks(D2K_TASKS_DIR);
+  const fs::path tasks_dir = state / "tasks";
+  fs::create_directories(tasks_dir);
+  std::vector<std::string> chosen;
+  const std::vector<std::string> asked = split(tasks_arg);
+  for (const auto& t : all.tasks)
+    if (tasks_arg == "all" || std::find(asked.begin(), asked.end(), t.id) != asked.end()) {
+      fs::create_directory_symlink(t.dir, tasks_dir / t.id);
+      chosen.push_back(t.id);
+    }
+  for (const auto& t : split(throughput_arg))
+    if (std::find(chosen.begin(), chosen.end(), t) == chosen.end() && all.find(t)) {
+      fs::create_directory_symlink(all.find(t)->dir, tasks_dir / t);
+      chosen.push_back(t);
+    }
+  d2k::tasks::TaskSet tasks = d2k::tasks::load_tasks(tasks_dir);
+
+  const auto cfg = server_config(state / "server", tasks_dir, "s");
   std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-  std::printf("bench_gpu %s on %s\n", date, note.c_str());
-
-  // (a) + (b): the evaluator directly, fresh runners each time.
-  d2k::runner::EvalConfig ec;
-  ec.state_dir = fs::path(state) / "eval";
-  ec.compiler.cache_dir = fs::path(state) / "cache";
-  ec.compiler.scratch_dir = fs::path(state) / "scratch";
-  fs::create_directories(ec.state_dir);
-  d2k::runner::Evaluator evaluator(ec);
-  fs::path so = evaluator.build_trusted(*task, task->expert_path(3));
-  std::vector<double> medians, ready, reference, candidate, compare, total;
-  for (int i = 0; i < runs; ++i) {
-    d2k::runner::EvalRequest req;
-    req.task = task;
-    req.so_path = so;
-    req.seeds = 1;
-    d2k::runner::EvalResult r = evaluator.evaluate(req);
-    if (!r.ok()) {
-      std::printf("  run %d: %s %s\n", i, std::string(d2k::sandbox::to_string(r.status)).c_str(), r.message.c_str());
-      continue;
-    }
-    for (const auto& w : r.workloads)
-      if (w.name == "pow2_64m" && w.timing) medians.push_back(w.timing->median_s * 1e6);
-    ready.push_back(r.phases.wait_ready_s);
-    reference.push_back(r.phases.reference_s);
-    candidate.push_back(r.phases.candidate_s);
-    compare.push_back(r.phases.compare_s);
-    total.push_back(r.phases.total_s);
+  std::string note;
+  auto server = std::make_unique<BenchServer>(cfg, note);
+  if (!server->server) {
+    std::printf("bench_gpu: no usable GPU (%s); nothing measured\n", note.c_str());
+    fs::remove_all(state);
+    return 0;
   }
-  double mean = 0, var = 0;
-  for (double m : medians) mean += m;
-  mean /= std::max<std::size_t>(1, medians.size());
-  for (double m : medians) var += (m - mean) * (m - mean);
-  double cv = medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0;
-  std::printf("(a) timing stability, vector_add L3 on pow2_64m, %zu fresh runners: median of medians %.1f us, "
-              "min %.1f, max %.1f, CV of the medians %.2f%%\n",
-              medians.size(), median(medians), medians.empty() ? 0 : *std::min_element(medians.begin(), medians.end()),
-              medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), 100 * cv);
-  std::printf("    ncu comparison: not done (see bench/README.md)\n");
-  std::printf("(b) one evaluate (visible workloads, 1 seed), median phases: wait for a ready runner %.3f s, "
-              "trusted reference %.3f s, candidate %.3f s, compare %.3f s, total %.3f s\n",
-              median(ready), median(reference), median(candidate), median(compare), median(total));
+  std::printf("bench_gpu %s on %s; tasks: %s\n", date, note.c_str(), [&] {
+    std::string s;
+    for (const auto& t : chosen) s += (s.empty() ? "" : ",") + t;
+    return s;
+  }().c_str());
+  std::fflush(stdout);
 
-  // (c): S sessions evaluating as fast as the server lets them, on one GPU.
-  d2k::env::Server server(cfg, d2k::tasks::load_tasks(cfg.tasks_dir), backend);
-  server.bind();
-  std::thread loop([&] { server.run(); });
-  const std::string source = read(task->expert_path(2));
-  std::atomic<int> done{0}, failed{0};
-  auto stop_at = steady_clock::now() + duration_cast<steady_clock::duration>(duration<double>(seconds));
-  std::vector<std::thread> clients;
-  auto t0 = steady_clock::now();
-  for (int s = 0; s < sessions; ++s)
-    clients.emplace_back([&, s] {
-      d2k::Client c(server.endpoint());
-      std::string id = c.reset("vector_add", 2, static_cast<std::uint64_t>(s),
-                               {{"max_evaluations", 100000}, {"max_steps", 100000}})["session"].get<std::string>();
-      c.step(id, {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", source}});
-      while (steady_clock::now() < stop_at) {
-        auto r = c.step(id, {{"type", "evaluate"}});
-        (r["observation"]["last"]["ok"].get<bool>() ? done : failed)++;
+  // (d) time to ready, fresh and then persisted.
+  Value st;
+  const double fresh = server->wait_ready(&st);
+  if (want('d')) {
+    std::printf("(d) time to ready, fresh server (empty state dir), %zu task(s): %.1f s", chosen.size(), fresh);
+    const auto& p = st["gpus"][0]["preparation"];
+    std::printf(" (%d ready, %d failed)\n", p.value("ready", 0), p.value("failed", 0));
+    for (const auto& [task, why] : p["errors"].items())
+      std::printf("    %s failed: %s\n", task.c_str(), why.get<std::string>().c_str());
+    server.reset();
+    std::string note2;
+    server = std::make_unique<BenchServer>(cfg, note2);
+    std::printf("    restarted on the same state dir (persisted builds and calibration): %.1f s\n",
+                server->wait_ready(nullptr));
+    std::fflush(stdout);
+  }
+
+  // (a) the evaluator directly, fresh runners each time.
+  if (want('a') && tasks.find("vector_add")) {
+    const d2k::tasks::Task* task = tasks.find("vector_add");
+    d2k::runner::EvalConfig ec;
+    ec.state_dir = state / "a" / "eval";
+    ec.compiler.cache_dir = state / "a" / "cache";
+    ec.compiler.scratch_dir = state / "a" / "scratch";
+    fs::create_directories(ec.state_dir);
+    d2k::runner::Evaluator evaluator(ec);
+    fs::path so = evaluator.build_trusted(*task, task->expert_path(3));
+    std::vector<double> medians, total;
+    for (int i = 0; i < runs; ++i) {
+      d2k::runner::EvalRequest req;
+      req.task = task;
+      req.so_path = so;
+      req.seeds = 1;
+      d2k::runner::EvalResult r = evaluator.evaluate(req);
+      if (!r.ok()) {
+        std::printf("  run %d: %s %s\n", i, std::string(d2k::sandbox::to_string(r.status)).c_str(), r.message.c_str());
+        continue;
       }
-    });
-  for (auto& t : clients) t.join();
-  double elapsed = duration<double>(steady_clock::now() - t0).count();
-  auto stats = d2k::Client(server.endpoint()).stats();
-  std::printf("(c) %d sessions on one GPU for %.0f s: %d evaluations ok, %d failed -> %.0f evaluations/hour; "
-              "GPU busy fraction %.2f (queue time over server uptime)\n",
-              sessions, elapsed, done.load(), failed.load(), 3600.0 * done.load() / elapsed,
-              stats["gpus"][0]["busy_fraction"].get<double>());
-  server.request_stop();
-  loop.join();
+      for (const auto& w : r.workloads)
+        if (w.name == "pow2_64m" && w.timing) medians.push_back(w.timing->median_s * 1e6);
+      total.push_back(r.phases.total_s);
+    }
+    double mean = 0, var = 0;
+    for (double m : medians) mean += m;
+    mean /= static_cast<double>(std::max<std::size_t>(1, medians.size()));
+    for (double m : medians) var += (m - mean) * (m - mean);
+    double cv = medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0;
+    std::printf("(a) timing stability, vector_add L3 on pow2_64m, %zu fresh runners: median of medians %.1f us, "
+                "min %.1f, max %.1f, CV of the medians %.2f%%; evaluator total median %.3f s\n",
+                medians.size(), median(medians),
+                medians.empty() ? 0 : *std::min_element(medians.begin(), medians.end()),
+                medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), 100 * cv, median(total));
+    std::printf("    ncu comparison: not done (see bench/README.md)\n");
+    std::fflush(stdout);
+  }
+
+  // (b) one evaluation per task through the server: cold (compile miss), then cached.
+  if (want('b')) {
+    d2k::Client c(server->server->endpoint());
+    std::printf("(b) one evaluate per task, client round trip, L3 expert, visible workloads:\n");
+    for (const auto& id : chosen) {
+      const d2k::tasks::Task& task = *tasks.find(id);
+      Session s = open_session(c, task, 1);
+      write_source(c, s, "cold " + std::to_string(::getpid()));
+      auto t = steady_clock::now();
+      Value r = c.step(s.id, {{"type", "evaluate"}});
+      const double cold = since(t);
+      const Value& last = r["observation"]["last"];
+      std::printf("  %-20s cold   %.3f s  %s  [%s]\n", id.c_str(), cold,
+                  last.value("ok", false) ? "ok" : last["error"].value("code", std::string("?")).c_str(),
+                  phases_text(last).c_str());
+      std::vector<double> rt;
+      Value cached_last;
+      for (int i = 0; i < runs_b; ++i) {
+        t = steady_clock::now();
+        r = c.step(s.id, {{"type", "evaluate"}});
+        rt.push_back(since(t));
+        if (i == runs_b / 2 || i == 0) cached_last = r["observation"]["last"];
+      }
+      std::printf("  %-20s cached %.3f s p50 of %d (min %.3f, max %.3f)  %s  [%s]\n", id.c_str(), median(rt),
+                  runs_b, rt.empty() ? 0 : *std::min_element(rt.begin(), rt.end()),
+                  rt.empty() ? 0 : *std::max_element(rt.begin(), rt.end()),
+                  cached_last.value("ok", false) ? "ok" : cached_last["error"].value("code", std::string("?")).c_str(),
+                  phases_text(cached_last).c_str());
+      c.close(s.id);
+      std::fflush(stdout);
+    }
+  }
+
+  // (c) throughput at each session count, per task.
+  if (want('c')) {
+    for (const auto& id : split(throughput_arg)) {
+      const d2k::tasks::Task* task = tasks.find(id);
+      if (!task) continue;
+      for (const auto& sessions_s : split(sessions_arg)) {
+        const int sessions = std::atoi(sessions_s.c_str());
+        d2k::Client sc(server->server->endpoint());
+        const Value before = sc.stats();
+        NvmlSampler nvml(0);
+        std::atomic<int> done{0}, failed{0}, misses{0};
+        std::vector<std::thread> clients;
+        const auto t0 = steady_clock::now();
+        const auto stop_at = t0 + duration_cast<steady_clock::duration>(duration<double>(seconds));
+        for (int s = 0; s < sessions; ++s)
+          clients.emplace_back([&, s] {
+            d2k::Client c(server->server->endpoint());
+            Session sess = open_session(c, *task, static_cast<std::uint64_t>(s));
+            write_source(c, sess, "session " + std::to_string(s));
+            const bool fresh_each_time = s % 2 == 1;  // half the sessions: a compile miss each time
+            for (int n = 0; steady_clock::now() < stop_at; ++n) {
+              if (fresh_each_time) write_source(c, sess, "session " + std::to_string(s) + " edit " + std::to_string(n));
+              Value r = c.step(sess.id, {{"type", "evaluate"}});
+              const Value& last = r["observation"]["last"];
+              (last.value("ok", false) ? done : failed)++;
+              if (last.contains("compile") && !last["compile"].value("cached", true)) ++misses;
+            }
+            c.close(sess.id);
+          });
+        for (auto& t : clients) t.join();
+        const double elapsed = since(t0);
+        const auto [util, util_samples] = nvml.stop();
+        const Value after = sc.stats();
+        const auto& g0 = before["gpus"][0];
+        const auto& g1 = after["gpus"][0];
+        const double busy = g1.value("busy_s", 0.0) - g0.value("busy_s", 0.0);
+        const double timed = g1.value("timed_s", 0.0) - g0.value("timed_s", 0.0);
+        const double occupancy = g1.value("queue_occupancy", 0.0) * after.value("uptime_s", 0.0) -
+                                 g0.value("queue_occupancy", 0.0) * before.value("uptime_s", 0.0);
+        std::printf("(c) %-12s %2d sessions, %.0f s: %d ok, %d failed (%d compile misses) -> %.0f evaluations/hour; "
+                    "GPU: runner time %.1f%%, timed loops %.1f%%, queue occupancy %.1f%%, NVML utilisation %s\n",
+                    id.c_str(), sessions, elapsed, done.load(), failed.load(), misses.load(),
+                    3600.0 * done.load() / elapsed, 100 * busy / elapsed, 100 * timed / elapsed,
+                    100 * occupancy / elapsed,
+                    util_samples ? (std::to_string(static_cast<int>(std::lround(util))) + "% mean of " +
+                                    std::to_string(util_samples) + " samples")
+                                       .c_str()
+                                 : "n/a (no nvidia-smi)");
+        std::fflush(stdout);
+      }
+    }
+  }
+  server.reset();
   fs::remove_all(state);
   return 0;
 }

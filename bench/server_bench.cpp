@@ -1,6 +1,9 @@
-// Round-trip latency of `observe` with 1, 100 and 1000 open sessions, and compile latency cold and
-// cached, against a real server on a real ZeroMQ socket. Prints a table; asserts nothing.
-//   build/bin/bench_server [--endpoint tcp://127.0.0.1:5599] [--samples 2000] [--cold 4]
+// Round-trip latency of `observe` with 1, 100 and 1000 open sessions, beside a bare ZeroMQ round trip
+// of the same sizes on the same transport (issue 15 item 5: observe p50 within 2x of it), and compile
+// latency cold and cached, against a real server on a real ZeroMQ socket. Prints a table; asserts
+// nothing.
+//   build/bin/bench_server [--endpoint tcp://127.0.0.1:5599] [--samples 2000] [--cold 4] [--record 0|1]
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,8 +14,14 @@
 #include <thread>
 #include <vector>
 
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "env/episode.hpp"
 #include "env/server.hpp"
 #include "protocol/client.hpp"
+#include "protocol/codec.hpp"
+#include "protocol/messages.hpp"
 
 using namespace std::chrono;
 using d2k::protocol::Value;
@@ -24,6 +33,7 @@ struct Stats {
 };
 
 Stats summarize(std::vector<double> v) {
+  if (v.empty()) return {0, 0, 0};
   std::sort(v.begin(), v.end());
   double sum = 0;
   for (double x : v) sum += x;
@@ -43,12 +53,69 @@ extern "C" int d2k_vector_add(const float* a, const float* b, float* y, int64_t 
 }
 )";
 
+// A ROUTER that echoes `reply_bytes` bytes to each request, and a DEALER timing round trips to it:
+// ZeroMQ alone, no decoding, no server. The echo end runs on its own thread, as the server's loop.
+std::vector<double> bare_round_trips(const std::string& endpoint, std::size_t request_bytes, std::size_t reply_bytes,
+                                     int samples, bool server_loop = false) {
+  zmq::context_t ctx(1);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind(endpoint);
+  const std::string bound = router.get(zmq::sockopt::last_endpoint);
+  std::thread echo([&] {
+    const std::string reply(reply_bytes, 'r');
+    const int fd1 = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), fd2 = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    for (;;) {
+      if (server_loop) {  // the server loop's shape: poll the socket and two eventfds, then receive
+        zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, fd1, ZMQ_POLLIN, 0},
+                                   {nullptr, fd2, ZMQ_POLLIN, 0}};
+        zmq::poll(items, 3, std::chrono::milliseconds(500));
+      }
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(router, std::back_inserter(frames), server_loop ? zmq::recv_flags::dontwait
+                                                                                : zmq::recv_flags::none))
+        continue;
+      if (frames.size() == 2 && frames[1].size() == 4 && frames[1].to_string() == "stop") {
+        ::close(fd1);
+        ::close(fd2);
+        return;
+      }
+      std::vector<zmq::const_buffer> parts{zmq::buffer(frames[0].data(), frames[0].size()), zmq::buffer(reply)};
+      zmq::send_multipart(router, parts);
+    }
+  });
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect(bound);
+  const std::string request(request_bytes, 'q');
+  std::vector<double> us;
+  for (int i = -50; i < samples; ++i) {  // 50 warm-up round trips
+    auto t0 = steady_clock::now();
+    dealer.send(zmq::buffer(request));
+    zmq::message_t msg;
+    (void)dealer.recv(msg);
+    if (i >= 0) us.push_back(duration<double, std::micro>(steady_clock::now() - t0).count());
+  }
+  dealer.send(zmq::buffer(std::string("stop")));
+  echo.join();
+  return us;
+}
+
+// The bare echo's endpoint beside the server's: a free tcp port on the same interface, or another ipc path.
+std::string bare_endpoint(const std::string& server) {
+  if (server.rfind("ipc://", 0) == 0) return server + ".bare";
+  const auto colon = server.rfind(':');
+  if (colon == std::string::npos) return server;
+  return server.substr(0, colon + 1) + "*";  // a free port on the same interface
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string endpoint = "tcp://127.0.0.1:5599";
-  int samples = 2000, cold = 4;
+  int samples = 2000, cold = 4, record = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--record")) record = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--endpoint")) endpoint = argv[i + 1];
     else if (!std::strcmp(argv[i], "--samples")) samples = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--cold")) cold = std::atoi(argv[i + 1]);
@@ -60,17 +127,21 @@ int main(int argc, char** argv) {
   cfg.tasks_dir = D2K_TASKS_DIR;
   cfg.state_dir = state;
   cfg.max_sessions = 2000;
+  cfg.record = record != 0;
+  if (!record) cfg.events_endpoint = "none";  // --record 0: no recorder at all (no logs, no live events)
   cfg.finalize();
   d2k::env::Server server(cfg, d2k::tasks::load_tasks(cfg.tasks_dir));
   server.bind();
   std::thread loop([&] { server.run(); });
   d2k::Client c(server.endpoint());
   unsigned cores = std::thread::hardware_concurrency();
-  std::printf("d2k bench_server: endpoint %s, %u cores, %d observe samples per row\n", server.endpoint().c_str(),
-              cores, samples);
+  std::printf("d2k bench_server: endpoint %s, %u cores, %d observe samples per row, %s\n", server.endpoint().c_str(),
+              cores, samples, record ? "recording (episode logs, live events)" : "no recorder (--record 0)");
   std::printf("%-28s %10s %10s %10s\n", "measure", "p50", "p99", "mean");
 
   std::vector<std::string> sessions;
+  std::size_t observe_request_bytes = 0, observe_reply_bytes = 0;
+  double observe_p50_1 = 0, observe_p50_1000 = 0;
   for (int open : {1, 100, 1000}) {
     while (static_cast<int>(sessions.size()) < open)
       sessions.push_back(c.reset("vector_add", 2, sessions.size())["session"].get<std::string>());
@@ -84,6 +155,71 @@ int main(int argc, char** argv) {
     }
     Stats s = summarize(us);
     std::printf("observe, %4d sessions (us)  %10.1f %10.1f %10.1f\n", open, s.p50, s.p99, s.mean);
+    (open == 1 ? observe_p50_1 : observe_p50_1000) = s.p50;
+    if (open == 1) {  // the sizes on the wire, for the bare round trip below
+      observe_request_bytes =
+          d2k::protocol::encode({{"v", 1}, {"id", 1000000}, {"op", "observe"}, {"session", sessions.front()}}).size();
+      observe_reply_bytes = d2k::protocol::encode(d2k::protocol::make_ok_reply(1000000, c.observe(sessions.front()))).size();
+    }
+  }
+  {
+    // observe again from a raw DEALER: the server's part without the client's decode of the reply.
+    zmq::context_t ctx(1);
+    zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+    raw.set(zmq::sockopt::linger, 0);
+    raw.connect(server.endpoint());
+    std::vector<double> us;
+    for (int i = -50; i < samples; ++i) {
+      const std::string req = d2k::protocol::encode(
+          {{"v", 1}, {"id", 2000000 + i + 50}, {"op", "observe"}, {"session", sessions.front()}});
+      auto t0 = steady_clock::now();
+      raw.send(zmq::buffer(req));
+      zmq::message_t msg;
+      (void)raw.recv(msg);
+      if (i >= 0) us.push_back(duration<double, std::micro>(steady_clock::now() - t0).count());
+    }
+    Stats s = summarize(us);
+    std::printf("observe, raw, no decode (us) %10.1f %10.1f %10.1f\n", s.p50, s.p99, s.mean);
+  }
+  {
+    Stats tiny = summarize(bare_round_trips(bare_endpoint(server.endpoint()), 64, 64, samples));
+    Stats same = summarize(bare_round_trips(bare_endpoint(server.endpoint()), observe_request_bytes, observe_reply_bytes,
+                                            samples));
+    std::printf("bare zmq, 64 B both ways (us) %9.1f %10.1f %10.1f\n", tiny.p50, tiny.p99, tiny.mean);
+    Stats looped = summarize(bare_round_trips(bare_endpoint(server.endpoint()), observe_request_bytes,
+                                              observe_reply_bytes, samples, true));
+    std::printf("bare zmq, server-loop shape (us)%8.1f %10.1f %10.1f\n", looped.p50, looped.p99, looped.mean);
+    std::printf("bare zmq, observe's sizes (us)%9.1f %10.1f %10.1f   (%zu B request, %zu B reply)\n", same.p50,
+                same.p99, same.mean, observe_request_bytes, observe_reply_bytes);
+    // Where the rest goes: the reply's MessagePack encode (server) and decode (client), in-process.
+    const Value reply = d2k::protocol::make_ok_reply(1000000, c.observe(sessions.front()));
+    const std::string bytes = d2k::protocol::encode(reply);
+    std::vector<double> enc, dec;
+    for (int i = 0; i < samples; ++i) {
+      auto t0 = steady_clock::now();
+      const std::string b = d2k::protocol::encode(reply);
+      auto t1 = steady_clock::now();
+      const Value v = d2k::protocol::decode(b, d2k::protocol::Limits{});
+      auto t2 = steady_clock::now();
+      enc.push_back(duration<double, std::micro>(t1 - t0).count());
+      dec.push_back(duration<double, std::micro>(t2 - t1).count());
+    }
+    // And building the reply's value from the episode (what op_observe does before the encode).
+    d2k::tasks::TaskSet ts = d2k::tasks::load_tasks(cfg.tasks_dir);
+    d2k::env::Episode ep("bench", *ts.find("vector_add"), 2, 1, cfg.default_budget, "", d2k::env::Workspace::Limits{});
+    std::vector<double> build;
+    for (int i = 0; i < samples; ++i) {
+      auto t0 = steady_clock::now();
+      Value v = d2k::protocol::make_ok_reply(7, {{"observation", ep.observation()}, {"info", ep.info()}});
+      build.push_back(duration<double, std::micro>(steady_clock::now() - t0).count());
+    }
+    Stats sb = summarize(build);
+    std::printf("build observe reply (us)     %10.1f %10.1f %10.1f\n", sb.p50, sb.p99, sb.mean);
+    Stats se = summarize(enc), sd = summarize(dec);
+    std::printf("encode observe reply (us)    %10.1f %10.1f %10.1f\n", se.p50, se.p99, se.mean);
+    std::printf("decode observe reply (us)    %10.1f %10.1f %10.1f\n", sd.p50, sd.p99, sd.mean);
+    std::printf("observe p50 / bare p50 of the same sizes: %.2fx (1 session), %.2fx (1000 sessions)\n",
+                observe_p50_1 / same.p50, observe_p50_1000 / same.p50);
   }
 
   std::string s = sessions.front();

@@ -69,6 +69,7 @@ struct Config {
   std::string compile_cgroup = "auto";                   // "auto", "off", or a delegated cgroup v2 directory
   bool record = true;                                // write episode logs and the catalogue
   bool gpu_resident = false;                         // evaluate: outputs stay on the GPU (docs/timing-protocol.md)
+  bool prepare = true;                               // ready every task on every GPU at start (docs/pipeline.md)
   std::filesystem::path log_dir;                     // episode logs; default state_dir/episodes
   std::uint64_t log_budget_bytes = 16ull << 30;      // episode logs kept; the oldest finished go first; 0 = no bound
   std::filesystem::path catalogue;                   // SQLite index of episodes; default state_dir/catalogue.sqlite
@@ -138,6 +139,7 @@ void Config::for_each_key(Visit&& visit) {
   D2K_CONFIG_KEY(compile_cgroup, "--compile-cgroup", "Where compile jails get cgroup v2 limits: auto (below the server's own cgroup), off, or an empty delegated cgroup directory");
   D2K_CONFIG_KEY(gpu_resident, "", "Evaluations keep outputs on the GPU: a trusted runner owns the output slots and compares there (docs/timing-protocol.md; off until its bound is proven on the H200); false: outputs through host memory, compared on the CPU");
   D2K_CONFIG_KEY(record, "--record", "Write episode logs and the catalogue; --no-record writes none (a session can also opt out: reset options.record=false)");
+  D2K_CONFIG_KEY(prepare, "", "Prepare every task on every GPU in the background at start (trusted builds, calibration; docs/pipeline.md); false (`d2k serve --no-prepare`): each task's first evaluation does it inline");
   D2K_CONFIG_KEY(log_dir, "--log-dir", "Episode logs (default: <state-dir>/episodes)");
   D2K_CONFIG_KEY(log_budget_bytes, "", "Bytes of episode logs kept in the log dir; beyond it the oldest finished logs are deleted (0 = keep all)");
   D2K_CONFIG_KEY(catalogue, "--catalogue", "SQLite episode catalogue (default: <state-dir>/catalogue.sqlite)");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,13 @@ struct EvaluationReport {
   nlohmann::json evaluation;  // observation.last.evaluation (status, per-workload results, flags)
   double reward = 0;          // the step's reward
   nlohmann::json breakdown;   // info.reward: how the reward came about
+  // What this evaluation cost the GPU (stats: the real busy fraction, not queue occupancy):
+  double gpu_phase_s = 0;     // wall time of its runner jobs on the GPU (trusted reference + candidate)
+  double timed_s = 0;         // of which timed sample loops (the runners' own clock)
 };
+
+// Reports a preparation's stage ("trusted builds", "calibration") as it starts.
+using PrepareProgress = std::function<void(const std::string& stage)>;
 
 class GpuBackend {
  public:
@@ -45,6 +52,13 @@ class GpuBackend {
   virtual std::vector<GpuInfo> gpus() const = 0;
   // Blocking, called from that GPU's queue thread (one timed run at a time per GPU).
   virtual EvaluationReport evaluate(const EvaluationJob& job) = 0;
+  // Readies `task` on `gpu` ahead of its evaluations (docs/pipeline.md): trusted builds and the
+  // calibration of baseline and experts, read from the persisted caches when they hold them.
+  // Blocking, called from that GPU's preparation thread while evaluations of ready tasks go on;
+  // throws with the reason when it cannot. A backend with nothing to prepare keeps this default.
+  virtual void prepare(const tasks::Task& task, int gpu, const PrepareProgress& progress) {
+    (void)task, (void)gpu, (void)progress;
+  }
   // Cancels work in flight (server shutdown).
   virtual void cancel_all() = 0;
 };

@@ -40,6 +40,9 @@ class RunnerBackend final : public GpuBackend {
     req.record_launches = true;  // launch records for the design properties (first correctness call only)
     runner::EvalResult r = evaluator_->evaluate(req);
     EvaluationReport report;
+    report.gpu_phase_s = r.phases.reference_s + r.phases.candidate_s;
+    for (const auto& w : r.workloads)
+      if (w.timing) report.timed_s += w.timing->phase_s;
     report.evaluation = r.to_json();
     report.outcome = sandbox::step_outcome_of_evaluation(r.status);
     report.message = r.message;
@@ -71,6 +74,18 @@ class RunnerBackend final : public GpuBackend {
     report.reward = rr.reward;
     report.breakdown = rr.breakdown;
     return report;
+  }
+
+  // Trusted builds of every kernel the task ships (reference, baseline, experts: the build cache
+  // persists them), then the calibration (persisted per GPU model, driver, toolchain and task hash).
+  void prepare(const tasks::Task& task, int gpu, const PrepareProgress& progress) override {
+    progress("trusted builds");
+    evaluator_->build_trusted(task, task.reference_path());
+    evaluator_->build_trusted(task, task.baseline_path());
+    for (int layer = 1; layer <= 3; ++layer)
+      if (std::filesystem::exists(task.expert_path(layer))) evaluator_->build_trusted(task, task.expert_path(layer));
+    progress("calibration");
+    evaluator_->calibrate(task, gpu);
   }
 
   void cancel_all() override {}  // runners have their own deadlines (EvalConfig timeouts)

@@ -182,11 +182,20 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
 
   auto on_worker_error = [](const std::string& what) { log_error("worker error: " + what); };
   compile_pool_ = std::make_unique<WorkerPool>("compile", config_.compile_workers, on_worker_error);
-  for (std::size_t i = 0; i < gpu_info_.size(); ++i)
+  for (std::size_t i = 0; i < gpu_info_.size(); ++i) {
     gpu_queues_.push_back(std::make_unique<WorkerPool>("gpu" + std::to_string(i), 1, on_worker_error));
+    gpu_counters_.push_back(std::make_unique<GpuCounters>());
+  }
+  if (gpu_ && !gpu_info_.empty() && config_.prepare) {
+    std::vector<const tasks::Task*> order;
+    for (const auto& t : tasks_.tasks) order.push_back(&t);
+    preparation_ = std::make_unique<Preparation>(gpu_, std::move(order), gpu_info_.size(),
+                                                 [](const std::string& line) { log_info(line); });
+  }
 }
 
 Server::~Server() {
+  preparation_.reset();  // its parked continuations submit to the GPU queues
   compile_pool_.reset();
   gpu_queues_.clear();
   if (stop_fd_ >= 0) ::close(stop_fd_);
@@ -365,6 +374,11 @@ void Server::run() {
   std::optional<clock::time_point> stop_deadline;
   bool cancelled = false;
   auto last_reap = clock::now();
+  if (preparation_) {
+    log_info("preparing " + std::to_string(tasks_.tasks.size()) + " task(s) on " + std::to_string(gpu_info_.size()) +
+             " GPU(s) in the background; evaluations of a task wait until it is ready");
+    preparation_->start();
+  }
   for (;;) {
     // The ZAP handler and the events socket's subscriptions, where they exist, after the three.
     zmq::pollitem_t items[5] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
@@ -387,6 +401,7 @@ void Server::run() {
         stop_deadline = clock::now() + std::chrono::milliseconds(
                                            static_cast<long long>(config_.shutdown_grace_s * 1000));
         log_info("stopping; " + std::to_string(deferred_in_flight_) + " action(s) in flight");
+        if (preparation_) preparation_->release();  // parked evaluations go on without it
       }
     }
     if (zap_at && (items[zap_at].revents & ZMQ_POLLIN)) on_zap();
@@ -416,6 +431,10 @@ void Server::run() {
   for (const auto& id : sessions_.ids()) {
     sessions_.find(id)->episode->end("server_shutdown");
     erase_session(id, "server_shutdown");
+  }
+  if (preparation_) {
+    if (!preparation_->done()) log_info("waiting for the task being prepared to finish");
+    preparation_->stop();
   }
   compile_pool_->stop();
   for (auto& q : gpu_queues_) q->stop();
@@ -580,7 +599,10 @@ Server::Answer Server::dispatch(const Route& route, const Request& request) {
   if (op == "list_tasks") return {protocol::make_ok_reply(id, op_list_tasks())};
   if (op == "reset") return {protocol::make_ok_reply(id, op_reset(request))};
   if (op == "step") return op_step(route, request);
-  if (op == "observe") return {protocol::make_ok_reply(id, op_observe(request))};
+  if (op == "observe") {
+    if (!recorder_) return {{}, fast_observe(request)};  // nothing to log: no reply value needed
+    return {protocol::make_ok_reply(id, op_observe(request))};
+  }
   if (op == "close") return {protocol::make_ok_reply(id, op_close(request))};
   if (op == "stats") return {protocol::make_ok_reply(id, op_stats())};
   throw Error(ErrorCode::unknown_op, "unknown op '" + op + "'", "op");
@@ -683,6 +705,7 @@ Server::Answer Server::op_step(const Route& route, const Request& request) {
   const std::uint64_t id = request.envelope.id;
   const protocol::Action action = protocol::parse_step(request.envelope, config_.limits).action;
   Session& s = sessions_.find_open(request.session, request.client);
+  forget_observation(request.session);  // whatever the step does, the next observe rebuilds
   // Nothing of the session goes out, cached or new, while an earlier record waits for the disk.
   if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   if (ReplyBytes hit = replies_.find(request.session, id)) return {{}, hit};
@@ -817,14 +840,22 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
     }
     job.kernel_so = outcome.artifact;
     json compile_json = compile_to_json(outcome);
-    gpu_queues_.at(static_cast<std::size_t>(job.gpu))
-        ->submit([this, job, type, submit, compile_json, session_id, route, id]() {
+    // The timed run waits for its task's preparation on this GPU (parked in preparation_, not
+    // failed), then queues on the GPU.
+    auto enqueue = [this, job, type, submit, compile_json, session_id, route, id](double waited_s) {
+      gpu_queues_.at(static_cast<std::size_t>(job.gpu))
+          ->submit([this, job, type, submit, compile_json, session_id, route, id, waited_s]() {
           EvaluationReport report;
           Landed done;
           done.submit = submit;
+          done.prepare_wait_s = waited_s;
           done.last = {{"action", type}, {"compile", compile_json}};
           try {
             report = gpu_->evaluate(job);
+            GpuCounters& counters = *gpu_counters_.at(static_cast<std::size_t>(job.gpu));
+            ++counters.evaluations;
+            counters.phase_ns += static_cast<std::uint64_t>(std::max(0.0, report.gpu_phase_s) * 1e9);
+            counters.timed_ns += static_cast<std::uint64_t>(std::max(0.0, report.timed_s) * 1e9);
             done.last["ok"] = report.outcome == sandbox::Outcome::ok;
             done.last["evaluation"] = report.evaluation;
             if (report.outcome != sandbox::Outcome::ok)
@@ -838,11 +869,15 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
           done.breakdown = report.breakdown;
           land(session_id, id, route, std::move(done));
         });
+    };
+    if (preparation_) preparation_->when_ready(job.gpu, *job.task, session_id, std::move(enqueue));
+    else enqueue(0.0);
   });
 }
 
 void Server::land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed) {
   mailbox_.post([this, landed = std::move(landed), session_id, route, id]() {
+    forget_observation(session_id);
     Session* s = sessions_.find(session_id);
     if (!s) {
       --deferred_in_flight_;
@@ -869,6 +904,8 @@ void Server::land(const std::string& session_id, std::uint64_t id, const Route& 
     if (landed.submit) ep.end("submitted");
     json extra = json::object();
     if (!landed.breakdown.is_null()) extra["reward"] = landed.breakdown;
+    if (landed.prepare_wait_s > 0)
+      extra["queue"] = {{"state", "ran_after_preparation"}, {"waited_for_preparation_s", landed.prepare_wait_s}};
     finish_deferred(session_id, id, protocol::make_ok_reply(id, step_reply(ep, landed.reward, extra)), route);
   });
 }
@@ -895,11 +932,41 @@ Value Server::op_observe(const Request& request) {
   Session& s = sessions_.find_open(request.session, request.client);
   if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   s.episode->touch();
-  return {{"observation", s.episode->observation()}, {"info", s.episode->info()}};
+  json info = s.episode->info();
+  if (s.in_flight && preparation_)
+    if (auto waiting = preparation_->waiting(request.session)) info["queue"] = std::move(*waiting);
+  return {{"observation", s.episode->observation()}, {"info", std::move(info)}};
+}
+
+ReplyBytes Server::fast_observe(const Request& request) {
+  Session& s = sessions_.find_open(request.session, request.client);  // the key that opened it (CURVE)
+  s.episode->touch();
+  auto [it, fresh] = observations_.try_emplace(request.session);
+  if (fresh) it->second = s.episode->observation();
+  else it->second["budget"]["seconds_used"] = s.episode->seconds_used();  // the one field time changes
+  json info = s.episode->info();
+  if (s.in_flight && preparation_)
+    if (auto waiting = preparation_->waiting(request.session)) info["queue"] = std::move(*waiting);
+  // The reply map {observation, info, v, id, ok} written around the cached observation's encoding:
+  // what protocol::encode(make_ok_reply(...)) gives, in another key order (a map's order carries
+  // nothing, PROTOCOL.md section 3).
+  static const std::string head = [] {
+    std::string h(1, static_cast<char>(0x85));  // fixmap of 5 entries
+    return h + protocol::encode("v") + protocol::encode(protocol::kVersion) + protocol::encode("ok") +
+           protocol::encode(true) + protocol::encode("id");
+  }();
+  static const std::string observation_key = protocol::encode("observation"), info_key = protocol::encode("info");
+  const std::string obs = protocol::encode(it->second);
+  const std::string id = protocol::encode(request.envelope.id), inf = protocol::encode(info);
+  std::string bytes;
+  bytes.reserve(head.size() + id.size() + observation_key.size() + obs.size() + info_key.size() + inf.size());
+  bytes.append(head).append(id).append(observation_key).append(obs).append(info_key).append(inf);
+  return std::make_shared<const std::string>(std::move(bytes));
 }
 
 Value Server::op_close(const Request& request) {
   Session& s = sessions_.find_open(request.session, request.client);
+  forget_observation(request.session);
   Episode& ep = *s.episode;
   ep.end("closed");
   json out = {{"session", request.session}, {"end_reason", *ep.end_reason()}, {"steps", ep.steps()},
@@ -911,6 +978,7 @@ Value Server::op_close(const Request& request) {
 }
 
 void Server::erase_session(const std::string& id, const std::string& reason) {
+  forget_observation(id);
   Session* s = sessions_.find(id);
   if (!s) return;
   if (recorder_) {
@@ -943,12 +1011,26 @@ Value Server::op_stats() const {
   const std::size_t active = sessions_.count_active(), ended = sessions_.size() - active;
   double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   json gpus = json::array();
-  for (std::size_t i = 0; i < gpu_queues_.size(); ++i)
+  for (std::size_t i = 0; i < gpu_queues_.size(); ++i) {
+    const GpuCounters& c = *gpu_counters_[i];
+    const std::size_t parked = preparation_ ? preparation_->parked(static_cast<int>(i)) : 0;
+    auto fraction = [&](double seconds) { return uptime > 0 ? std::min(1.0, seconds / uptime) : 0.0; };
     gpus.push_back({{"index", i},
                     {"queued", gpu_queues_[i]->queued()},
+                    {"waiting_for_preparation", parked},
+                    {"queue_depth", gpu_queues_[i]->queued() + gpu_queues_[i]->running() + parked},
                     {"running", gpu_queues_[i]->running()},
                     {"sessions", sessions_.gpu_sessions(i)},
-                    {"busy_fraction", uptime > 0 ? gpu_queues_[i]->busy_seconds() / uptime : 0.0}});
+                    {"evaluations", c.evaluations.load()},
+                    // Real GPU use: time in runner jobs on the GPU, and of it the timed sample loops.
+                    {"busy_fraction", fraction(static_cast<double>(c.phase_ns.load()) * 1e-9)},
+                    {"timed_fraction", fraction(static_cast<double>(c.timed_ns.load()) * 1e-9)},
+                    {"busy_s", static_cast<double>(c.phase_ns.load()) * 1e-9},
+                    {"timed_s", static_cast<double>(c.timed_ns.load()) * 1e-9},
+                    // How long the GPU's queue held an evaluation (what busy_fraction was before issue 15).
+                    {"queue_occupancy", fraction(gpu_queues_[i]->busy_seconds())},
+                    {"preparation", preparation_ ? preparation_->progress(static_cast<int>(i)) : json(nullptr)}});
+  }
   json reasons = json::object();
   for (const auto& [k, v] : sessions_.end_reasons()) reasons[k] = v;
   return {{"uptime_s", uptime},

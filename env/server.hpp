@@ -4,6 +4,7 @@
 // pools and comes back through the Mailbox, so the loop never blocks.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -12,6 +13,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <zmq.hpp>
@@ -21,6 +23,7 @@
 #include "env/episode.hpp"
 #include "env/events.hpp"
 #include "env/gpu_backend.hpp"
+#include "env/prepare.hpp"
 #include "env/recorder.hpp"
 #include "env/reply_cache.hpp"
 #include "env/route.hpp"
@@ -86,6 +89,13 @@ class Server {
     nlohmann::json breakdown;  // info.reward (evaluations only)
     bool submit = false;       // ends the episode
     bool storage = false;      // the server's disk refused the work: not a step, nothing charged
+    double prepare_wait_s = 0; // time the evaluation waited for its task's preparation
+  };
+  // What each GPU's evaluations cost it (stats): written by that GPU's queue thread.
+  struct GpuCounters {
+    std::atomic<std::uint64_t> evaluations{0};
+    std::atomic<std::uint64_t> phase_ns{0};  // runner jobs on the GPU (EvaluationReport::gpu_phase_s)
+    std::atomic<std::uint64_t> timed_ns{0};  // timed sample loops (EvaluationReport::timed_s)
   };
 
   void on_frames(std::vector<zmq::message_t>& frames);
@@ -105,6 +115,10 @@ class Server {
   protocol::Value op_reset(const Request& request);
   Answer op_step(const Route& route, const Request& request);
   protocol::Value op_observe(const Request& request);
+  // observe without a recorder: the reply's bytes spliced from the session's cached observation
+  // (rebuilt only after the session changed; its clock field refreshed each time).
+  ReplyBytes fast_observe(const Request& request);
+  void forget_observation(const std::string& session) { observations_.erase(session); }
   protocol::Value op_close(const Request& request);
   protocol::Value op_stats() const;
 
@@ -137,6 +151,8 @@ class Server {
   Mailbox mailbox_;
   std::unique_ptr<WorkerPool> compile_pool_;
   std::vector<std::unique_ptr<WorkerPool>> gpu_queues_;  // one per GPU: one timed run at a time
+  std::vector<std::unique_ptr<GpuCounters>> gpu_counters_;
+  std::unique_ptr<Preparation> preparation_;  // with a GPU backend: every task readied on every GPU
   zmq::context_t context_{1};
   zmq::socket_t socket_{context_, zmq::socket_type::router};
   std::optional<curve::KeyPair> server_key_;
@@ -150,6 +166,9 @@ class Server {
   bool stopping_ = false;
 
   SessionTable sessions_;
+  // Each session's observation as last built, for `observe` (issue 15 item 5): dropped whenever the
+  // server changes the session (step, a landed action, close, erase).
+  std::unordered_map<std::string, nlohmann::json> observations_;
   ReplyCache replies_;
   std::mt19937_64 rng_{std::random_device{}()};  // episode seeds not given by the client
 

@@ -17,6 +17,7 @@ void add_tasks(CLI::App& app, Runner& run);
 void add_play(CLI::App& app, Runner& run);
 void add_demo(CLI::App& app, Runner& run);
 void add_keys(CLI::App& app, Runner& run);
+void add_calibrate(CLI::App& app, Runner& run);
 
 // The built-in tasks: $D2K_TASKS, else the source tree's tasks/, else <exe>/../share/d2k/tasks.
 std::filesystem::path default_tasks_dir();

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   d2k::cli::add_watch(app, run);
   d2k::cli::add_export(app, run);
   d2k::cli::add_keys(app, run);
+  d2k::cli::add_calibrate(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -26,10 +26,15 @@ void add_serve(CLI::App& app, Runner& run) {
   auto strict = std::make_shared<bool>(false);
   auto no_gpu = std::make_shared<bool>(false);
   cmd->add_flag("--strict", *strict, "Refuse to start if any task folder fails to load (default: off)");
+  auto no_prepare = std::make_shared<bool>(false);
+  cmd->add_flag("--no-prepare", *no_prepare,
+                "Do not prepare tasks in the background at start (config key prepare=false): each task's first "
+                "evaluation on a GPU builds and calibrates inline (docs/pipeline.md)");
   cmd->add_flag("--no-gpu", *no_gpu, "Do not look for GPUs: a compile-only server (default: off, GPUs are used when found)");
   auto body = [=]() -> int {
     // The one finalize(): the server and the GPU backend use this config as it is.
-    const env::Config config = flags->load(default_tasks_dir());
+    env::Config config = flags->load(default_tasks_dir());
+    if (*no_prepare) config.prepare = false;  // no derived value depends on it
     env::set_log_level(config.log_level);  // validated by the config
     tasks::TaskSet set = tasks::load_tasks(config.tasks_dir);
     for (const auto& e : set.errors) env::log_warn("task not loaded: " + e.file + ": " + e.what());

@@ -44,20 +44,36 @@ std::string CalibrationCache::key(const std::string& gpu_model, const std::strin
   return gpu_model + "|" + driver + "|" + toolchain + "|" + task_hash;
 }
 
-nlohmann::json CalibrationCache::load_locked() {
-  std::ifstream in(file_);
-  if (!in) return nlohmann::json::object();
-  try {
-    auto j = nlohmann::json::parse(in);
-    return j.is_object() ? j : nlohmann::json::object();
-  } catch (const nlohmann::json::exception&) {
-    return nlohmann::json::object();  // a damaged cache is remeasured, not fatal
+const nlohmann::json& CalibrationCache::load_locked() {
+  std::error_code ec;
+  const auto mtime = std::filesystem::last_write_time(file_, ec);
+  if (ec) {  // no file (yet)
+    memo_valid_ = false;
+    memo_ = nlohmann::json::object();
+    return memo_;
   }
+  const auto size = std::filesystem::file_size(file_, ec);
+  if (!ec && memo_valid_ && mtime == memo_mtime_ && size == memo_size_) return memo_;
+  ++loads_;
+  nlohmann::json j = nlohmann::json::object();
+  if (std::ifstream in(file_); in) {
+    try {
+      j = nlohmann::json::parse(in);
+      if (!j.is_object()) j = nlohmann::json::object();
+    } catch (const nlohmann::json::exception&) {
+      j = nlohmann::json::object();  // a damaged cache is remeasured, not fatal
+    }
+  }
+  memo_ = std::move(j);
+  memo_mtime_ = mtime;
+  memo_size_ = ec ? 0 : size;
+  memo_valid_ = !ec;
+  return memo_;
 }
 
 std::optional<CalibrationEntry> CalibrationCache::find(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto j = load_locked();
+  const nlohmann::json& j = load_locked();
   if (!j.contains(key)) return std::nullopt;
   try {
     return CalibrationEntry::from_json(j.at(key));
@@ -68,7 +84,7 @@ std::optional<CalibrationEntry> CalibrationCache::find(const std::string& key) {
 
 void CalibrationCache::store(const std::string& key, const CalibrationEntry& entry) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto j = load_locked();
+  nlohmann::json j = load_locked();
   j[key] = entry.to_json();
   std::filesystem::create_directories(file_.parent_path());
   const auto tmp = file_.string() + ".tmp." + std::to_string(::getpid());
@@ -78,6 +94,7 @@ void CalibrationCache::store(const std::string& key, const CalibrationEntry& ent
     if (!out) throw std::runtime_error("cannot write " + tmp);
   }
   std::filesystem::rename(tmp, file_);
+  memo_valid_ = false;  // read back (and memoised) by the next lookup
 }
 
 }  // namespace d2k::runner

@@ -2,6 +2,7 @@
 // toolchain and task content hash, so they are measured once per machine setup, not per episode.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -31,10 +32,19 @@ class CalibrationCache {
   void store(const std::string& key, const CalibrationEntry& entry);  // atomic rewrite of the file
   const std::filesystem::path& file() const { return file_; }
 
+  // How many times find() parsed the file (it parses only when the file changed: an evaluation's
+  // lookup costs no JSON parse of every task's entry).
+  std::size_t loads() const { return loads_; }
+
  private:
-  nlohmann::json load_locked();
+  const nlohmann::json& load_locked();  // memo_, read again when the file changed
   std::filesystem::path file_;
   std::mutex mu_;
+  nlohmann::json memo_;                          // the file as last read or written
+  std::filesystem::file_time_type memo_mtime_{};  // and its identity then
+  std::uintmax_t memo_size_ = 0;
+  bool memo_valid_ = false;
+  std::size_t loads_ = 0;
 };
 
 }  // namespace d2k::runner

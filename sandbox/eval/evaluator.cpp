@@ -882,9 +882,18 @@ CopyBandwidth Evaluator::measure_copy_bandwidth(int gpu) {
 CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu) {
   if (gpu < 0 || gpu >= gpu_count()) throw std::runtime_error("calibrate: no GPU with index " + std::to_string(gpu));
   const DeviceInfo& d = gpus_[static_cast<std::size_t>(gpu)];
-  if (!calibration_) {
-    calibration_ = std::make_unique<CalibrationCache>(config_.state_dir / "calibration" / (sanitize(d.name) + ".json"));
+  {
+    // Preparation threads of several GPUs call this at once (env/prepare.hpp); the cache file has
+    // its own lock, its creation this one.
+    static std::mutex create_mu;
+    std::lock_guard<std::mutex> lock(create_mu);
+    if (!calibration_)
+      calibration_ = std::make_unique<CalibrationCache>(config_.state_dir / "calibration" / (sanitize(d.name) + ".json"));
   }
+  // The key carries the toolchain's version, which the trusted compiler knows once it exists: build
+  // the reference first (needed anyway), or a fresh process would look up a key without it, miss
+  // what an earlier run persisted, and calibrate again.
+  if (config_.toolchain.empty() && !config_.build_trusted) build_trusted(task, task.reference_path());
   std::string toolchain = config_.toolchain;
   if (toolchain.empty() && compiler_) toolchain = compiler_->toolchain_version();
   const std::string driver = d.driver.empty() ? std::to_string(d.cuda_driver_version) : d.driver;

@@ -1,0 +1,104 @@
+// Readies every task on every GPU in the background (issue 15 item 3, docs/pipeline.md): one
+// preparation thread per GPU asks the backend to prepare each task in turn (trusted builds and
+// calibration, persisted by the backend), so no agent's step pays for them. An evaluation whose
+// task is not ready yet on its GPU is parked here, its task moves to the front of that GPU's
+// order, and it goes on to the GPU queue the moment the task is ready: it waits, it never fails.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "env/gpu_backend.hpp"
+#include "tasks/loader/task.hpp"
+
+namespace d2k::env {
+
+class Preparation {
+ public:
+  enum class State { pending, preparing, ready, failed };
+  // Runs once the task is ready (or its preparation failed: the backend then does inline what it
+  // lacks, as before preparation existed); `waited_s` is the time spent parked (0: not parked).
+  using Continue = std::function<void(double waited_s)>;
+  using Log = std::function<void(const std::string&)>;
+
+  // `tasks` must outlive this object (the server's TaskSet). Nothing runs before start().
+  Preparation(std::shared_ptr<GpuBackend> backend, std::vector<const tasks::Task*> tasks, std::size_t gpus,
+              Log log = {});
+  ~Preparation();
+  Preparation(const Preparation&) = delete;
+  Preparation& operator=(const Preparation&) = delete;
+
+  void start();  // one thread per GPU
+  // Stops preparing further tasks and runs every parked continuation now (shutdown: their
+  // evaluations go on as before, without preparation). Waits for no thread.
+  void release();
+  // release(), then joins the threads (a task being prepared finishes first).
+  void stop();
+
+  // Calls `then(0)` now, on this thread, when `task` is ready or failed on `gpu` (or preparation
+  // was released, or the task is not one of ours); else parks it for `session` and returns true.
+  bool when_ready(int gpu, const tasks::Task& task, const std::string& session, Continue then);
+
+  State state(int gpu, const std::string& task) const;
+  // info.queue for a parked session: {state: "waiting_for_preparation", task, gpu, stage,
+  // waited_s, message}; nullopt when the session has nothing parked here.
+  std::optional<nlohmann::json> waiting(const std::string& session) const;
+  std::size_t parked(int gpu) const;
+  // stats.gpus[i].preparation: {tasks, ready, failed, pending, done, current, stage, seconds,
+  // errors: {task: reason}}.
+  nlohmann::json progress(int gpu) const;
+  bool done() const;  // every task ready or failed on every GPU
+  // Blocks until done() or `timeout` has passed; true when done.
+  bool wait_done(std::chrono::milliseconds timeout) const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Parked {
+    std::string session;
+    Continue then;
+    Clock::time_point since;
+  };
+  struct Entry {
+    const tasks::Task* task = nullptr;
+    State state = State::pending;
+    std::string stage;
+    std::string error;
+    double seconds = 0;
+    Clock::time_point started{};
+    std::vector<Parked> parked;
+  };
+  struct Gpu {
+    std::vector<Entry> entries;  // in the order they are prepared when nobody waits
+    Clock::time_point started{};
+    double seconds = 0;  // start to done
+  };
+
+  void work(int gpu);
+  void run(Parked& p);  // its continuation; an exception is logged, never the thread's end
+  Entry* find_locked(int gpu, const std::string& task);
+  const Entry* find_locked(int gpu, const std::string& task) const;
+
+  std::shared_ptr<GpuBackend> backend_;
+  Log log_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable wake_;  // work to do, or stopping
+  mutable std::condition_variable done_;  // an entry reached ready or failed
+  std::vector<Gpu> gpus_;
+  std::vector<std::thread> threads_;
+  bool released_ = false;
+};
+
+const char* to_string(Preparation::State s);
+
+}  // namespace d2k::env

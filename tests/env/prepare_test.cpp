@@ -1,0 +1,345 @@
+// Issue 15 items 3 and 4 (stats): every task is prepared on every GPU in the background; an
+// evaluation of a task that is not ready yet waits (parked, its task first), says so in `info`,
+// and never fails; `stats` reports per GPU the queue depth, evaluations done, the real busy
+// fraction and the preparation's progress. The backend is scripted (no GPU); compiles and the
+// ZeroMQ socket are real.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "catch.hpp"
+#include "env/prepare.hpp"
+#include "server_fixture.hpp"
+#ifdef D2K_TEST_HAVE_EVAL
+#include "sandbox/eval/calibration.hpp"
+#endif
+
+using d2k::Client;
+using d2k::env::Preparation;
+using d2k::protocol::Value;
+using d2k::sandbox::Outcome;
+using d2k::test::TestServer;
+
+namespace {
+
+// prepare() blocks until the test opens the task's gate; records the order it was asked in.
+class GatedBackend final : public d2k::env::GpuBackend {
+ public:
+  explicit GatedBackend(int gpus = 1) : gpus_(gpus) {}
+  std::vector<d2k::env::GpuInfo> gpus() const override {
+    std::vector<d2k::env::GpuInfo> out;
+    for (int i = 0; i < gpus_; ++i) out.push_back({i, "Gated GPU", 1024});
+    return out;
+  }
+  void prepare(const d2k::tasks::Task& task, int gpu, const d2k::env::PrepareProgress& progress) override {
+    progress("trusted builds");
+    std::unique_lock lock(mu_);
+    order_.push_back(task.id + "@" + std::to_string(gpu));
+    cv_.wait(lock, [&] { return open_all_ || open_.count(task.id) > 0; });
+    if (fail_.count(task.id)) throw std::runtime_error("baseline did not build");
+  }
+  d2k::env::EvaluationReport evaluate(const d2k::env::EvaluationJob& job) override {
+    {
+      std::lock_guard lock(mu_);
+      evaluated_.push_back(job.task->id);
+      // Evaluating a task before its preparation finished is the bug this guards against.
+      if (!open_all_ && !open_.count(job.task->id)) unprepared_ = true;
+    }
+    d2k::env::EvaluationReport r;
+    r.outcome = Outcome::ok;
+    r.evaluation = {{"status", "ok"}};
+    r.reward = 0.5;
+    r.gpu_phase_s = 0.25;
+    r.timed_s = 0.05;
+    return r;
+  }
+  void cancel_all() override {}
+  void open(const std::string& task, bool fail = false) {
+    {
+      std::lock_guard lock(mu_);
+      open_.insert(task);
+      if (fail) fail_.insert(task);
+    }
+    cv_.notify_all();
+  }
+  void open_all() {
+    {
+      std::lock_guard lock(mu_);
+      open_all_ = true;
+    }
+    cv_.notify_all();
+  }
+  std::vector<std::string> order() {
+    std::lock_guard lock(mu_);
+    return order_;
+  }
+  bool unprepared() {
+    std::lock_guard lock(mu_);
+    return unprepared_;
+  }
+  std::size_t evaluated() {
+    std::lock_guard lock(mu_);
+    return evaluated_.size();
+  }
+
+ private:
+  int gpus_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<std::string> open_, fail_;
+  bool open_all_ = false;
+  bool unprepared_ = false;
+  std::vector<std::string> order_, evaluated_;
+};
+
+// Polls `pred` for up to a minute (a loaded CI machine); false when it never held.
+template <class Pred>
+bool eventually(Pred pred) {
+  for (int i = 0; i < 1200; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+d2k::tasks::Task fake_task(const std::string& id) {
+  d2k::tasks::Task t;
+  t.id = id;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("preparation parks an evaluation, prepares its task first and releases it", "[prepare]") {
+  auto backend = std::make_shared<GatedBackend>();
+  const d2k::tasks::Task a = fake_task("a"), b = fake_task("b"), c = fake_task("c");
+  Preparation prep(backend, {&a, &b, &c}, 1);
+  CHECK(prep.state(0, "c") == Preparation::State::pending);
+  // Before start(): nothing is prepared, so an evaluation of c is parked.
+  std::atomic<int> ran{0};
+  std::atomic<double> waited{-1};
+  CHECK(prep.when_ready(0, c, "s1", [&](double w) {
+    waited = w;
+    ++ran;
+  }));
+  CHECK(prep.parked(0) == 1);
+  auto info = prep.waiting("s1");
+  REQUIRE(info);
+  CHECK((*info)["state"] == "waiting_for_preparation");
+  CHECK((*info)["task"] == "c");
+  CHECK((*info)["stage"] == "queued for preparation");
+  CHECK_FALSE(prep.waiting("nobody"));
+
+  prep.start();
+  // c has a waiter: it is prepared before a and b.
+  REQUIRE(eventually([&] { return !backend->order().empty(); }));
+  CHECK(backend->order().front() == "c@0");
+  REQUIRE(eventually([&] { return prep.waiting("s1") && (*prep.waiting("s1"))["stage"] == "trusted builds"; }));
+  CHECK(prep.progress(0)["current"] == "c");
+  CHECK(ran == 0);
+  backend->open("c");
+  REQUIRE(eventually([&] { return ran == 1; }));
+  CHECK(waited > 0);
+  CHECK(prep.state(0, "c") == Preparation::State::ready);
+  CHECK_FALSE(prep.waiting("s1"));
+  // A ready task runs its continuation at once, on the caller's thread.
+  CHECK_FALSE(prep.when_ready(0, c, "s2", [&](double w) {
+    CHECK(w == 0);
+    ++ran;
+  }));
+  CHECK(ran == 2);
+
+  // A failed preparation releases its evaluations too (the backend does inline what it lacks).
+  REQUIRE(eventually([&] { return backend->order().size() == 2; }));
+  CHECK(backend->order()[1] == "a@0");
+  CHECK(prep.when_ready(0, a, "s3", [&](double) { ++ran; }));
+  backend->open("a", /*fail=*/true);
+  REQUIRE(eventually([&] { return ran == 3; }));
+  CHECK(prep.state(0, "a") == Preparation::State::failed);
+  auto p = prep.progress(0);
+  CHECK(p["tasks"] == 3);
+  CHECK(p["ready"] == 1);
+  CHECK(p["failed"] == 1);
+  CHECK(p["errors"]["a"] == "baseline did not build");
+  CHECK(p["done"] == false);
+  CHECK_FALSE(prep.done());
+
+  backend->open("b");
+  CHECK(prep.wait_done(std::chrono::minutes(1)));
+  CHECK(prep.progress(0)["done"] == true);
+  CHECK(prep.progress(0)["pending"] == 0);
+  prep.stop();
+}
+
+TEST_CASE("release hands parked evaluations on and stops preparing", "[prepare]") {
+  auto backend = std::make_shared<GatedBackend>(2);
+  const d2k::tasks::Task a = fake_task("a"), b = fake_task("b");
+  Preparation prep(backend, {&a, &b}, 2);
+  std::atomic<int> ran{0};
+  CHECK(prep.when_ready(1, b, "s", [&](double) { ++ran; }));
+  CHECK(prep.parked(1) == 1);
+  CHECK(prep.parked(0) == 0);
+  prep.release();
+  CHECK(ran == 1);
+  CHECK(prep.parked(1) == 0);
+  prep.start();  // after release: nothing starts
+  CHECK_FALSE(prep.when_ready(0, a, "t", [&](double) { ++ran; }));
+  CHECK(ran == 2);
+  CHECK(backend->order().empty());
+  prep.stop();
+}
+
+TEST_CASE("an evaluation before its task is ready waits, says so in info and in stats, then runs",
+          "[server][prepare][slow]") {
+  auto gpu = std::make_shared<GatedBackend>();
+  TestServer srv(d2k::test::test_config(), gpu);
+  Client c(srv.endpoint);
+  // Preparation is under way and stuck on the first task (the gate is shut).
+  REQUIRE(eventually([&] { return !gpu->order().empty(); }));
+  Value st = c.stats();
+  REQUIRE(st["gpus"].size() == 1);
+  const auto& prep0 = st["gpus"][0]["preparation"];
+  CHECK(prep0["tasks"].get<std::size_t>() >= 2);
+  CHECK(prep0["ready"] == 0);
+  CHECK(prep0["done"] == false);
+  CHECK(prep0["current"].is_string());
+  CHECK(prep0["stage"] == "trusted builds");
+
+  // vector_add is not the task being prepared (the tasks are prepared in the catalogue's order),
+  // so it must jump the queue when asked for.
+  const std::string first = gpu->order().front().substr(0, gpu->order().front().find('@'));
+  const std::string task = "vector_add";
+  REQUIRE(first != task);
+  const std::string s = c.reset(task, 1, 7)["session"].get<std::string>();
+  c.step(s, {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", d2k::test::kGoodKernel}});
+
+  Value reply;
+  std::thread stepper([&] {
+    Client c2(srv.endpoint);
+    reply = c2.step(s, {{"type", "evaluate"}});
+  });
+  // The compile lands, the evaluation is parked: observe and stats say so.
+  REQUIRE(eventually([&] {
+    Value o = c.observe(s);
+    return o["info"].contains("queue") && o["info"]["queue"]["state"] == "waiting_for_preparation";
+  }));
+  Value o = c.observe(s);
+  CHECK(o["info"]["queue"]["task"] == task);
+  CHECK(o["info"]["queue"]["gpu"] == 0);
+  st = c.stats();
+  CHECK(st["gpus"][0]["waiting_for_preparation"] == 1);
+  CHECK(st["gpus"][0]["queue_depth"] == 1);
+  CHECK(st["gpus"][0]["evaluations"] == 0);
+  CHECK(gpu->evaluated() == 0);
+
+  // The first task finishes; the parked task is prepared next (ahead of the configured order).
+  gpu->open(first);
+  REQUIRE(eventually([&] { return gpu->order().size() >= 2; }));
+  CHECK(gpu->order()[1] == task + "@0");
+  gpu->open(task);
+  stepper.join();
+  CHECK(reply["observation"]["last"]["ok"] == true);
+  CHECK(reply["reward"] == 0.5);
+  CHECK(reply["info"]["queue"]["state"] == "ran_after_preparation");
+  CHECK(reply["info"]["queue"]["waited_for_preparation_s"].get<double>() > 0);
+  CHECK_FALSE(gpu->unprepared());
+  CHECK_FALSE(c.observe(s)["info"].contains("queue"));
+
+  st = c.stats();
+  const auto& g = st["gpus"][0];
+  CHECK(g["evaluations"] == 1);
+  CHECK(g["waiting_for_preparation"] == 0);
+  CHECK(g["queue_depth"] == 0);
+  // The real busy fraction comes from the backend's runner time (0.25 s), not queue occupancy.
+  const double uptime = st["uptime_s"].get<double>();
+  CHECK(g["busy_fraction"].get<double>() == Approx(std::min(1.0, 0.25 / uptime)).epsilon(0.2));
+  CHECK(g["timed_fraction"].get<double>() < g["busy_fraction"].get<double>());
+  CHECK(g.contains("queue_occupancy"));
+  CHECK(g["preparation"]["ready"].get<int>() == 2);
+  gpu->open_all();
+  REQUIRE(eventually([&] { return c.stats()["gpus"][0]["preparation"]["done"] == true; }));
+}
+
+TEST_CASE("a server stopping with an evaluation parked still answers it", "[server][prepare][slow]") {
+  auto gpu = std::make_shared<GatedBackend>();
+  auto srv = std::make_unique<TestServer>(d2k::test::test_config(), gpu);
+  Client c(srv->endpoint);
+  REQUIRE(eventually([&] { return !gpu->order().empty(); }));
+  REQUIRE(gpu->order().front() != "vector_add@0");
+  const std::string s = c.reset("vector_add", 1, 7)["session"].get<std::string>();
+  c.step(s, {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", d2k::test::kGoodKernel}});
+  Value reply;
+  std::thread stepper([&] {
+    Client c2(srv->endpoint);
+    reply = c2.step(s, {{"type", "evaluate"}});
+  });
+  REQUIRE(eventually([&] { return c.stats()["gpus"][0]["waiting_for_preparation"] == 1; }));
+  // Stopping releases the parked evaluation (it runs); the task being prepared finishes first.
+  std::thread stopper([&] { srv->stop(); });
+  stepper.join();
+  CHECK(reply["observation"]["last"]["ok"] == true);
+  gpu->open_all();
+  stopper.join();
+}
+
+TEST_CASE("--no-prepare: nothing is prepared and evaluations run at once", "[server][prepare][slow]") {
+  auto gpu = std::make_shared<GatedBackend>();
+  d2k::env::Config cfg = d2k::test::test_config();
+  cfg.prepare = false;
+  TestServer srv(cfg, gpu);
+  Client c(srv.endpoint);
+  const std::string s = c.reset("vector_add", 1, 7)["session"].get<std::string>();
+  c.step(s, {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", d2k::test::kGoodKernel}});
+  Value r = c.step(s, {{"type", "evaluate"}});
+  CHECK(r["observation"]["last"]["ok"] == true);
+  CHECK_FALSE(r["info"].contains("queue"));
+  CHECK(gpu->order().empty());
+  Value st = c.stats();
+  CHECK(st["gpus"][0]["preparation"].is_null());
+  CHECK(st["gpus"][0]["evaluations"] == 1);
+}
+
+#ifdef D2K_TEST_HAVE_EVAL
+TEST_CASE("the calibration cache parses its file once, and again only when it changed", "[prepare][calibration]") {
+  const auto dir = d2k::test::temp_dir("d2k-calib-memo");
+  const auto file = dir / "GPU.json";
+  d2k::runner::CalibrationCache cache(file), other(file);
+  d2k::runner::CalibrationEntry e;
+  e.baseline = {{"w", 2e-3}};
+  e.experts[3] = {{"w", 1e-3}};
+  cache.store("k1", e);
+  for (int i = 0; i < 5; ++i) REQUIRE(cache.find("k1"));
+  CHECK(cache.loads() == 1);
+  CHECK_FALSE(cache.find("k2"));
+  CHECK(cache.loads() == 1);
+  // Another process (here another cache on the same file) adds an entry: it is seen.
+  e.baseline = {{"w", 3e-3}};
+  other.store("k2", e);
+  auto hit = cache.find("k2");
+  REQUIRE(hit);
+  CHECK(hit->baseline.at("w") == 3e-3);
+  CHECK(cache.loads() == 2);
+  { std::ofstream(file, std::ios::trunc) << "{ damaged"; }
+  CHECK_FALSE(cache.find("k1"));
+  std::filesystem::remove_all(dir);
+}
+#endif
+
+TEST_CASE("d2k calibrate names what it cannot do", "[prepare][cli]") {
+  const auto bad = d2k::test::run_command(d2k::test::d2k_binary() + " calibrate --task no_such_task");
+  CHECK(bad.status == 2);
+  CHECK(bad.out.find("no task 'no_such_task'") != std::string::npos);
+  if (!std::filesystem::exists("/dev/nvidia0") && !std::filesystem::exists("/dev/nvidiactl")) {
+    const auto state = d2k::test::temp_dir("d2k-calibrate");
+    const auto r = d2k::test::run_command(d2k::test::d2k_binary() + " calibrate --state-dir " + state.string());
+    CHECK(r.status == 2);
+    CHECK(r.out.find("no GPU to calibrate on") != std::string::npos);
+    std::filesystem::remove_all(state);
+  }
+}
