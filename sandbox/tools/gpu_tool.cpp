@@ -783,4 +783,36 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
   return r;
 }
 
+GpuToolResult run_gpu_tool_for(runner::Evaluator& evaluator, const std::filesystem::path& nvcc, bool profile,
+                               const ToolArgs& args) {
+  GpuToolConfig c;
+  const runner::EvalConfig& ec = evaluator.config();
+  c.runner = ec.runner_path;
+  c.isolate = ec.isolate;
+  c.hidden_paths = ec.hidden_paths;
+  c.scratch_dir = ec.state_dir / "tools";
+  c.deadline_s = args.deadline_s;
+  c.ready_timeout_s = std::max(ec.ready_timeout_s, 60.0);
+  if (auto p = find_gpu_tool("ncu", nvcc)) c.ncu = *p;
+  if (auto p = find_gpu_tool("compute-sanitizer", nvcc)) c.compute_sanitizer = *p;
+  GpuToolRequest r;
+  r.kind = profile ? GpuToolKind::profile : GpuToolKind::sanitize;
+  r.task = args.task;
+  r.so_path = args.so;
+  r.gpu = args.gpu;
+  r.workload = args.workload;
+  r.sections = args.sections;
+  r.sanitizer_tool = args.sanitizer_tool.empty() ? "memcheck" : args.sanitizer_tool;
+  r.max_items = args.max_items;
+  std::unique_lock<std::mutex> lock;
+  try {
+    lock = evaluator.lock_gpu(args.gpu);
+  } catch (const std::exception& e) {
+    GpuToolResult bad;
+    bad.message = e.what();
+    return bad;
+  }
+  return run_gpu_tool(c, r);
+}
+
 }  // namespace d2k::tools

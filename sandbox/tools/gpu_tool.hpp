@@ -19,6 +19,10 @@
 #include "sandbox/outcome.hpp"
 #include "tasks/loader/task.hpp"
 
+namespace d2k::runner {
+class Evaluator;
+}
+
 namespace d2k::tools {
 
 // ---- Nsight Compute ----------------------------------------------------------------------------
@@ -145,5 +149,21 @@ std::optional<std::filesystem::path> find_gpu_tool(const std::string& name, cons
 
 // Blocking. Never throws for the agent's kernel: every failure is a typed status.
 GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& request);
+
+// The server's entry: the evaluator's runner, namespaces and hidden paths, the tools found beside
+// `nvcc`, a scratch folder under the evaluator's state; holds the GPU's evaluation lock meanwhile,
+// so no tool runs during another session's timed samples.
+struct ToolArgs {
+  const tasks::Task* task = nullptr;
+  std::filesystem::path so;
+  int gpu = 0;
+  std::string workload;
+  std::vector<std::string> sections;
+  std::string sanitizer_tool;
+  std::size_t max_items = 20;
+  double deadline_s = 300;
+};
+GpuToolResult run_gpu_tool_for(runner::Evaluator& evaluator, const std::filesystem::path& nvcc, bool profile,
+                               const ToolArgs& args);
 
 }  // namespace d2k::tools

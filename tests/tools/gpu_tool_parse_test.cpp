@@ -214,14 +214,14 @@ TEST_CASE("counter permission is read from the driver's parameters", "[tools][pr
   fs::remove(p);
 }
 
-TEST_CASE("the tool host: own network namespace with only loopback up, identity ids, no_new_privs", "[tools][host]") {
+TEST_CASE("the tool host: own network namespace with only loopback up, own PID namespace, identity ids, no_new_privs", "[tools][host]") {
   if (::geteuid() != 0 && !fs::exists("/proc/sys/kernel/unprivileged_userns_clone")) {
     test::skip("user namespaces need root here");
     return;
   }
   const fs::path out = fs::temp_directory_path() / ("d2k-toolhost-" + std::to_string(::getpid()));
   const std::string cmd = std::string("\"") + D2K_RUNNER + "\" --mode tool-host -- /bin/sh -c "
-                          "'echo IF $(tail -n +3 /proc/self/net/dev | cut -d: -f1); grep NoNewPrivs /proc/self/status; "
+                          "'echo PID $$; echo IF $(tail -n +3 /proc/self/net/dev | cut -d: -f1); grep NoNewPrivs /proc/self/status; "
                           "cat /proc/self/uid_map' > \"" + out.string() + "\" 2>&1";
   const int rc = std::system(cmd.c_str());  // 72: loopback could not be brought up
   std::ifstream in(out);
@@ -230,6 +230,7 @@ TEST_CASE("the tool host: own network namespace with only loopback up, identity 
   INFO(text);
   REQUIRE(rc == 0);
   CHECK(text.find("IF lo\n") != std::string::npos);  // loopback and nothing else
+  CHECK(text.find("PID 1\n") != std::string::npos);  // the tool is its PID namespace's init
   CHECK(text.find("NoNewPrivs:\t1") != std::string::npos);
   std::istringstream map(text.substr(text.find('\n', text.find("NoNewPrivs")) + 1));
   long inside = -1, outside = -1, count = 0;
