@@ -11,6 +11,7 @@
 
 #include "catch.hpp"
 #include "sandbox/tools/gpu_tool.hpp"
+#include "tasks/loader/task.hpp"
 #include "skip.hpp"
 
 namespace fs = std::filesystem;
@@ -238,4 +239,90 @@ TEST_CASE("the tool host: own network namespace with only loopback up, own PID n
   CHECK(inside == static_cast<long>(::getuid()));  // identity-mapped: no privilege gained
   CHECK(outside == static_cast<long>(::getuid()));
   CHECK(count == 1);
+}
+
+namespace {
+
+// A stand-in for compute-sanitizer: speaks the runner's wire on fd 3 (ready, then the result once
+// the job line arrived), writes a memcheck report to its --log-file, or hangs (MODE=hang) with a
+// grandchild in a process group of its own.
+const char* kFakeTool = R"(#!/bin/sh
+log=""
+while [ $# -gt 0 ]; do case "$1" in --log-file) log="$2"; shift 2;; *) shift;; esac; done
+echo '{"event":"ready","device":{},"init_s":0}' >&3
+read job
+if [ -f "$(dirname "$0")/hang" ]; then
+  setsid sh -c "readlink /proc/self > '$(dirname "$0")/grandchild.pid'; exec sleep 1000" &
+  sleep 1000
+fi
+cat > "$log" <<'REPORT'
+========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at oob(float *)+0x70 in /job/kernel.cu:9
+=========     by thread (3,0,0) in block (0,0,0)
+=========     Access to 0x7f0000000400 is out of bounds
+=========
+========= ERROR SUMMARY: 1 error
+REPORT
+echo '{"event":"result","status":"runtime_error","message":"an illegal memory access was encountered"}' >&3
+)";
+
+}  // namespace
+
+TEST_CASE("run_gpu_tool end to end with a stand-in tool: the wire, the log, the typed result, the deadline kills the tree", "[tools][host]") {
+  if (::geteuid() != 0) {
+    test::skip("the tool host's namespaces need root here");
+    return;
+  }
+  const fs::path dir = fs::temp_directory_path() / ("d2k-faketool-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path tool = dir / "compute-sanitizer";
+  std::ofstream(tool) << kFakeTool;
+  fs::permissions(tool, fs::perms::owner_all);
+  const tasks::Task task = tasks::load_task(std::string(D2K_TASKS_DIR) + "/vector_add");
+  std::ofstream(dir / "kernel.so") << "not looked at by the stand-in";
+
+  tools::GpuToolConfig c;
+  c.runner = D2K_RUNNER;
+  c.compute_sanitizer = tool;
+  c.scratch_dir = dir / "scratch";
+  c.deadline_s = 20;
+  tools::GpuToolRequest r;
+  r.kind = tools::GpuToolKind::sanitize;
+  r.task = &task;
+  r.so_path = dir / "kernel.so";
+  const auto ok = tools::run_gpu_tool(c, r);
+  INFO(ok.message << "\n" << ok.result.dump(2));
+  REQUIRE(ok.status == sandbox::Outcome::ok);
+  CHECK(ok.result["workload"] == "odd_1m");
+  CHECK(ok.result["kernel_status"] == "runtime_error");
+  REQUIRE(ok.result["findings"].size() == 1);
+  CHECK(ok.result["findings"][0]["file"] == "kernel.cu");
+  CHECK(ok.result["findings"][0]["line"] == 9);
+  CHECK(fs::is_empty(c.scratch_dir));  // the tool's private folder is gone
+
+  // Missing tool, unknown options: typed before anything runs.
+  tools::GpuToolConfig none = c;
+  none.compute_sanitizer.clear();
+  CHECK(tools::run_gpu_tool(none, r).unavailable);
+  tools::GpuToolRequest bad = r;
+  bad.sanitizer_tool = "--save";
+  CHECK(tools::run_gpu_tool(c, bad).status == sandbox::Outcome::bad_request);
+
+  // A tool that hangs: timeout at the deadline, and nothing of it left behind, not even a
+  // grandchild in a process group of its own (the tool host's PID namespace ends with the tool).
+  std::ofstream(dir / "hang") << "";
+  c.deadline_s = 3;
+  const auto hung = tools::run_gpu_tool(c, r);
+  CHECK(hung.status == sandbox::Outcome::timeout);
+  std::string pid;
+  std::ifstream(dir / "grandchild.pid") >> pid;
+  REQUIRE_FALSE(pid.empty());
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {  // the kernel tears the namespace down asynchronously
+    gone = !fs::exists("/proc/" + pid + "/status");
+    if (!gone) ::usleep(50000);
+  }
+  CHECK(gone);
+  fs::remove_all(dir);
 }
