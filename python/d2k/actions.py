@@ -114,9 +114,20 @@ def normalize_action(action: Any) -> dict[str, Any]:
     for name in ACTION_FIELDS[kind]:
         if name in action:
             out[name] = action[name]  # types are the server's to check (invalid_action)
-    # A Dict-space sample carries every field as text: an empty tool option means "the default".
-    if kind in ("profile", "sanitize", "disassemble"):
-        out = {k: v for k, v in out.items() if k == "type" or (v != "" and v is not None)}
-        if kind == "profile" and isinstance(out.get("sections"), str):
-            out["sections"] = [s for s in out["sections"].replace(",", " ").split() if s]
+    # A Dict-space sample carries the tools' options as text and integers: sections as one
+    # comma/space-separated string, sass/ptx as 0/1 (an empty name means the server's default).
+    if kind == "profile" and isinstance(out.get("sections"), str):
+        out["sections"] = [s for s in out["sections"].replace(",", " ").split() if s]
+    if kind == "disassemble":
+        for flag in ("sass", "ptx"):
+            if flag in out and not isinstance(out[flag], bool):
+                try:
+                    out[flag] = bool(int(out[flag]))
+                except (TypeError, ValueError):
+                    pass  # the server's to refuse (invalid_action)
+        if "max_bytes" in out and not isinstance(out["max_bytes"], (bool, str)):
+            try:
+                out["max_bytes"] = int(out["max_bytes"])
+            except (TypeError, ValueError):
+                pass
     return out

@@ -12,8 +12,9 @@ strings so the same actions give the same observation; the server's full observa
 ``env.raw_observation``. :func:`parse_observation` turns the strings back into Python values.
 
 Action: a Dict {type: Discrete(9) over ACTION_TYPES, path, content, old, new, diff, workload,
-sections, tool, kernel: Text}; only the fields of the chosen type are sent (``sections`` is a
-comma- or space-separated list; an empty tool field means the server's default). ``step`` also takes a plain dict with
+sections, tool, kernel: Text, sass, ptx: Discrete(2), max_bytes: Discrete(65536, start=1)}; only
+the fields of the chosen type are sent (``sections`` is a comma- or space-separated list; an empty
+workload, tool or kernel means the server's default). ``step`` also takes a plain dict with
 ``type`` as a name, or a JSON string of one.
 """
 from __future__ import annotations
@@ -138,6 +139,9 @@ def action_space() -> spaces.Dict:
         "sections": spaces.Text(max_length=128, min_length=0, charset=NAME_CHARS + ", "),
         "tool": spaces.Text(max_length=16, min_length=0, charset=NAME_CHARS),
         "kernel": spaces.Text(max_length=256, min_length=0, charset=PRINTABLE),
+        "sass": spaces.Discrete(2),
+        "ptx": spaces.Discrete(2),
+        "max_bytes": spaces.Discrete(1 << 16, start=1),
     })
 
 

@@ -33,9 +33,9 @@ def test_builders_and_normalize():
     # Indices of the original six types are unchanged; the tools come after them.
     assert d2k.ACTION_TYPES[:6] == ("write_file", "edit", "patch", "compile", "evaluate", "submit")
     assert d2k.normalize_action({"type": 6, "workload": "", "sections": "memory, launch", "path": "x"}) == {
-        "type": "profile", "sections": ["memory", "launch"]}
-    assert d2k.normalize_action({"type": "sanitize", "tool": "", "workload": "odd_1m"}) == {
-        "type": "sanitize", "workload": "odd_1m"}
+        "type": "profile", "workload": "", "sections": ["memory", "launch"]}
+    assert d2k.normalize_action({"type": 8, "kernel": "k", "sass": 1, "ptx": 0, "max_bytes": 100}) == {
+        "type": "disassemble", "kernel": "k", "sass": True, "ptx": False, "max_bytes": 100}
 
 
 def test_space_samples_normalize_to_wire_actions():
@@ -46,7 +46,7 @@ def test_space_samples_normalize_to_wire_actions():
         sample["type"] = index
         wire = d2k.normalize_action(sample)
         assert wire["type"] == d2k.ACTION_TYPES[index]
-        assert set(wire) <= {"type", *actions.ACTION_FIELDS[wire["type"]]}
+        assert set(wire) == {"type", *actions.ACTION_FIELDS[wire["type"]]}
         if wire["type"] == "profile":
             assert isinstance(wire.get("sections", []), list)
 
