@@ -87,6 +87,10 @@ std::vector<SassListing> split_sass(std::string_view text) {
     if (op.rfind("STL", 0) == 0) ++cur->local_stores;
     cur->lines.push_back(std::move(*instr));
   });
+  // The padding after the final branch-to-self says nothing: drop trailing NOPs from the listing
+  // (they stay in the instruction count, which is the code size).
+  for (auto& f : out)
+    while (!f.lines.empty() && opcode_of(f.lines.back()) == "NOP") f.lines.pop_back();
   return out;
 }
 

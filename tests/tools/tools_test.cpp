@@ -79,13 +79,15 @@ TEST_CASE("split_sass keeps one listing per kernel, drops encodings and counts l
       "        /*0010*/                   STL [R1], R2 ;                                  /* 0x0000000201007387 */\n"
       "        /*0020*/               @P0 LDL R3, [R1+0x4] ;                              /* 0x0000040001030983 */\n"
       "        /*0030*/                   EXIT ;                                          /* 0x000000000000794d */\n"
+      "        /*0040*/                   NOP;                                            /* 0x0000000000007918 */\n"
       "\t\t..........\n"
       "\t\tFunction : _Z3fooPf\n"
       "        /*0000*/                   EXIT ;                                          /* 0x000000000000794d */\n";
   const auto s = tools::split_sass(text);
   REQUIRE(s.size() == 1);
   CHECK(s[0].name == "_Z3fooPf");
-  CHECK(s[0].instructions == 4);
+  CHECK(s[0].instructions == 5);
+  CHECK(s[0].lines.size() == 4);  // the trailing NOP padding is not listed
   CHECK(s[0].local_stores == 1);
   CHECK(s[0].local_loads == 1);
   CHECK(s[0].lines[0] == "/*0000*/ LDC R1, c[0x0][0x28] ;");
