@@ -693,7 +693,7 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
   spec.isolate = config.isolate;
   spec.keep_net = true;
   spec.max_output_bytes = 256u << 10;
-  spec.extra_env = {{"TMPDIR", dir.string()}};
+  spec.extra_env = {{"TMPDIR", dir.string()}, {"HOME", dir.string()}};  // the tools' caches and locks
   spec.wrapper = {config.runner.string(), "--mode", "tool-host", "--", tool.string()};
   const auto args = profile ? ncu_arguments(sections, log, 64) : sanitizer_arguments(request.sanitizer_tool, log, 1000);
   spec.wrapper.insert(spec.wrapper.end(), args.begin(), args.end());
@@ -747,7 +747,8 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
   json result;
   const auto messages = tool_messages(output + "\n" + text, dir.string());
   if (profile) {
-    const NcuTable table = parse_ncu_csv(text);
+    NcuTable table = parse_ncu_csv(text);
+    if (table.rows.empty()) table = parse_ncu_csv(output);  // a version that printed the CSV to stdout
     ProfileContext ctx;
     ctx.sections = sections;
     ctx.max_launches = request.max_items;
