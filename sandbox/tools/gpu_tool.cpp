@@ -584,7 +584,11 @@ std::optional<std::filesystem::path> find_gpu_tool(const std::string& name, cons
   }
   for (const char* dir : {"/usr/local/cuda/bin", "/opt/nvidia/nsight-compute"})
     if (usable(std::filesystem::path(dir) / name)) return std::filesystem::path(dir) / name;
-  return std::nullopt;
+  // A standalone Nsight Compute: /opt/nvidia/nsight-compute/<version>/ncu (the newest name last).
+  std::optional<std::filesystem::path> newest;
+  for (const auto& e : std::filesystem::directory_iterator("/opt/nvidia/nsight-compute", ec))
+    if (usable(e.path() / name) && (!newest || e.path() / name > *newest)) newest = e.path() / name;
+  return newest;
 }
 
 namespace {
