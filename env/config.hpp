@@ -31,6 +31,17 @@ struct StepRewards {
   double ok_step = 0.0;          // an edit or a compile that succeeded
 };
 
+// The agent's tools (docs/agent-tools.md): what each costs in steps, the deadline of a GPU tool run
+// and the size of what comes back.
+struct ToolsConfig {
+  std::uint32_t profile_steps = 3;                // ncu replays each kernel dozens of times
+  std::uint32_t sanitize_steps = 2;
+  std::uint32_t disassemble_steps = 1;
+  double deadline_s = 300;                        // one profile / sanitize run, tool start-up included
+  std::uint32_t max_items = 20;                   // launches (profile) / findings (sanitize) in a reply
+  std::uint32_t disassemble_max_bytes = 64u << 10;  // listing text in a reply (an action may ask for less)
+};
+
 // The values `log_level` accepts, most verbose first.
 inline constexpr std::array<std::string_view, 6> kLogLevels = {"trace", "debug", "info", "warn", "error", "off"};
 
@@ -54,6 +65,7 @@ struct Config {
   Budget max_budget{1000, 500, 500, 86400};          // reset options are clamped to these
   RewardConfig reward;                               // evaluation rewards: preset, transform, failure constants
   StepRewards step_reward;
+  ToolsConfig tools;                                 // profile, sanitize, disassemble
   protocol::Limits limits;                           // message, nesting, string and file limits (`hello.limits`, not a key)
   std::size_t max_workspace_bytes = 2u << 20;        // all files of one workspace
   std::size_t reply_cache_per_session = 16;          // retried ids answered from here
@@ -126,6 +138,12 @@ void Config::for_each_key(Visit&& visit) {
   D2K_CONFIG_KEY(reward, "", "Evaluation rewards: preset, transform and failure constants (docs/reward.md)");
   D2K_CONFIG_KEY(step_reward.invalid_action, "", "Reward of a step whose action could not apply");
   D2K_CONFIG_KEY(step_reward.ok_step, "", "Reward of an edit or a compile that succeeded");
+  D2K_CONFIG_KEY(tools.profile_steps, "", "Steps a profile action costs");
+  D2K_CONFIG_KEY(tools.sanitize_steps, "", "Steps a sanitize action costs");
+  D2K_CONFIG_KEY(tools.disassemble_steps, "", "Steps a disassemble action costs");
+  D2K_CONFIG_KEY(tools.deadline_s, "", "Wall-clock seconds of one profile or sanitize run (the tool, the runner and the kernel)");
+  D2K_CONFIG_KEY(tools.max_items, "", "Kernel launches (profile) or findings (sanitize) in one reply");
+  D2K_CONFIG_KEY(tools.disassemble_max_bytes, "", "Bytes of SASS/PTX listing in one disassemble reply");
   D2K_CONFIG_KEY(max_workspace_bytes, "", "Bytes of all files of one workspace");
   D2K_CONFIG_KEY(reply_cache_per_session, "", "Replies kept per session to answer retried request ids");
   D2K_CONFIG_KEY(reply_cache_global, "", "Replies kept for retried requests without a session");

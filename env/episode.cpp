@@ -15,8 +15,8 @@ double Episode::seconds_used() const {
   return std::chrono::duration<double>(Clock::now() - started_).count();
 }
 
-void Episode::record_step(json last, double reward) {
-  ++steps_;
+void Episode::record_step(json last, double reward, std::uint32_t cost) {
+  steps_ += cost;
   last_ = std::move(last);
   last_reward_ = reward;
   total_reward_ += reward;

@@ -48,8 +48,9 @@ class Episode {
   bool wall_time_exceeded() const { return seconds_used() > budget_.wall_seconds; }
 
   // Records one step: the outcome (the observation's `last`) and its reward; ends the episode
-  // when the step budget is used up. Counts compiles/evaluations by the action's type.
-  void record_step(nlohmann::json last, double reward);
+  // when the step budget is used up. `cost`: the steps it uses (a tool may cost several).
+  void record_step(nlohmann::json last, double reward, std::uint32_t cost = 1);
+  std::uint32_t steps_left() const { return steps_ < budget_.max_steps ? budget_.max_steps - steps_ : 0; }
   void count_compile() { ++compiles_; }
   void count_evaluation() { ++evaluations_; }
   // The server could not run the counted action (its disk was full): the agent is not charged.

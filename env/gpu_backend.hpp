@@ -46,9 +46,37 @@ struct EvaluationReport {
 // Reports a preparation's stage ("trusted builds", "calibration") as it starts.
 using PrepareProgress = std::function<void(const std::string& stage)>;
 
+// profile / sanitize (sandbox/tools/gpu_tool.hpp): one run on the GPU's queue.
+struct ToolJob {
+  enum class Kind { profile, sanitize } kind = Kind::profile;
+  const tasks::Task* task = nullptr;
+  std::filesystem::path kernel_so;
+  int gpu = 0;
+  std::string workload;               // empty: the tool's default
+  std::vector<std::string> sections;  // profile
+  std::string sanitizer_tool = "memcheck";
+  std::size_t max_items = 20;         // launches / findings in the result
+  double deadline_s = 300;
+};
+
+struct ToolReport {
+  sandbox::Outcome outcome = sandbox::Outcome::internal_error;
+  bool unavailable = false;           // the tool cannot run on this server (last.error tool_unavailable)
+  std::string message;
+  nlohmann::json result;              // observation.last.profile / .sanitize
+};
+
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
+  // Blocking, from the GPU's queue thread like evaluate. A backend without tools says so.
+  virtual ToolReport run_tool(const ToolJob& job) {
+    (void)job;
+    ToolReport r;
+    r.unavailable = true;
+    r.message = "this server's GPU backend runs no tools";
+    return r;
+  }
   virtual std::vector<GpuInfo> gpus() const = 0;
   // Blocking, called from that GPU's queue thread (one timed run at a time per GPU).
   virtual EvaluationReport evaluate(const EvaluationJob& job) = 0;

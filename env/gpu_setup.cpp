@@ -2,12 +2,16 @@
 
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <mutex>
 
 #include "env/reward.hpp"
 
 #ifdef D2K_HAVE_EVAL
 #include "sandbox/eval/evaluator.hpp"
 #include "sandbox/eval/properties.hpp"
+#include "sandbox/tools/gpu_tool.hpp"
+#include "sandbox/tools/speed_of_light.hpp"
 #endif
 
 namespace d2k::env {
@@ -20,7 +24,7 @@ namespace {
 class RunnerBackend final : public GpuBackend {
  public:
   RunnerBackend(std::unique_ptr<runner::Evaluator> evaluator, RewardConfig reward, std::filesystem::path nvcc)
-      : evaluator_(std::move(evaluator)), reward_(std::move(reward)), cuobjdump_(runner::find_cuobjdump(nvcc)) {}
+      : evaluator_(std::move(evaluator)), reward_(std::move(reward)), cuobjdump_(runner::find_cuobjdump(nvcc)), nvcc_(nvcc) {}
 
   std::vector<GpuInfo> gpus() const override {
     std::vector<GpuInfo> out;
@@ -57,6 +61,8 @@ class RunnerBackend final : public GpuBackend {
     if (r.ok()) {
       runner::CalibrationEntry cal = evaluator_->calibrate(*job.task, job.gpu);
       report.evaluation["properties"] = design_properties(job, r, cal);
+      report.evaluation["implementation"] = tools::implementation_score(report.evaluation["properties"], job.layer);
+      report.evaluation["speed_of_light"] = speed_of_light(job, r, cal);
       int expert_layer = job.layer == 0 ? 3 : job.layer;
       const auto& expert = cal.experts.at(expert_layer);
       for (const auto& w : r.workloads) {
@@ -89,6 +95,15 @@ class RunnerBackend final : public GpuBackend {
   }
 
   void cancel_all() override {}  // runners have their own deadlines (EvalConfig timeouts)
+
+  // profile / sanitize (sandbox/tools), holding the GPU's evaluation lock.
+  ToolReport run_tool(const ToolJob& job) override {
+    const tools::GpuToolResult r =
+        tools::run_gpu_tool_for(*evaluator_, nvcc_, job.kind == ToolJob::Kind::profile,
+                                {job.task, job.kernel_so, job.gpu, job.workload, job.sections, job.sanitizer_tool,
+                                 job.max_items, job.deadline_s});
+    return {r.status, r.unavailable, r.message, r.result};
+  }
 
  private:
   // The task's design properties, checked mechanically on this kernel (the same checker as
@@ -131,9 +146,39 @@ class RunnerBackend final : public GpuBackend {
     return out;
   }
 
+  // Speed of light per visible timed workload (sandbox/tools/speed_of_light.hpp) against this GPU's
+  // copy bandwidth, measured once per GPU in a runner (the clock-derived peak until then).
+  nlohmann::json speed_of_light(const EvaluationJob& job, const runner::EvalResult& r,
+                                const runner::CalibrationEntry& cal) {
+    tools::SolInputs in;
+    in.expert_layer = job.layer == 0 ? 3 : job.layer;
+    if (auto e = cal.experts.find(in.expert_layer); e != cal.experts.end()) in.expert_s = e->second;
+    const auto& d = evaluator_->gpus().at(static_cast<std::size_t>(job.gpu));
+    in.peak = tools::peak_flops_for(d.name, *job.task);
+    {
+      std::lock_guard lock(copy_mu_);
+      auto it = copy_bw_.find(job.gpu);
+      if (it == copy_bw_.end()) it = copy_bw_.emplace(job.gpu, evaluator_->measure_copy_bandwidth(job.gpu)).first;
+      if (it->second.ok) {
+        in.copy_bytes_per_s = it->second.bytes_per_s;
+        in.copy_source = "measured device-to-device copy (bytes read + written / median time)";
+      } else {
+        in.copy_bytes_per_s = d.peak_dram_bytes_per_s();
+        in.copy_source = "memory clock × bus width × 2 (the copy measurement failed: " + it->second.error + ")";
+      }
+    }
+    std::vector<tools::MeasuredMedian> medians;
+    for (const auto& w : r.workloads)
+      if (w.visible && w.timing) medians.push_back({w.name, w.timing->median_s});
+    return tools::speed_of_light(*job.task, medians, in);
+  }
+
   std::unique_ptr<runner::Evaluator> evaluator_;
   RewardConfig reward_;
+  std::mutex copy_mu_;
+  std::map<int, runner::CopyBandwidth> copy_bw_;
   std::optional<std::filesystem::path> cuobjdump_;
+  std::filesystem::path nvcc_;
 };
 
 }  // namespace

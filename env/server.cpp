@@ -19,6 +19,10 @@
 #include "env/version.hpp"
 #include "protocol/detail/utf8.hpp"
 #include "sandbox/jail.hpp"
+#ifdef D2K_HAVE_EVAL
+#include "sandbox/eval/properties.hpp"
+#include "sandbox/tools/disassemble.hpp"
+#endif
 
 namespace d2k::env {
 
@@ -179,6 +183,9 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
   cc.cgroup = config_.compile_cgroup;
   compiler_ = std::make_unique<sandbox::Compiler>(cc);
   log_info(compiler_->limits().describe());
+#ifdef D2K_HAVE_EVAL
+  cuobjdump_ = runner::find_cuobjdump(cc.nvcc);
+#endif
 
   auto on_worker_error = [](const std::string& what) { log_error("worker error: " + what); };
   compile_pool_ = std::make_unique<WorkerPool>("compile", config_.compile_workers, on_worker_error);
@@ -744,6 +751,18 @@ Server::Answer Server::op_step(const Route& route, const Request& request) {
     return finish(reward);
   };
 
+  if (protocol::is_tool(action)) {
+    const bool gpu_tool = !std::holds_alternative<protocol::Disassemble>(action);
+    if (gpu_tool && (!gpu_ || gpu_info_.empty()))
+      throw Error(ErrorCode::no_gpu, std::string(protocol::action_name(action)) +
+                                         " needs a GPU and this server has none; disassemble works without one");
+    const std::uint32_t cost = tool_cost(action);
+    if (ep.steps_left() < cost)
+      return out_of_budget(std::string(protocol::action_name(action)) + " costs " + std::to_string(cost) +
+                           " steps and " + std::to_string(ep.steps_left()) + " are left");
+    start_work(s, request, route, Work::tool, action);
+    return {{}, nullptr, true};
+  }
   if (std::holds_alternative<protocol::Compile>(action)) {
     if (!ep.compiles_left())
       return out_of_budget("no compiles left (" + std::to_string(ep.budget().max_compiles) + " used)");
@@ -778,7 +797,14 @@ Server::Answer Server::op_step(const Route& route, const Request& request) {
   return finish(reward);
 }
 
-void Server::start_work(Session& s, const Request& request, const Route& route, Work work) {
+std::uint32_t Server::tool_cost(const protocol::Action& action) const {
+  if (std::holds_alternative<protocol::Profile>(action)) return config_.tools.profile_steps;
+  if (std::holds_alternative<protocol::Sanitize>(action)) return config_.tools.sanitize_steps;
+  return config_.tools.disassemble_steps;
+}
+
+void Server::start_work(Session& s, const Request& request, const Route& route, Work work,
+                        std::optional<protocol::Action> tool) {
   const std::uint64_t id = request.envelope.id;
   s.in_flight = id;
   s.in_flight_request = request.envelope.body;  // for the episode log, when the reply lands
@@ -789,15 +815,22 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
   req.main_file = s.episode->task().main_file;
   req.flags = s.episode->task().compile_flags;
   EvaluationJob job;
-  if (work != Work::compile) {
+  if (work != Work::compile && work != Work::tool) {
     job.task = &s.episode->task();
     job.include_hidden = work == Work::submit;
     job.layer = s.episode->layer();
     job.gpu = s.gpu;
     job.seed = s.episode->seed() ^ (id * 0x9e3779b97f4a7c15ull);
   }
+  ToolJob tool_job;
+  tool_job.task = &s.episode->task();
+  tool_job.gpu = s.gpu;
+  tool_job.max_items = config_.tools.max_items;
+  tool_job.deadline_s = config_.tools.deadline_s;
+  const std::uint32_t cost = tool ? tool_cost(*tool) : 1;
   // Compile on the CPU pool; for evaluate and submit, then queue the timed run on the session's GPU.
-  compile_pool_->submit([this, req = std::move(req), job, work, session_id = request.session, route, id]() mutable {
+  compile_pool_->submit([this, req = std::move(req), job, work, session_id = request.session, route, id, tool,
+                         tool_job, cost]() mutable {
     sandbox::CompileOutcome outcome;
     bool threw = false;
     try {
@@ -823,6 +856,10 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
         done.last["error"] = outcome_error_json(compile_outcome(outcome), compile_failure_message(outcome));
       done.reward = outcome.ok ? config_.step_reward.ok_step : config_.reward.compile_error;
       land(session_id, id, route, std::move(done));
+      return;
+    }
+    if (work == Work::tool) {
+      run_tool(*tool, std::move(outcome), std::move(tool_job), cost, session_id, route, id);
       return;
     }
     const bool submit = work == Work::submit;
@@ -875,6 +912,74 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
   });
 }
 
+// A tool step after its compile: disassemble here (the compile pool), profile and sanitize on the
+// session's GPU queue like an evaluation.
+void Server::run_tool(const protocol::Action& action, sandbox::CompileOutcome outcome, ToolJob tool_job,
+                      std::uint32_t cost, const std::string& session_id, const Route& route, std::uint64_t id) {
+  const std::string type(protocol::action_name(action));
+  Landed done;
+  done.cost = cost;
+  done.last = {{"action", type}, {"compile", compile_to_json(outcome)}};
+  if (!outcome.ok) {
+    done.last["ok"] = false;
+    done.last["error"] = outcome_error_json(sandbox::Outcome::compile_error, "the kernel did not compile");
+    done.reward = config_.reward.compile_error;
+    land(session_id, id, route, std::move(done));
+    return;
+  }
+  done.reward = config_.step_reward.ok_step;
+  if (const auto* d = std::get_if<protocol::Disassemble>(&action)) {
+#ifdef D2K_HAVE_EVAL
+    tools::DisassembleRequest dr;
+    dr.kernel = d->kernel;
+    dr.sass = d->sass;
+    dr.ptx = d->ptx;
+    dr.max_bytes = std::min<std::size_t>(d->max_bytes.value_or(config_.tools.disassemble_max_bytes),
+                                         config_.tools.disassemble_max_bytes);
+    try {
+      done.last["disassembly"] = tools::disassemble(cuobjdump_, outcome.artifact, dr);
+      done.last["ok"] = true;
+    } catch (const std::exception& e) {
+      done.last["ok"] = false;
+      done.last["error"] = error_json(Error(ErrorCode::internal, std::string("disassemble failed: ") + e.what()));
+    }
+#else
+    (void)d;
+    done.last["ok"] = false;
+    done.last["error"] = {{"code", "tool_unavailable"}, {"message", "this build has no disassembler"}, {"retryable", false}};
+#endif
+    land(session_id, id, route, std::move(done));
+    return;
+  }
+  tool_job.kernel_so = outcome.artifact;
+  if (const auto* p = std::get_if<protocol::Profile>(&action)) {
+    tool_job.kind = ToolJob::Kind::profile;
+    tool_job.workload = p->workload;
+    tool_job.sections = p->sections;
+  } else if (const auto* z = std::get_if<protocol::Sanitize>(&action)) {
+    tool_job.kind = ToolJob::Kind::sanitize;
+    tool_job.workload = z->workload;
+    tool_job.sanitizer_tool = z->tool;
+  }
+  const std::string key = tool_job.kind == ToolJob::Kind::profile ? "profile" : "sanitize";
+  gpu_queues_.at(static_cast<std::size_t>(tool_job.gpu))
+      ->submit([this, tool_job, key, done = std::move(done), session_id, route, id]() mutable {
+        try {
+          const ToolReport rep = gpu_->run_tool(tool_job);
+          done.last["ok"] = rep.outcome == sandbox::Outcome::ok && !rep.unavailable;
+          if (!rep.result.is_null()) done.last[key] = rep.result;
+          if (rep.unavailable)
+            done.last["error"] = {{"code", "tool_unavailable"}, {"message", scrub_paths(rep.message)}, {"retryable", false}};
+          else if (rep.outcome != sandbox::Outcome::ok)
+            done.last["error"] = outcome_error_json(rep.outcome, scrub_paths(rep.message.empty() ? key + " failed" : rep.message));
+        } catch (const std::exception& e) {
+          done.last["ok"] = false;
+          done.last["error"] = error_json(Error(ErrorCode::internal, key + " failed: " + std::string(e.what())));
+        }
+        land(session_id, id, route, std::move(done));
+      });
+}
+
 void Server::land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed) {
   mailbox_.post([this, landed = std::move(landed), session_id, route, id]() {
     forget_observation(session_id);
@@ -900,7 +1005,7 @@ void Server::land(const std::string& session_id, std::uint64_t id, const Route& 
       if (s->closing) erase_session(session_id, "closed");
       return;
     }
-    ep.record_step(landed.last, landed.reward);
+    ep.record_step(landed.last, landed.reward, landed.cost);
     if (landed.submit) ep.end("submitted");
     json extra = json::object();
     if (!landed.breakdown.is_null()) extra["reward"] = landed.breakdown;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -80,8 +81,10 @@ class Server {
     ReplyBytes cached;
     bool deferred = false;
   };
-  // The work a step hands to the pools: compile only, or compile then a timed run on the GPU.
-  enum class Work { compile, evaluate, submit };
+  // The work a step hands to the pools: compile only, or compile then a timed run on the GPU, or
+  // compile then one of the agent's tools (disassemble on the compile pool, profile and sanitize on
+  // the GPU queue).
+  enum class Work { compile, evaluate, submit, tool };
   // A finished step's outcome, carried back to the loop thread.
   struct Landed {
     nlohmann::json last;       // observation.last
@@ -89,6 +92,7 @@ class Server {
     nlohmann::json breakdown;  // info.reward (evaluations only)
     bool submit = false;       // ends the episode
     bool storage = false;      // the server's disk refused the work: not a step, nothing charged
+    std::uint32_t cost = 1;    // steps it uses (tools: config tools.*_steps)
     double prepare_wait_s = 0; // time the evaluation waited for its task's preparation
   };
   // What each GPU's evaluations cost it (stats): written by that GPU's queue thread.
@@ -126,7 +130,12 @@ class Server {
   // and submit, the artifact to the session's GPU queue); land brings the outcome back to the
   // loop thread; finish_deferred caches, records and sends the reply.
   protocol::Value step_reply(const Episode& episode, double reward, protocol::Value extra_info = {}) const;
-  void start_work(Session& session, const Request& request, const Route& route, Work work);
+  void start_work(Session& session, const Request& request, const Route& route, Work work,
+                  std::optional<protocol::Action> tool = std::nullopt);
+  // What a tool action costs in steps (config tools.*_steps), and its run after the compile.
+  std::uint32_t tool_cost(const protocol::Action& action) const;
+  void run_tool(const protocol::Action& action, sandbox::CompileOutcome outcome, ToolJob tool_job, std::uint32_t cost,
+                const std::string& session_id, const Route& route, std::uint64_t id);
   void land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed);
   void finish_deferred(const std::string& session_id, std::uint64_t id, protocol::Value reply,
                        const Route& route);
@@ -147,6 +156,7 @@ class Server {
   std::shared_ptr<GpuBackend> gpu_;
   std::vector<GpuInfo> gpu_info_;
   std::unique_ptr<sandbox::Compiler> compiler_;
+  std::optional<std::filesystem::path> cuobjdump_;  // disassemble (beside nvcc, else PATH)
   std::unique_ptr<Recorder> recorder_;
   Mailbox mailbox_;
   std::unique_ptr<WorkerPool> compile_pool_;

@@ -11,7 +11,8 @@ namespace d2k::protocol {
 namespace {
 
 constexpr std::array<std::string_view, 7> kOps{"hello", "list_tasks", "reset", "step", "observe", "close", "stats"};
-constexpr std::string_view kActionTypes = "write_file, edit, patch, compile, evaluate, submit";
+constexpr std::string_view kActionTypes =
+    "write_file, edit, patch, compile, evaluate, submit, profile, sanitize, disassemble";
 constexpr std::size_t kMaxErrorMessageBytes = 2048;
 
 std::string type_name(const Value& v) {
@@ -105,6 +106,47 @@ Action parse_action(const Value& body, const Limits& limits) {
   if (type == "compile") return Compile{};
   if (type == "evaluate") return Evaluate{};
   if (type == "submit") return Submit{};
+  auto optional_text = [&](std::string_view key, std::size_t limit) {
+    const std::string field = "action." + std::string(key);
+    if (!member(*a, key)) return std::string();
+    std::string s = require_string(*a, key, field, ErrorCode::invalid_action);
+    check_size(s, limit, field);
+    return s;
+  };
+  auto optional_bool = [&](std::string_view key, bool fallback) {
+    const Value* v = member(*a, key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) fail(ErrorCode::invalid_action, "action." + std::string(key), "must be a boolean, not " + type_name(*v));
+    return v->get<bool>();
+  };
+  if (type == "profile") {
+    Profile p{optional_text("workload", 256), {}};
+    if (const Value* sections = member(*a, "sections")) {
+      if (!sections->is_array()) fail(ErrorCode::invalid_action, "action.sections", "must be an array of strings, not " + type_name(*sections));
+      if (sections->size() > 16) fail(ErrorCode::invalid_action, "action.sections", "has more than 16 entries");
+      for (const Value& v : *sections) {
+        if (!v.is_string()) fail(ErrorCode::invalid_action, "action.sections", "must hold strings, not " + type_name(v));
+        check_size(v.get<std::string>(), 64, "action.sections");
+        p.sections.push_back(v.get<std::string>());
+      }
+    }
+    return p;
+  }
+  if (type == "sanitize") {
+    Sanitize z{optional_text("workload", 256), optional_text("tool", 64)};
+    if (z.tool.empty()) z.tool = "memcheck";
+    return z;
+  }
+  if (type == "disassemble") {
+    Disassemble d{optional_text("kernel", 1024), optional_bool("sass", true), optional_bool("ptx", false), {}};
+    if (const Value* v = member(*a, "max_bytes")) {
+      std::uint64_t n = 0;
+      if (!as_uint(*v, n) || n == 0 || n > std::numeric_limits<std::uint32_t>::max())
+        fail(ErrorCode::invalid_action, "action.max_bytes", "must be a positive integer (bytes of listing text)");
+      d.max_bytes = static_cast<std::uint32_t>(n);
+    }
+    return d;
+  }
   throw Error(ErrorCode::invalid_action,
               "unknown action type '" + detail::sanitize_utf8(type, 64) + "'; the types are " + std::string(kActionTypes),
               "action.type");
@@ -198,8 +240,16 @@ std::string_view action_name(const Action& action) {
     std::string_view operator()(const Compile&) const { return "compile"; }
     std::string_view operator()(const Evaluate&) const { return "evaluate"; }
     std::string_view operator()(const Submit&) const { return "submit"; }
+    std::string_view operator()(const Profile&) const { return "profile"; }
+    std::string_view operator()(const Sanitize&) const { return "sanitize"; }
+    std::string_view operator()(const Disassemble&) const { return "disassemble"; }
   };
   return std::visit(Name{}, action);
+}
+
+bool is_tool(const Action& action) {
+  return std::holds_alternative<Profile>(action) || std::holds_alternative<Sanitize>(action) ||
+         std::holds_alternative<Disassemble>(action);
 }
 
 StepRequest parse_step(const Envelope& request, const Limits& limits) {

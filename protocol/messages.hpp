@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "protocol/codec.hpp"
 
@@ -46,7 +47,24 @@ struct Patch { std::string diff; };
 struct Compile {};
 struct Evaluate {};
 struct Submit {};
-using Action = std::variant<WriteFile, Edit, Patch, Compile, Evaluate, Submit>;
+// The agent's tools (PROTOCOL.md section "Tools"): each compiles the workspace first. Names from
+// fixed lists (sections, sanitizer tools) are checked by sandbox/tools, which owns the lists.
+struct Profile {
+  std::string workload;               // a visible workload; empty: the largest
+  std::vector<std::string> sections;  // empty: every section
+};
+struct Sanitize {
+  std::string workload;               // empty: the smallest visible workload
+  std::string tool = "memcheck";      // memcheck | racecheck | initcheck | synccheck
+};
+struct Disassemble {
+  std::string kernel;                 // substring of a kernel's name; empty: every kernel
+  bool sass = true;
+  bool ptx = false;
+  std::optional<std::uint32_t> max_bytes;  // listing text in the reply; the server caps it
+};
+using Action = std::variant<WriteFile, Edit, Patch, Compile, Evaluate, Submit, Profile, Sanitize, Disassemble>;
+bool is_tool(const Action& action);    // profile, sanitize, disassemble
 std::string_view action_name(const Action& action);  // "write_file", "edit", ...
 
 struct StepRequest {

@@ -55,6 +55,12 @@ if [ "${1:-}" = "--pack" ]; then
     mkdir -p "$PACK/build/tests/exploits/kernels"
     for so in "$BUILD"/tests/exploits/kernels/*.so; do strip -g -o "$PACK/build/tests/exploits/kernels/$(basename "$so")" "$so"; done
   fi
+  # The agent tools' test kernels (tests/tools/kernels): unstripped, their line information is
+  # what sanitize reports.
+  if [ -d "$BUILD/tests/tools/kernels" ]; then
+    mkdir -p "$PACK/build/tests/tools/kernels"
+    cp "$BUILD"/tests/tools/kernels/*.so "$PACK/build/tests/tools/kernels/"
+  fi
   # The task workbenches (prefix_sum look-back variants, flash attention candidates), compiled here
   # so the GPU machine only runs them (D2K_PACK_BENCH=0 skips this; about a minute).
   if [ "${D2K_PACK_BENCH:-1}" = 1 ] && command -v nvcc >/dev/null 2>&1; then

@@ -63,6 +63,11 @@ const char* kHelp = R"(commands:
   compile                      compile in the sandbox and show diagnostics
   log                          show the last compile's full log
   evaluate | submit            run on the GPU (visible | all workloads; submit ends the episode)
+  profile [WORKLOAD] [SECTION...]   Nsight Compute on one visible workload (default: the largest);
+                               sections: speed_of_light memory compute occupancy launch warp_stalls
+  sanitize [TOOL] [WORKLOAD]   compute-sanitizer: memcheck (default), racecheck, initcheck, synccheck
+                               on one visible workload (default: the smallest)
+  disassemble [KERNEL] [ptx]   SASS (and PTX) of the kernels whose name contains KERNEL
   status                       step, budget, last outcome
   stats                        server statistics
   close                        close the episode
@@ -98,6 +103,66 @@ bool parse_number(const std::string& text, T& out, T lo, T hi) {
   if (ec != std::errc() || end != text.data() + text.size() || value < lo || value > hi) return false;
   out = value;
   return true;
+}
+
+bool is_profile_section(const std::string& w) {
+  for (const char* s : {"speed_of_light", "memory", "compute", "occupancy", "launch", "warp_stalls"})
+    if (w == s) return true;
+  return false;
+}
+
+std::string num(const Value& v, const char* f = "%.3g") {
+  if (!v.is_number()) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v.get<double>());
+  return buf;
+}
+
+// A tool step's result for a person: the profile per launch, the sanitizer's findings, the
+// disassembly's listings (the JSON stays in `status`/the episode log for programs).
+std::string render_tool(const Value& last) {
+  std::ostringstream o;
+  if (!last.is_object()) return {};
+  if (last.contains("profile")) {
+    const Value& p = last["profile"];
+    o << "profile of " << p.value("workload", std::string("?")) << " (" << p.value("launches_total", 0)
+      << " launch(es))\n";
+    for (const auto& l : p.value("launches", Value::array())) {
+      o << "  " << l.value("kernel", std::string()) << "  grid " << l.value("grid", std::string()) << " block "
+        << l.value("block", std::string()) << "  " << num(l.value("duration_s", Value()), "%.3g") << " s\n";
+      for (const char* k : {"speed_of_light", "memory", "compute", "occupancy", "launch"})
+        if (l.contains(k)) o << "    " << k << ": " << l[k].dump() << "\n";
+      if (l.contains("warp_stalls")) o << "    warp_stalls: " << l["warp_stalls"].dump() << "\n";
+    }
+    if (p.contains("call")) o << "  call: " << p["call"].dump() << "\n";
+  }
+  if (last.contains("sanitize")) {
+    const Value& z = last["sanitize"];
+    o << z.value("tool", std::string("sanitizer")) << " on " << z.value("workload", std::string("?")) << ": "
+      << (z.value("clean", false) ? std::string("clean") : std::to_string(z.value("distinct", 0)) + " distinct finding(s)")
+      << " (kernel " << z.value("kernel_status", std::string("?")) << ")\n";
+    for (const auto& f : z.value("findings", Value::array())) {
+      o << "  " << f.value("kind", std::string()) << " ×" << f.value("count", 0) << "  " << f.value("message", std::string());
+      if (f.contains("file")) o << "  at " << f["file"].get<std::string>() << ":" << f.value("line", 0);
+      if (f.contains("kernel")) o << "  in " << f["kernel"].get<std::string>();
+      o << "\n";
+      if (f.contains("thread")) o << "    thread " << f["thread"].get<std::string>() << " block " << f.value("block", std::string()) << "\n";
+      if (f.contains("address")) o << "    address " << f["address"].get<std::string>() << "\n";
+    }
+  }
+  if (last.contains("disassembly")) {
+    const Value& d = last["disassembly"];
+    for (const auto& k : d.value("kernels", Value::array())) {
+      o << "== " << k.value("demangled", std::string()) << "  registers " << k.value("registers", 0) << ", shared "
+        << k.value("shared_bytes", 0) << " B, stack " << k.value("stack_bytes", 0) << " B, local loads/stores "
+        << k.value("local_loads", 0) << "/" << k.value("local_stores", 0) << ", " << k.value("instructions", 0)
+        << " instructions\n";
+      if (k.contains("sass")) o << k["sass"].get<std::string>();
+      if (k.contains("ptx")) o << k["ptx"].get<std::string>();
+    }
+    for (const auto& n : d.value("notes", Value::array())) o << "note: " << n.get<std::string>() << "\n";
+  }
+  return o.str();
 }
 
 struct Repl {
@@ -215,6 +280,41 @@ struct Repl {
     } else if (cmd == "compile" || cmd == "evaluate" || cmd == "submit") {
       obs();
       step({{"type", cmd}});
+    } else if (cmd == "profile") {
+      obs();
+      Value action = {{"type", "profile"}};
+      std::string word;
+      Value sections = Value::array();
+      while (args >> word) {
+        if (is_profile_section(word)) sections.push_back(word);
+        else if (!action.contains("workload")) action["workload"] = word;
+        else throw std::runtime_error("usage: profile [WORKLOAD] [SECTION...]");
+      }
+      if (!sections.empty()) action["sections"] = sections;
+      step(std::move(action));
+      std::cout << render_tool(observation["last"]);
+    } else if (cmd == "sanitize") {
+      obs();
+      Value action = {{"type", "sanitize"}};
+      std::string word;
+      while (args >> word) {
+        if (word == "memcheck" || word == "racecheck" || word == "initcheck" || word == "synccheck") action["tool"] = word;
+        else if (!action.contains("workload")) action["workload"] = word;
+        else throw std::runtime_error("usage: sanitize [TOOL] [WORKLOAD]");
+      }
+      step(std::move(action));
+      std::cout << render_tool(observation["last"]);
+    } else if (cmd == "disassemble") {
+      obs();
+      Value action = {{"type", "disassemble"}};
+      std::string word;
+      while (args >> word) {
+        if (word == "ptx") action["ptx"] = true;
+        else if (!action.contains("kernel")) action["kernel"] = word;
+        else throw std::runtime_error("usage: disassemble [KERNEL] [ptx]");
+      }
+      step(std::move(action));
+      std::cout << render_tool(observation["last"]);
     } else if (cmd == "log") {
       const Value& last = obs()["last"];
       if (last.is_object() && last.contains("compile"))

@@ -1,4 +1,5 @@
-"""Builders for the six actions of protocol v1, and one normaliser for user-given actions."""
+"""Builders for the actions of protocol v1 (six for the workspace and the kernel, three tools), and
+one normaliser for user-given actions."""
 from __future__ import annotations
 
 import json
@@ -6,9 +7,16 @@ from typing import Any, Mapping
 
 from .errors import InvalidAction
 
-ACTION_TYPES: tuple[str, ...] = ("write_file", "edit", "patch", "compile", "evaluate", "submit")
+# New types are appended, so the indices of a Discrete action space stay what they were.
+ACTION_TYPES: tuple[str, ...] = (
+    "write_file", "edit", "patch", "compile", "evaluate", "submit", "profile", "sanitize", "disassemble")
 
-# Fields each action type carries on the wire (all strings).
+PROFILE_SECTIONS: tuple[str, ...] = (
+    "speed_of_light", "memory", "compute", "occupancy", "launch", "warp_stalls")
+SANITIZER_TOOLS: tuple[str, ...] = ("memcheck", "racecheck", "initcheck", "synccheck")
+
+# Fields each action type carries on the wire (strings, but profile.sections: a list of strings,
+# disassemble.sass/ptx: booleans, disassemble.max_bytes: an integer).
 ACTION_FIELDS: dict[str, tuple[str, ...]] = {
     "write_file": ("path", "content"),
     "edit": ("path", "old", "new"),
@@ -16,6 +24,9 @@ ACTION_FIELDS: dict[str, tuple[str, ...]] = {
     "compile": (),
     "evaluate": (),
     "submit": (),
+    "profile": ("workload", "sections"),
+    "sanitize": ("workload", "tool"),
+    "disassemble": ("kernel", "sass", "ptx", "max_bytes"),
 }
 
 
@@ -41,6 +52,35 @@ def evaluate() -> dict[str, Any]:
 
 def submit() -> dict[str, Any]:
     return {"type": "submit"}
+
+
+def profile(workload: str | None = None, sections: list[str] | None = None) -> dict[str, Any]:
+    """Nsight Compute on one visible workload (default: the largest); sections from PROFILE_SECTIONS."""
+    out: dict[str, Any] = {"type": "profile"}
+    if workload:
+        out["workload"] = workload
+    if sections:
+        out["sections"] = list(sections)
+    return out
+
+
+def sanitize(tool: str = "memcheck", workload: str | None = None) -> dict[str, Any]:
+    """compute-sanitizer (a tool of SANITIZER_TOOLS) on one visible workload (default: the smallest)."""
+    out: dict[str, Any] = {"type": "sanitize", "tool": tool}
+    if workload:
+        out["workload"] = workload
+    return out
+
+
+def disassemble(kernel: str | None = None, *, sass: bool = True, ptx: bool = False,
+                max_bytes: int | None = None) -> dict[str, Any]:
+    """SASS (and PTX) of the kernels whose name contains ``kernel``, with their resource counts."""
+    out: dict[str, Any] = {"type": "disassemble", "sass": sass, "ptx": ptx}
+    if kernel:
+        out["kernel"] = kernel
+    if max_bytes is not None:
+        out["max_bytes"] = int(max_bytes)
+    return out
 
 
 def normalize_action(action: Any) -> dict[str, Any]:
@@ -74,4 +114,20 @@ def normalize_action(action: Any) -> dict[str, Any]:
     for name in ACTION_FIELDS[kind]:
         if name in action:
             out[name] = action[name]  # types are the server's to check (invalid_action)
+    # A Dict-space sample carries the tools' options as text and integers: sections as one
+    # comma/space-separated string, sass/ptx as 0/1 (an empty name means the server's default).
+    if kind == "profile" and isinstance(out.get("sections"), str):
+        out["sections"] = [s for s in out["sections"].replace(",", " ").split() if s]
+    if kind == "disassemble":
+        for flag in ("sass", "ptx"):
+            if flag in out and not isinstance(out[flag], bool):
+                try:
+                    out[flag] = bool(int(out[flag]))
+                except (TypeError, ValueError):
+                    pass  # the server's to refuse (invalid_action)
+        if "max_bytes" in out and not isinstance(out["max_bytes"], (bool, str)):
+            try:
+                out["max_bytes"] = int(out["max_bytes"])
+            except (TypeError, ValueError):
+                pass
     return out

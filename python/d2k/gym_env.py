@@ -7,7 +7,7 @@ flags. Spaces and the observation encoding are described in :mod:`d2k.spaces`.
 Request-level rejections (no server step consumed) are, by default (``request_errors="observe"``),
 returned as a failed step so a training loop keeps going:
   invalid_action, too_large  → reward ``invalid_action_reward`` (-0.1), episode continues;
-  no_gpu on evaluate         → reward ``no_gpu_reward`` (0.0), episode continues;
+  no_gpu on evaluate, profile, sanitize → reward ``no_gpu_reward`` (0.0), episode continues;
   no_gpu on submit           → reward ``no_gpu_reward``, truncated=True, end_reason "no_gpu"
                                (a submit can never succeed on that server).
 The observation's ``last`` then reads {action, ok: false, error: {code, message}} and

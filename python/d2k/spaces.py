@@ -11,8 +11,10 @@ Wall-clock fields (``seconds``, ``seconds_used``) and the compile cache flag are
 strings so the same actions give the same observation; the server's full observation is
 ``env.raw_observation``. :func:`parse_observation` turns the strings back into Python values.
 
-Action: a Dict {type: Discrete(6) over ACTION_TYPES, path, content, old, new, diff: Text};
-only the fields of the chosen type are sent. ``step`` also takes a plain dict with
+Action: a Dict {type: Discrete(9) over ACTION_TYPES, path, content, old, new, diff, workload,
+sections, tool, kernel: Text, sass, ptx: Discrete(2), max_bytes: Discrete(65536, start=1)}; only
+the fields of the chosen type are sent (``sections`` is a comma- or space-separated list; an empty
+workload, tool or kernel means the server's default). ``step`` also takes a plain dict with
 ``type`` as a name, or a JSON string of one.
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .actions import ACTION_TYPES
 
 PRINTABLE = "".join(chr(c) for c in range(0x20, 0x7F))
 SOURCE_CHARS = PRINTABLE + "\n\t"
+NAME_CHARS = string.ascii_letters + string.digits + "_"
 PATH_CHARS = string.ascii_letters + string.digits + "._-/"
 
 OBS_KEYS: tuple[str, ...] = ("task", "guidance", "files", "last", "status")
@@ -131,6 +134,14 @@ def action_space() -> spaces.Dict:
         "old": spaces.Text(max_length=MAX_FILE_CHARS, min_length=1, charset=SOURCE_CHARS),
         "new": spaces.Text(max_length=MAX_FILE_CHARS, min_length=0, charset=SOURCE_CHARS),
         "diff": spaces.Text(max_length=MAX_STRING_CHARS, min_length=1, charset=SOURCE_CHARS),
+        # The tools (profile, sanitize, disassemble): names, so short printable text.
+        "workload": spaces.Text(max_length=64, min_length=0, charset=NAME_CHARS),
+        "sections": spaces.Text(max_length=128, min_length=0, charset=NAME_CHARS + ", "),
+        "tool": spaces.Text(max_length=16, min_length=0, charset=NAME_CHARS),
+        "kernel": spaces.Text(max_length=256, min_length=0, charset=PRINTABLE),
+        "sass": spaces.Discrete(2),
+        "ptx": spaces.Discrete(2),
+        "max_bytes": spaces.Discrete(1 << 16, start=1),
     })
 
 

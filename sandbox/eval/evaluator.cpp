@@ -310,6 +310,11 @@ struct Evaluator::Gpu {
   std::unique_ptr<RunnerPool> agent, trusted;
 };
 
+std::unique_lock<std::mutex> Evaluator::lock_gpu(int gpu) {
+  if (gpu < 0 || static_cast<std::size_t>(gpu) >= per_gpu_.size()) throw std::out_of_range("no GPU " + std::to_string(gpu));
+  return std::unique_lock<std::mutex>(per_gpu_[static_cast<std::size_t>(gpu)]->mu);
+}
+
 Evaluator::Evaluator(EvalConfig config) : config_(std::move(config)) {
   config_.runner_path = locate_runner(config_.runner_path);  // runner_path.hpp: where it is looked for
   if (config_.state_dir.empty()) throw std::runtime_error("EvalConfig.state_dir is required");

@@ -179,6 +179,11 @@ class Evaluator {
   // Builds (and caches) a trusted .cu of the task.
   std::filesystem::path build_trusted(const tasks::Task& task, const std::filesystem::path& cu);
 
+  // The GPU's evaluation lock, for other work that must not overlap an evaluation there (the agent
+  // tools of sandbox/tools); and the configuration the runners are started with.
+  std::unique_lock<std::mutex> lock_gpu(int gpu);
+  const EvalConfig& config() const { return config_; }
+
  private:
   struct Gpu;
   EvalConfig config_;

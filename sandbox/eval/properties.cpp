@@ -7,8 +7,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <list>
+#include <mutex>
+#include <random>
 #include <regex>
 #include <sstream>
+#include <unordered_map>
+
+#include <xxhash.h>
 
 #include "sandbox/jail.hpp"
 #include "sandbox/process.hpp"
@@ -348,6 +355,14 @@ std::optional<std::filesystem::path> find_cuobjdump(const std::filesystem::path&
 ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::string& flag,
                          const std::filesystem::path& file) {
   ToolOutput r;
+  ObjectDumpCache& cache = ObjectDumpCache::instance();
+  const std::string key = cache.key_of(cuobjdump, flag, file);
+  if (!key.empty())
+    if (auto hit = cache.find(key)) {
+      r.ok = true;
+      r.text = std::move(*hit);
+      return r;
+    }
   sandbox::JailSpec spec;
   spec.argv = {cuobjdump.string(), flag, "/in/kernel.so"};
   spec.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/tmp"}, {"LANG", "C"}, {"LC_ALL", "C"}};
@@ -377,7 +392,105 @@ ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::stri
                : run.signal != 0 ? "signal " + std::to_string(run.signal)
                                  : "exit " + std::to_string(run.exit_status)) +
               "): " + std::string(trim(std::string_view(run.output).substr(0, 500)));
+  else if (!key.empty())
+    cache.store(key, r.text);
   return r;
+}
+
+struct ObjectDumpCache::Impl {
+  mutable std::mutex mu;
+  std::uint64_t seed = 0;
+  std::uint64_t capacity = 256ull << 20;
+  std::uint64_t bytes = 0, hits = 0, misses = 0;
+  std::list<std::pair<std::string, std::string>> lru;  // most recent first: key, text
+  std::unordered_map<std::string, std::list<std::pair<std::string, std::string>>::iterator> index;
+  void evict() {
+    while (bytes > capacity && !lru.empty()) {
+      bytes -= lru.back().second.size();
+      index.erase(lru.back().first);
+      lru.pop_back();
+    }
+  }
+};
+
+ObjectDumpCache::ObjectDumpCache() : impl_(std::make_unique<Impl>()) {
+  std::random_device rd;
+  impl_->seed = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+}
+
+ObjectDumpCache& ObjectDumpCache::instance() {
+  static ObjectDumpCache cache;
+  return cache;
+}
+
+void ObjectDumpCache::set_capacity(std::uint64_t bytes) {
+  std::lock_guard lock(impl_->mu);
+  impl_->capacity = bytes;
+  impl_->evict();
+}
+
+ObjectDumpCache::Stats ObjectDumpCache::stats() const {
+  std::lock_guard lock(impl_->mu);
+  return {impl_->hits, impl_->misses, impl_->lru.size(), impl_->bytes, impl_->capacity};
+}
+
+void ObjectDumpCache::clear() {
+  std::lock_guard lock(impl_->mu);
+  impl_->lru.clear();
+  impl_->index.clear();
+  impl_->bytes = 0;
+}
+
+std::string ObjectDumpCache::key_of(const std::filesystem::path& tool, const std::string& flag,
+                                    const std::filesystem::path& file) const {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return {};
+  XXH3_state_t* st = XXH3_createState();
+  if (st == nullptr) return {};
+  XXH3_128bits_reset_withSeed(st, impl_->seed);
+  char buf[1 << 16];
+  std::uint64_t size = 0;
+  while (in) {
+    in.read(buf, sizeof buf);
+    const auto n = in.gcount();
+    if (n <= 0) break;
+    XXH3_128bits_update(st, buf, static_cast<std::size_t>(n));
+    size += static_cast<std::uint64_t>(n);
+  }
+  const bool bad = in.bad();
+  const XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  if (bad) return {};
+  char hex[80];
+  std::snprintf(hex, sizeof hex, "%016llx%016llx:%llu", static_cast<unsigned long long>(h.high64),
+                static_cast<unsigned long long>(h.low64), static_cast<unsigned long long>(size));
+  return tool.string() + '\n' + flag + '\n' + hex;
+}
+
+std::optional<std::string> ObjectDumpCache::find(const std::string& key) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->index.find(key);
+  if (it == impl_->index.end()) {
+    ++impl_->misses;
+    return std::nullopt;
+  }
+  ++impl_->hits;
+  impl_->lru.splice(impl_->lru.begin(), impl_->lru, it->second);
+  return it->second->second;
+}
+
+void ObjectDumpCache::store(const std::string& key, std::string text) {
+  std::lock_guard lock(impl_->mu);
+  if (text.size() > impl_->capacity) return;
+  if (auto it = impl_->index.find(key); it != impl_->index.end()) {
+    impl_->bytes -= it->second->second.size();
+    impl_->lru.erase(it->second);
+    impl_->index.erase(it);
+  }
+  impl_->bytes += text.size();
+  impl_->lru.emplace_front(key, std::move(text));
+  impl_->index[key] = impl_->lru.begin();
+  impl_->evict();
 }
 
 std::string_view to_string(PropertyState s) {

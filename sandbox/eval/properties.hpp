@@ -5,8 +5,10 @@
 // needs, e.g. no cuobjdump: never reported as passed).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,10 +46,36 @@ struct ToolOutput {
   std::string text;                  // stdout and stderr (capped at 64 MiB)
   std::string error;                 // why not ok (jail step, exit status, output head)
 };
-// Runs `cuobjdump <flag> <file>` (flag: "-sass" or "-res-usage") without a shell, in the compile
-// jail: the file (agent-built) is the only thing of ours it sees, read-only.
+// Runs `cuobjdump <flag> <file>` (flag: "-sass", "-ptx" or "-res-usage") without a shell, in the
+// compile jail: the file (agent-built) is the only thing of ours it sees, read-only. Successful
+// outputs are cached per (tool, flag, file content): a binary seen before (the compile cache hands
+// back the same object for the same source) costs a hash of the file, no jail (ObjectDumpCache).
 ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::string& flag,
                          const std::filesystem::path& file);
+
+// The process-wide cache behind run_cuobjdump. Keys: the tool's path, the flag and a 128-bit
+// hash of the file's bytes under a secret per-process seed (so a crafted binary cannot be made to
+// collide with another one's entry) plus its size. Least recently used entries go first once the
+// cached text exceeds the capacity.
+class ObjectDumpCache {
+ public:
+  struct Stats {
+    std::uint64_t hits = 0, misses = 0, entries = 0, bytes = 0, capacity = 0;
+  };
+  static ObjectDumpCache& instance();
+  void set_capacity(std::uint64_t bytes);     // default 256 MiB; 0 disables caching
+  Stats stats() const;
+  void clear();
+  // The file's key, or "" when it cannot be read.
+  std::string key_of(const std::filesystem::path& tool, const std::string& flag, const std::filesystem::path& file) const;
+  std::optional<std::string> find(const std::string& key);
+  void store(const std::string& key, std::string text);
+
+ private:
+  ObjectDumpCache();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // ---- the checker -------------------------------------------------------------------------------
 

@@ -76,10 +76,13 @@ std::unique_ptr<RunnerProcess> RunnerProcess::start(const SpawnSpec& spec) {
   s.argv = {spec.runner.string(), "--mode", std::string(mode_name(spec.mode)), "--result-fd", "3", "--out-fd", "4",
             "--slots-fd", "5"};
   if (spec.isolate && spec.mode != Mode::probe && spec.mode != Mode::bandwidth) s.argv.push_back("--isolate");
+  if (spec.keep_net) s.argv.push_back("--keep-net");
+  s.argv.insert(s.argv.begin(), spec.wrapper.begin(), spec.wrapper.end());
   std::map<std::string, std::string> env = {{"PATH", "/usr/bin:/bin"}, {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}, {"HOME", "/"},
                                             {"LANG", "C"}, {"CUDA_MODULE_LOADING", "LAZY"}};
   if (spec.gpu >= 0) env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
   if (const char* ld = std::getenv("LD_LIBRARY_PATH")) env["LD_LIBRARY_PATH"] = ld;
+  for (const auto& [k, v] : spec.extra_env) env[k] = v;
   s.env = std::move(env);
   s.in = sandbox::Stdio::piped();    // the job, one JSON line
   s.out = sandbox::Stdio::piped();   // stdout and stderr: drained, capped

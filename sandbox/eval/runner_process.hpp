@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,6 +35,11 @@ struct SpawnSpec {
   int gpu = -1;                   // CUDA_VISIBLE_DEVICES (PCI bus order); -1: all GPUs (probe)
   bool isolate = true;            // own user/mount/network namespaces
   std::size_t max_output_bytes = 64u << 10;  // stdout+stderr kept; the rest is counted and dropped
+  // A GPU tool around the runner (sandbox/tools): argv before the runner's, the runner told to
+  // stay in the tool host's network namespace, and more environment (the tool's TMPDIR).
+  std::vector<std::string> wrapper;
+  bool keep_net = false;
+  std::map<std::string, std::string> extra_env;
 };
 
 // How a runner process ended.

@@ -48,10 +48,10 @@ bool g_private_mounts = false;  // enter_namespaces succeeded: mounts stay in ou
 
 }  // namespace
 
-void enter_namespaces() {
+void enter_namespaces(bool own_network) {
   const uid_t uid = getuid();
   const gid_t gid = getgid();
-  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0)
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | (own_network ? CLONE_NEWNET : 0)) != 0)
     throw ConfineError(std::string("unshare: ") + std::strerror(errno));
   write_file("/proc/self/setgroups", "deny");
   write_file("/proc/self/uid_map", std::to_string(kInsideUid) + " " + std::to_string(uid) + " 1");

@@ -29,7 +29,7 @@ struct ConfineError : std::runtime_error {
 // in the new namespace until drop_privileges (the mount steps need them).
 inline constexpr unsigned kInsideUid = 1000;
 inline constexpr unsigned kInsideGid = 1000;
-void enter_namespaces();
+void enter_namespaces(bool own_network = true);  // false: under tool-host (loopback only)
 
 // Covers each existing path the way the jail hides paths (sandbox::mask_path).
 void hide_paths(const std::vector<std::string>& paths);

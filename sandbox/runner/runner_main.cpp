@@ -46,6 +46,7 @@
 #include "sandbox/runner/gpu_slots.hpp"
 #include "sandbox/runner/runner_device.hpp"
 #include "sandbox/runner/runner_seccomp.hpp"
+#include "sandbox/runner/tool_host.hpp"
 #include "sandbox/runner/wire.hpp"
 
 namespace d2k::runner {
@@ -155,10 +156,10 @@ class Runner {
   Runner(bool agent_mode, int result_fd, int out_fd, int slots_fd)
       : agent_(agent_mode), emit_(result_fd), out_fd_(out_fd), slots_fd_(slots_fd) {}
 
-  int run(bool isolate) {
+  int run(bool isolate, bool keep_net = false) {
     const auto t0 = Clock::now();
     try {
-      if (isolate) confine_step([] { enter_namespaces(); });
+      if (isolate) confine_step([keep_net] { enter_namespaces(!keep_net); });
       start_cuda();
     } catch (const Stop& s) {
       emit_.send({{"event", "result"}, {"status", sandbox::to_string(s.status)}, {"message", s.message}});
@@ -806,7 +807,12 @@ int bandwidth(int result_fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --mode tool-host -- TOOL ARGS...: a GPU tool's host (sandbox/runner/tool_host.hpp, issue 20).
+  if (argc > 3 && std::strcmp(argv[1], "--mode") == 0 && std::strcmp(argv[2], "tool-host") == 0 &&
+      std::strcmp(argv[3], "--") == 0)
+    return d2k::runner::tool_host_main(argc - 4, argv + 4);
   bool agent = false, isolate = false, mode_given = false, probe_mode = false, bandwidth_mode = false;
+  bool keep_net = false;  // under tool-host: stay in its network namespace (loopback only)
   int result_fd = 3, out_fd = 4, slots_fd = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -819,6 +825,8 @@ int main(int argc, char** argv) {
       mode_given = true;
     } else if (a == "--isolate") {
       isolate = true;
+    } else if (a == "--keep-net") {
+      keep_net = true;
     } else if (a == "--result-fd" && i + 1 < argc) {
       result_fd = std::atoi(argv[++i]);
     } else if (a == "--out-fd" && i + 1 < argc) {
@@ -844,7 +852,7 @@ int main(int argc, char** argv) {
   if (probe_mode) _exit(probe(result_fd));
   if (bandwidth_mode) _exit(bandwidth(result_fd));
   d2k::runner::Runner runner(agent, result_fd, out_fd, slots_fd);
-  const int rc = runner.run(isolate);
+  const int rc = runner.run(isolate, keep_net);
   std::fflush(stdout);
   std::fflush(stderr);
   _exit(rc);  // skip the loaded code's static destructors and atexit handlers
