@@ -161,6 +161,26 @@ TEST_CASE("curve: listed keys are served, unknown keys and plain clients are not
   }
 }
 
+TEST_CASE("curve: observe's fast path (no recorder) checks the key too", "[curve]") {
+  // Without a recorder `observe` is answered from a cached observation (env/server.cpp
+  // fast_observe); the merge of that path and the key binding once let another key read it.
+  Keys keys;
+  d2k::env::Config cfg = curve_config(keys);
+  cfg.record = false;
+  d2k::test::TestServer srv(cfg);
+  d2k::Client alice(srv.endpoint, with(keys.as(keys.alice)));
+  const std::string session = alice.reset("vector_add", 1, 5)["session"];
+  alice.step(session, write_file("// alice's secret"));
+  CHECK(alice.observe(session)["observation"]["files"]["notes.h"] == "// alice's secret");
+  d2k::Client bob(srv.endpoint, with(keys.as(keys.bob)));
+  try {
+    bob.observe(session);
+    FAIL("bob could observe alice's session through the fast path");
+  } catch (const d2k::ClientError& e) {
+    CHECK(e.code == d2k::protocol::ErrorCode::unknown_session);
+  }
+}
+
 TEST_CASE("curve: a session is bound to the key that opened it; same-key retries work from a new socket", "[curve]") {
   Keys keys;
   d2k::test::TestServer srv(curve_config(keys));
