@@ -779,9 +779,12 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
   if (runner_outcome && *runner_outcome == sandbox::Outcome::sandbox_violation) {
     r.status = sandbox::Outcome::sandbox_violation;
     r.message = kernel_message;
-  } else if (kernel_status.empty() && !exit.exited) {
+  } else if (kernel_status.empty()) {
+    // The runner under the tool never reported (the H200, 2026-12-01: ncu said "The application
+    // returned an error code (2)" and exited 0): nothing was measured, so never `ok`.
     r.status = sandbox::Outcome::runtime_error;
-    r.message = std::string(tool_name) + " ended (" + exit.describe() + ") before the runner reported";
+    r.message = std::string(tool_name) + " ended (" + exit.describe() + ") before the runner reported a result" +
+                (messages.empty() ? std::string() : ": " + messages.back());
   } else {
     r.status = sandbox::Outcome::ok;  // the tool ran; the kernel's own failure is in kernel_status
   }

@@ -251,6 +251,10 @@ log=""
 while [ $# -gt 0 ]; do case "$1" in --log-file) log="$2"; shift 2;; *) shift;; esac; done
 echo '{"event":"ready","device":{},"init_s":0}' >&3
 read job
+if [ -f "$(dirname "$0")/noresult" ]; then
+  echo "==ERROR== The application returned an error code (2)."
+  exit 0
+fi
 if [ -f "$(dirname "$0")/hang" ]; then
   setsid sh -c "readlink /proc/self > '$(dirname "$0")/grandchild.pid'; exec sleep 1000" &
   sleep 1000
@@ -308,6 +312,14 @@ TEST_CASE("run_gpu_tool end to end with a stand-in tool: the wire, the log, the 
   tools::GpuToolRequest bad = r;
   bad.sanitizer_tool = "--save";
   CHECK(tools::run_gpu_tool(c, bad).status == sandbox::Outcome::bad_request);
+
+  // The runner under the tool never reports, the tool exits 0 (seen with ncu on the H200): typed, not ok.
+  std::ofstream(dir / "noresult") << "";
+  const auto silent = tools::run_gpu_tool(c, r);
+  INFO(silent.message);
+  CHECK(silent.status == sandbox::Outcome::runtime_error);
+  CHECK(silent.message.find("before the runner reported") != std::string::npos);
+  fs::remove(dir / "noresult");
 
   // A tool that hangs: timeout at the deadline, and nothing of it left behind, not even a
   // grandchild in a process group of its own (the tool host's PID namespace ends with the tool).

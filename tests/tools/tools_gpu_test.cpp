@@ -76,7 +76,7 @@ TEST_CASE("profile: 400 launches per call are capped in the reply; sections sele
     return;
   }
   REQUIRE(r.status == sandbox::Outcome::ok);
-  CHECK(r.result["launches"].size() == 5);
+  REQUIRE(r.result["launches"].size() == 5);  // (a CHECK here read launches[0] of an empty list on the H200)
   CHECK(r.result["truncated"] == true);
   CHECK(r.result["launches"][0].contains("launch"));
   CHECK_FALSE(r.result["launches"][0].contains("speed_of_light"));
