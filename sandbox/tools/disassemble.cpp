@@ -9,27 +9,15 @@
 #include <set>
 
 #include "sandbox/eval/properties.hpp"
+#include "sandbox/tools/text.hpp"
 
 namespace d2k::tools {
 namespace {
 
 using nlohmann::json;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-template <typename F>
-void for_each_line(std::string_view text, F&& f) {
-  while (!text.empty()) {
-    const auto nl = text.find('\n');
-    f(text.substr(0, nl));
-    if (nl == std::string_view::npos) break;
-    text.remove_prefix(nl + 1);
-  }
-}
+using text::for_each_line;
+using text::trim;
 
 // "/*0040*/ OP ... ;  /* 0x... */" → the address and the instruction, without the encoding.
 std::optional<std::string> instruction_line(std::string_view t) {

@@ -16,29 +16,15 @@
 
 #include "sandbox/eval/evaluator.hpp"
 #include "sandbox/eval/runner_process.hpp"
+#include "sandbox/tools/text.hpp"
 
 namespace d2k::tools {
 namespace {
 
 using nlohmann::json;
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-template <typename F>
-void for_each_line(std::string_view text, F&& f) {
-  while (!text.empty()) {
-    const auto nl = text.find('\n');
-    std::string_view line = text.substr(0, nl);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    f(line);
-    if (nl == std::string_view::npos) break;
-    text.remove_prefix(nl + 1);
-  }
-}
+using text::for_each_line;
+using text::trim;
 
 std::string read_capped(const std::filesystem::path& p, std::size_t cap) {
   std::ifstream in(p, std::ios::binary);
