@@ -697,7 +697,7 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     r.message = std::string("cannot start the tool: ") + e.what();
     return r;
   }
-  std::string kernel_status, kernel_message;
+  std::string kernel_status, kernel_message, start_error;
   bool timed_out = false;
   const auto ready = p->wait_ready(std::chrono::milliseconds(static_cast<long long>(
       std::min(config.ready_timeout_s, config.deadline_s) * 1000)));
@@ -719,6 +719,7 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     }
   } else {
     timed_out = Clock::now() >= deadline;
+    start_error = p->error().substr(0, 500);  // the runner's own reason (confinement, CUDA start-up) when it gave one
   }
   if (timed_out) p->kill();
   const runner::Exit exit = p->wait();  // the tool writes its log as it ends
@@ -770,7 +771,9 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     // returned an error code (2)" and exited 0): nothing was measured, so never `ok`.
     r.status = sandbox::Outcome::runtime_error;
     r.message = std::string(tool_name) + " ended (" + exit.describe() + ") before the runner reported a result" +
+                (start_error.empty() ? std::string() : " (runner: " + start_error + ")") +
                 (messages.empty() ? std::string() : ": " + messages.back());
+    if (!start_error.empty()) r.result["runner_error"] = start_error;
   } else {
     r.status = sandbox::Outcome::ok;  // the tool ran; the kernel's own failure is in kernel_status
   }
