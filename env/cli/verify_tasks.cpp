@@ -33,6 +33,7 @@ struct Options {
   int gpu = 0;
   std::string results_dir;
   std::string state;
+  bool gpu_resident = false;  // evaluate on the GPU-resident path (EvalConfig::gpu_resident)
 };
 
 std::string now_utc() {
@@ -350,6 +351,7 @@ int verify(const Options& o, const std::string& command) {
   ec.compiler.cache_dir = state / "trusted-cache";
   ec.compiler.scratch_dir = state / "trusted-scratch";
   ec.seeds = o.seeds;
+  ec.gpu_resident = o.gpu_resident;
   ec.agent_pool_size = 1;
   fs::create_directories(ec.state_dir);
   fs::create_directories(ec.compiler.cache_dir);
@@ -466,12 +468,16 @@ void add_verify_tasks(CLI::App& app, Runner& run) {
                   "Folder for the reports, one <task>/RESULTS.md each (default: the tasks folder: each lands "
                   "beside its task)");
   cmd->add_option("--state", o->state, "Scratch and cache folder (default: $TMPDIR/d2k-verify-<uid>)");
+  cmd->add_flag("--gpu-resident", o->gpu_resident,
+                "Evaluate on the GPU-resident path (outputs stay on the GPU and are compared there, as `d2k serve` "
+                "does with gpu_resident = true; docs/timing-protocol.md); default: the host path");
   cmd->callback([&run, o, cmd] {
     std::string command = "d2k verify-tasks";
     for (const auto& a : cmd->remaining()) command += " " + a;
     if (!o->tasks_dir.empty()) command += " --tasks " + o->tasks_dir;
     for (const auto& t : o->only) command += " --task " + t;
     command += " --seeds " + std::to_string(o->seeds);
+    if (o->gpu_resident) command += " --gpu-resident";
     run = [o, command] { return verify(*o, command); };
   });
 }
