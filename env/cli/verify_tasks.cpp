@@ -9,7 +9,9 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "sandbox/compiler.hpp"
 #include "sandbox/eval/evaluator.hpp"
@@ -34,6 +36,7 @@ struct Options {
   std::string results_dir;
   std::string state;
   bool gpu_resident = false;  // evaluate on the GPU-resident path (EvalConfig::gpu_resident)
+  int jobs = 0;               // parallel compiles before the evaluations (0: one per CPU, at most 16)
 };
 
 std::string now_utc() {
@@ -279,6 +282,53 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
   return v;
 }
 
+// Every kernel of the chosen tasks compiled up front, `jobs` at a time, through the same jailed
+// Compiler: the evaluations that follow (one at a time, so their timings never share the GPU) then
+// find each object in the compile cache. A failed compile is not reported here; verify_kernel
+// compiles again (a cache miss: the outcome was not cached) and reports it in its place.
+void precompile(const std::vector<const tasks::Task*>& chosen, sandbox::Compiler& compiler, int jobs) {
+  std::vector<sandbox::CompileRequest> work;
+  for (const tasks::Task* t : chosen) {
+    std::vector<fs::path> files = {"baseline.cu"};
+    for (int layer = 1; layer <= 3; ++layer) files.push_back(fs::path("experts") / ("L" + std::to_string(layer) + ".cu"));
+    for (const auto& rel : files) {
+      sandbox::CompileRequest r;
+      r.main_file = t->main_file;
+      r.flags = t->compile_flags;
+      try {
+        r.files[t->main_file] = tasks::read_task_file(t->dir, rel);
+      } catch (const std::exception&) {
+        continue;  // verify_kernel reports the missing file
+      }
+      work.push_back(std::move(r));
+    }
+  }
+  if (work.size() < 2 || jobs < 2) return;
+  jobs = std::min<int>(jobs, static_cast<int>(work.size()));
+  std::printf("compiling %zu kernels, %d at a time ...\n", work.size(), jobs);
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<std::size_t> next{0}, done{0}, failed{0};
+  std::mutex print_mu;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < jobs; ++i)
+    threads.emplace_back([&] {
+      for (std::size_t k = next++; k < work.size(); k = next++) {
+        const bool ok = compiler.compile(work[k]).ok;
+        if (!ok) ++failed;
+        const std::size_t n = ++done;
+        if (n % 10 == 0 || n == work.size()) {
+          std::lock_guard<std::mutex> lock(print_mu);
+          std::printf("  compiled %zu/%zu (%.0f s)\n", n, work.size(), since(t0));
+          std::fflush(stdout);
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  std::printf("  %zu kernels compiled in %.1f s%s\n", work.size(), since(t0),
+              failed ? (", " + std::to_string(failed.load()) + " failed (reported with their task)").c_str() : "");
+}
+
 TaskVerdict verify_task(const tasks::Task& task, Tools& tools) {
   TaskVerdict v;
   v.task = task.id;
@@ -418,6 +468,9 @@ int verify(const Options& o, const std::string& command) {
     std::printf("  copy bandwidth NOT measured: %s\n", bw.error.c_str());
   }
 
+  precompile(chosen, compiler,
+             o.jobs > 0 ? o.jobs : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 16));
+
   std::vector<TaskVerdict> verdicts;
   for (const tasks::Task* t : chosen) {
     verdicts.push_back(verify_task(*t, tools));
@@ -468,6 +521,10 @@ void add_verify_tasks(CLI::App& app, Runner& run) {
                   "Folder for the reports, one <task>/RESULTS.md each (default: the tasks folder: each lands "
                   "beside its task)");
   cmd->add_option("--state", o->state, "Scratch and cache folder (default: $TMPDIR/d2k-verify-<uid>)");
+  cmd->add_option("--jobs", o->jobs,
+                  "Kernels compiled in parallel before the evaluations, which run one at a time (default: one per "
+                  "CPU, at most 16)")
+      ->check(CLI::Range(1, 256));
   cmd->add_flag("--gpu-resident", o->gpu_resident,
                 "Evaluate on the GPU-resident path (outputs stay on the GPU and are compared there, as `d2k serve` "
                 "does with gpu_resident = true; docs/timing-protocol.md); default: the host path");
