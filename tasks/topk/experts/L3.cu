@@ -1,10 +1,10 @@
 // topk expert, layer 3 (low level): layer 2's two passes and shared-memory candidates, with
 // 128-bit loads (four 16-byte vectors in flight per thread, scalar head and tail so that any row
-// alignment works), warp-aggregated shared-memory updates (histogram: the lanes holding the same
-// bin elect one leader with a match, which adds the group's size in one atomic; candidate append:
-// a ballot, one atomic per warp, positions by popcount) and a bitonic sort whose strides below 32
-// run in registers through butterfly shuffles (40 of the 55 stages for 1,024 words, with one
-// barrier per merge for all of them).
+// alignment works), warp-aggregated candidate appends (a ballot, one shared atomic per warp,
+// positions by popcount) and a bitonic sort whose strides below 32 run in registers through
+// butterfly shuffles (40 of the 55 stages for 1,024 words, with one barrier per merge for all of
+// them). The histogram keeps plain shared increments: N(0, 3) logits spread over about 40 busy
+// 11-bit bins, so a warp's 32 updates rarely hit one bin more than about 5 times.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -17,7 +17,6 @@ constexpr int kBins = 1 << kTopBits;
 constexpr int kCap = 4096;
 constexpr int kInFlight = 4;  // 16-byte vectors per thread per step
 constexpr unsigned kFull = 0xffffffffu;
-constexpr unsigned kNoBin = 0xffffffffu;
 
 __device__ __forceinline__ unsigned order_key(float v) {
   const unsigned u = __float_as_uint(v);
@@ -71,12 +70,6 @@ __device__ __forceinline__ void for_each_key(const float* xr, int64_t vocab, F& 
       f(order_key(v[m].w), c + 3, ok);
     }
   }
-}
-
-// hist[bin] += 1 for every lane with a bin (bin != kNoBin): one atomic per distinct bin per warp.
-__device__ __forceinline__ void warp_count(unsigned* hist, unsigned bin) {
-  const unsigned peers = __match_any_sync(kFull, bin);
-  if (bin != kNoBin && lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&hist[bin], __popc(peers));
 }
 
 // dst[counter++] = word for every lane with take: one atomic per warp.
@@ -142,7 +135,9 @@ __device__ void pick_digit(Shared& s, int bins, unsigned need) {
 
 struct TopBinCount {
   unsigned* hist;
-  __device__ void operator()(unsigned key, int64_t, bool valid) { warp_count(hist, valid ? key >> (32 - kTopBits) : kNoBin); }
+  __device__ void operator()(unsigned key, int64_t, bool valid) {
+    if (valid) atomicAdd(&hist[key >> (32 - kTopBits)], 1u);
+  }
 };
 
 struct PrefixCount {
@@ -150,7 +145,7 @@ struct PrefixCount {
   unsigned prefix, mask, dmask;
   int shift;
   __device__ void operator()(unsigned key, int64_t, bool valid) {
-    warp_count(hist, valid && (key & mask) == prefix ? (key >> shift) & dmask : kNoBin);
+    if (valid && (key & mask) == prefix) atomicAdd(&hist[(key >> shift) & dmask], 1u);
   }
 };
 
