@@ -1,0 +1,91 @@
+// stencil3d expert, layer 2 (dataflow): 2.5D blocking. A block of 32 x 8 threads owns a 32 x 8
+// tile of the x-y plane and marches through a range of z planes. Each thread keeps its column's
+// cells of planes z-1, z and z+1 in registers (the z neighbours never come from memory twice) and
+// issues the load of plane z+2 before computing plane z, so one DRAM load per thread is always in
+// flight behind the arithmetic. The current plane goes to shared memory with a one-cell halo (the
+// edge threads of the tile load it) and the x/y neighbours are read from there. The z range per
+// block is chosen so that the grid is about 8 blocks per SM: each block re-reads only two planes
+// (the one below and the one above its range).
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace {
+
+constexpr int kTx = 32;
+constexpr int kTy = 8;
+
+__global__ void __launch_bounds__(kTx * kTy)
+stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
+  __shared__ float s[kTy + 2][kTx + 2];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int x = static_cast<int>(blockIdx.x) * kTx + tx;
+  const int y = static_cast<int>(blockIdx.y) * kTy + ty;
+  const int z0 = static_cast<int>(blockIdx.z) * zchunk;
+  const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // the same for the whole block: barriers are uniform
+  const bool in_xy = x < nx && y < ny;
+  const bool interior_xy = in_xy && x > 0 && x < nx - 1 && y > 0 && y < ny - 1;
+  const int64_t plane = static_cast<int64_t>(nx) * ny;
+  const int64_t xy = static_cast<int64_t>(y) * nx + x;
+  // Halo cells this thread loads besides its own (edge threads of the tile only).
+  const bool left = tx == 0 && in_xy && x > 0;
+  const bool right = tx == kTx - 1 && x + 1 < nx && y < ny;
+  const bool down = ty == 0 && in_xy && y > 0;
+  const bool up = ty == kTy - 1 && y + 1 < ny && x < nx;
+
+  float below = (in_xy && z0 > 0) ? in[(z0 - 1) * plane + xy] : 0.0f;
+  float cur = in_xy ? in[z0 * plane + xy] : 0.0f;
+  float above = (in_xy && z0 + 1 < nz) ? in[(z0 + 1) * plane + xy] : 0.0f;
+  for (int z = z0; z < z1; ++z) {
+    const int64_t base = z * plane + xy;
+    const float next = (in_xy && z + 2 < nz) ? in[base + 2 * plane] : 0.0f;  // in flight during this plane
+    s[ty + 1][tx + 1] = cur;
+    if (left) s[ty + 1][0] = in[base - 1];
+    if (right) s[ty + 1][kTx + 1] = in[base + 1];
+    if (down) s[0][tx + 1] = in[base - nx];
+    if (up) s[kTy + 1][tx + 1] = in[base + nx];
+    __syncthreads();
+    if (in_xy) {
+      float r = cur;
+      if (interior_xy && z > 0 && z < nz - 1)
+        r = 0.25f * cur + 0.125f * (((s[ty + 1][tx] + s[ty + 1][tx + 2]) + (s[ty][tx + 1] + s[ty + 2][tx + 1])) +
+                                    (below + above));
+      out[base] = r;
+    }
+    __syncthreads();  // the plane in shared memory is overwritten next
+    below = cur;
+    cur = above;
+    above = next;
+  }
+}
+
+int sm_count() {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      n = 132;
+    return n > 0 ? n : 132;
+  }();
+  return sms;
+}
+
+}  // namespace
+
+extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny, int64_t nz, cudaStream_t stream) {
+  if (nx <= 0 || ny <= 0 || nz <= 0) return 0;
+  if (nx > 0x7fffffff || ny > 0x7fffffff || nz > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
+  const int64_t gx = (nx + kTx - 1) / kTx;
+  const int64_t gy = (ny + kTy - 1) / kTy;
+  if (gy > 65535) return static_cast<int>(cudaErrorInvalidValue);
+  // About 8 resident blocks of 256 threads per SM: split z so that the grid fills them once.
+  const int64_t target = 8LL * sm_count();
+  int64_t zsplit = (target + gx * gy - 1) / (gx * gy);
+  if (zsplit > nz) zsplit = nz;
+  if (zsplit > 65535) zsplit = 65535;
+  if (zsplit < 1) zsplit = 1;
+  const int64_t zchunk = (nz + zsplit - 1) / zsplit;
+  zsplit = (nz + zchunk - 1) / zchunk;
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(zsplit));
+  stencil3d_march<<<grid, dim3(kTx, kTy), 0, stream>>>(in, out, static_cast<int>(nx), static_cast<int>(ny),
+                                                       static_cast<int>(nz), static_cast<int>(zchunk));
+  return static_cast<int>(cudaGetLastError());
+}

@@ -1,0 +1,180 @@
+// stencil3d expert, layer 3 (low level): layer 2's dataflow (2.5D blocking: a block owns an x-y
+// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, plane z+2 in
+// flight, the current plane in shared memory with a halo) with 128-bit accesses: a thread owns 4
+// consecutive cells along x, so a block of 32 x 8 threads covers a 128 x 8 tile, every global load
+// and store of a cell moves 16 bytes (4x the bytes in flight per instruction), and the y neighbours
+// are read from shared memory as one 16-byte vector; only the x neighbours of the first and last
+// cell of the four are scalar shared loads. The plane's rows in shared memory start 4 floats in,
+// so the vectors are 16-byte aligned and the x halo sits in the word before and after. Results are
+// stored with a streaming hint (evict first: the output is not read again), the input with the
+// default policy (the halo rows are read again by the neighbouring tiles, from L2). The z split
+// fills the SMs once with as many blocks as the occupancy API says fit (the vector kernel needs
+// more registers than layer 2's, so fewer than 8 blocks of it fit on an SM). Grids whose nx
+// is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace {
+
+
+constexpr int kTx = 32;
+constexpr int kTy = 8;
+
+__global__ void __launch_bounds__(kTx * kTy)
+stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
+  __shared__ float s[kTy + 2][kTx + 2];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int x = static_cast<int>(blockIdx.x) * kTx + tx;
+  const int y = static_cast<int>(blockIdx.y) * kTy + ty;
+  const int z0 = static_cast<int>(blockIdx.z) * zchunk;
+  const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // the same for the whole block: barriers are uniform
+  const bool in_xy = x < nx && y < ny;
+  const bool interior_xy = in_xy && x > 0 && x < nx - 1 && y > 0 && y < ny - 1;
+  const int64_t plane = static_cast<int64_t>(nx) * ny;
+  const int64_t xy = static_cast<int64_t>(y) * nx + x;
+  // Halo cells this thread loads besides its own (edge threads of the tile only).
+  const bool left = tx == 0 && in_xy && x > 0;
+  const bool right = tx == kTx - 1 && x + 1 < nx && y < ny;
+  const bool down = ty == 0 && in_xy && y > 0;
+  const bool up = ty == kTy - 1 && y + 1 < ny && x < nx;
+
+  float below = (in_xy && z0 > 0) ? in[(z0 - 1) * plane + xy] : 0.0f;
+  float cur = in_xy ? in[z0 * plane + xy] : 0.0f;
+  float above = (in_xy && z0 + 1 < nz) ? in[(z0 + 1) * plane + xy] : 0.0f;
+  for (int z = z0; z < z1; ++z) {
+    const int64_t base = z * plane + xy;
+    const float next = (in_xy && z + 2 < nz) ? in[base + 2 * plane] : 0.0f;  // in flight during this plane
+    s[ty + 1][tx + 1] = cur;
+    if (left) s[ty + 1][0] = in[base - 1];
+    if (right) s[ty + 1][kTx + 1] = in[base + 1];
+    if (down) s[0][tx + 1] = in[base - nx];
+    if (up) s[kTy + 1][tx + 1] = in[base + nx];
+    __syncthreads();
+    if (in_xy) {
+      float r = cur;
+      if (interior_xy && z > 0 && z < nz - 1)
+        r = 0.25f * cur + 0.125f * (((s[ty + 1][tx] + s[ty + 1][tx + 2]) + (s[ty][tx + 1] + s[ty + 2][tx + 1])) +
+                                    (below + above));
+      out[base] = r;
+    }
+    __syncthreads();  // the plane in shared memory is overwritten next
+    below = cur;
+    cur = above;
+    above = next;
+  }
+}
+
+int sm_count() {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      n = 132;
+    return n > 0 ? n : 132;
+  }();
+  return sms;
+}
+
+
+constexpr int kVx = 4;                 // cells per thread along x
+constexpr int kTileX = kTx * kVx;      // 128 cells
+constexpr int kPad = 4;                // floats before the row (16-byte aligned vectors)
+constexpr int kRow = kPad + kTileX + kPad;
+
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+
+__global__ void __launch_bounds__(kTx * kTy)
+stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
+  __shared__ __align__(16) float s[kTy + 2][kRow];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int x = static_cast<int>(blockIdx.x) * kTileX + tx * kVx;  // first of the thread's 4 cells
+  const int y = static_cast<int>(blockIdx.y) * kTy + ty;
+  const int z0 = static_cast<int>(blockIdx.z) * zchunk;
+  const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // uniform over the block
+  const bool in_xy = x < nx && y < ny;                 // nx % 4 == 0: all four cells or none
+  const bool interior_y = y > 0 && y < ny - 1;
+  const int64_t plane = static_cast<int64_t>(nx) * ny;
+  const int64_t xy = static_cast<int64_t>(y) * nx + x;
+  const bool left = tx == 0 && in_xy && x > 0;
+  const bool right = tx == kTx - 1 && x + kVx < nx && y < ny;
+  const bool down = ty == 0 && in_xy && y > 0;
+  const bool up = ty == kTy - 1 && y + 1 < ny && x < nx;
+  const int c = kPad + tx * kVx;  // the thread's column in the shared rows
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+  float4 below = (in_xy && z0 > 0) ? ld4(in + (z0 - 1) * plane + xy) : zero;
+  float4 cur = in_xy ? ld4(in + z0 * plane + xy) : zero;
+  float4 above = (in_xy && z0 + 1 < nz) ? ld4(in + (z0 + 1) * plane + xy) : zero;
+  for (int z = z0; z < z1; ++z) {
+    const int64_t base = z * plane + xy;
+    const float4 next = (in_xy && z + 2 < nz) ? ld4(in + base + 2 * plane) : zero;  // in flight
+    *reinterpret_cast<float4*>(&s[ty + 1][c]) = cur;
+    if (left) s[ty + 1][c - 1] = in[base - 1];
+    if (right) s[ty + 1][c + kVx] = in[base + kVx];
+    if (down) *reinterpret_cast<float4*>(&s[0][c]) = ld4(in + base - nx);
+    if (up) *reinterpret_cast<float4*>(&s[kTy + 1][c]) = ld4(in + base + nx);
+    __syncthreads();
+    if (in_xy) {
+      float4 r = cur;
+      if (interior_y && z > 0 && z < nz - 1) {
+        const float4 n = *reinterpret_cast<const float4*>(&s[ty][c]);
+        const float4 so = *reinterpret_cast<const float4*>(&s[ty + 2][c]);
+        const float l = s[ty + 1][c - 1], rr = s[ty + 1][c + kVx];
+        const float4 t = make_float4(0.25f * cur.x + 0.125f * (((l + cur.y) + (n.x + so.x)) + (below.x + above.x)),
+                                     0.25f * cur.y + 0.125f * (((cur.x + cur.z) + (n.y + so.y)) + (below.y + above.y)),
+                                     0.25f * cur.z + 0.125f * (((cur.y + cur.w) + (n.z + so.z)) + (below.z + above.z)),
+                                     0.25f * cur.w + 0.125f * (((cur.z + rr) + (n.w + so.w)) + (below.w + above.w)));
+        r = t;
+        if (x == 0) r.x = cur.x;               // the x boundary keeps its value
+        if (x + kVx == nx) r.w = cur.w;
+      }
+      __stcs(reinterpret_cast<float4*>(out + base), r);
+    }
+    __syncthreads();
+    below = cur;
+    cur = above;
+    above = next;
+  }
+}
+
+// z split so that the grid fills the SMs once: blocks_per_sm resident blocks on every SM.
+bool march_grid(int64_t gx, int64_t gy, int64_t nz, int blocks_per_sm, dim3& grid, int64_t& zchunk) {
+  if (gx > 0x7fffffff || gy > 65535) return false;
+  const int64_t target = static_cast<int64_t>(blocks_per_sm > 0 ? blocks_per_sm : 1) * sm_count();
+  int64_t zsplit = (target + gx * gy - 1) / (gx * gy);
+  if (zsplit > nz) zsplit = nz;
+  if (zsplit > 65535) zsplit = 65535;
+  if (zsplit < 1) zsplit = 1;
+  zchunk = (nz + zsplit - 1) / zsplit;
+  zsplit = (nz + zchunk - 1) / zchunk;
+  grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(zsplit));
+  return true;
+}
+
+}  // namespace
+
+extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny, int64_t nz, cudaStream_t stream) {
+  if (nx <= 0 || ny <= 0 || nz <= 0) return 0;
+  if (nx > 0x7fffffff || ny > 0x7fffffff || nz > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
+  const bool aligned = ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+  dim3 grid;
+  int64_t zchunk = 0;
+  if (aligned && nx % kVx == 0) {
+    // The vector kernel needs more registers than layer 2's: ask how many of its blocks fit.
+    static const int vec_blocks = [] {
+      int n = 0;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, stencil3d_march_vec4, kTx * kTy, 0) != cudaSuccess) n = 4;
+      return n > 0 ? n : 1;
+    }();
+    if (!march_grid((nx + kTileX - 1) / kTileX, (ny + kTy - 1) / kTy, nz, vec_blocks, grid, zchunk))
+      return static_cast<int>(cudaErrorInvalidValue);
+    stencil3d_march_vec4<<<grid, dim3(kTx, kTy), 0, stream>>>(in, out, static_cast<int>(nx), static_cast<int>(ny),
+                                                              static_cast<int>(nz), static_cast<int>(zchunk));
+  } else {
+    // Layer 2's kernel: one cell per thread.
+    if (!march_grid((nx + kTx - 1) / kTx, (ny + kTy - 1) / kTy, nz, 8, grid, zchunk))
+      return static_cast<int>(cudaErrorInvalidValue);
+    stencil3d_march<<<grid, dim3(kTx, kTy), 0, stream>>>(in, out, static_cast<int>(nx), static_cast<int>(ny),
+                                                         static_cast<int>(nz), static_cast<int>(zchunk));
+  }
+  return static_cast<int>(cudaGetLastError());
+}
