@@ -16,11 +16,10 @@
 
 namespace {
 
-
 constexpr int kTx = 32;
 constexpr int kTy = 8;
 
-__global__ void __launch_bounds__(kTx * kTy)
+__global__ void __launch_bounds__(kTx * kTy, 8)  // 32 registers: 8 blocks of 256 threads per SM
 stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
   __shared__ float s[kTy + 2][kTx + 2];
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
@@ -32,23 +31,33 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
   const bool interior_xy = in_xy && x > 0 && x < nx - 1 && y > 0 && y < ny - 1;
   const int64_t plane = static_cast<int64_t>(nx) * ny;
   const int64_t xy = static_cast<int64_t>(y) * nx + x;
-  // Halo cells this thread loads besides its own (edge threads of the tile only).
+  // Halo cells this thread loads besides its own (edge threads of the tile only; a thread is on
+  // at most one x edge and one y edge), one plane ahead like its own cells.
   const bool left = tx == 0 && in_xy && x > 0;
   const bool right = tx == kTx - 1 && x + 1 < nx && y < ny;
   const bool down = ty == 0 && in_xy && y > 0;
   const bool up = ty == kTy - 1 && y + 1 < ny && x < nx;
+  const bool has_hx = left || right, has_hy = down || up;
+  const int64_t hx_off = left ? -1 : 1;
+  const int64_t hy_off = down ? -static_cast<int64_t>(nx) : nx;
+  const int hx_col = left ? 0 : kTx + 1;
+  const int hy_row = down ? 0 : kTy + 1;
 
   float below = (in_xy && z0 > 0) ? in[(z0 - 1) * plane + xy] : 0.0f;
   float cur = in_xy ? in[z0 * plane + xy] : 0.0f;
   float above = (in_xy && z0 + 1 < nz) ? in[(z0 + 1) * plane + xy] : 0.0f;
+  float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
+  float hy = has_hy ? in[z0 * plane + xy + hy_off] : 0.0f;
   for (int z = z0; z < z1; ++z) {
     const int64_t base = z * plane + xy;
-    const float next = (in_xy && z + 2 < nz) ? in[base + 2 * plane] : 0.0f;  // in flight during this plane
+    // Issued now, used one or two planes later: these loads are in flight while plane z is computed.
+    const float next = (in_xy && z + 2 < nz) ? in[base + 2 * plane] : 0.0f;
+    const bool more = z + 1 < z1;
+    const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
+    const float hy_next = (has_hy && more) ? in[base + plane + hy_off] : 0.0f;
     s[ty + 1][tx + 1] = cur;
-    if (left) s[ty + 1][0] = in[base - 1];
-    if (right) s[ty + 1][kTx + 1] = in[base + 1];
-    if (down) s[0][tx + 1] = in[base - nx];
-    if (up) s[kTy + 1][tx + 1] = in[base + nx];
+    if (has_hx) s[ty + 1][hx_col] = hx;
+    if (has_hy) s[hy_row][tx + 1] = hy;
     __syncthreads();
     if (in_xy) {
       float r = cur;
@@ -61,6 +70,8 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
     below = cur;
     cur = above;
     above = next;
+    hx = hx_next;
+    hy = hy_next;
   }
 }
 
@@ -98,20 +109,29 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
   const bool right = tx == kTx - 1 && x + kVx < nx && y < ny;
   const bool down = ty == 0 && in_xy && y > 0;
   const bool up = ty == kTy - 1 && y + 1 < ny && x < nx;
+  const bool has_hx = left || right, has_hy = down || up;
+  const int64_t hx_off = left ? -1 : kVx;
+  const int64_t hy_off = down ? -static_cast<int64_t>(nx) : nx;
   const int c = kPad + tx * kVx;  // the thread's column in the shared rows
+  const int hx_col = left ? c - 1 : c + kVx;
+  const int hy_row = down ? 0 : kTy + 1;
   const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
   float4 below = (in_xy && z0 > 0) ? ld4(in + (z0 - 1) * plane + xy) : zero;
   float4 cur = in_xy ? ld4(in + z0 * plane + xy) : zero;
   float4 above = (in_xy && z0 + 1 < nz) ? ld4(in + (z0 + 1) * plane + xy) : zero;
+  float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
+  float4 hy = has_hy ? ld4(in + z0 * plane + xy + hy_off) : zero;
   for (int z = z0; z < z1; ++z) {
     const int64_t base = z * plane + xy;
-    const float4 next = (in_xy && z + 2 < nz) ? ld4(in + base + 2 * plane) : zero;  // in flight
+    // Issued now, used one or two planes later (in flight while plane z is computed).
+    const float4 next = (in_xy && z + 2 < nz) ? ld4(in + base + 2 * plane) : zero;
+    const bool more = z + 1 < z1;
+    const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
+    const float4 hy_next = (has_hy && more) ? ld4(in + base + plane + hy_off) : zero;
     *reinterpret_cast<float4*>(&s[ty + 1][c]) = cur;
-    if (left) s[ty + 1][c - 1] = in[base - 1];
-    if (right) s[ty + 1][c + kVx] = in[base + kVx];
-    if (down) *reinterpret_cast<float4*>(&s[0][c]) = ld4(in + base - nx);
-    if (up) *reinterpret_cast<float4*>(&s[kTy + 1][c]) = ld4(in + base + nx);
+    if (has_hx) s[ty + 1][hx_col] = hx;
+    if (has_hy) *reinterpret_cast<float4*>(&s[hy_row][c]) = hy;
     __syncthreads();
     if (in_xy) {
       float4 r = cur;
@@ -133,6 +153,8 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
     below = cur;
     cur = above;
     above = next;
+    hx = hx_next;
+    hy = hy_next;
   }
 }
 
