@@ -1,8 +1,8 @@
 // stencil3d expert, layer 2 (dataflow): 2.5D blocking. A block of 32 x 8 threads owns a 32 x 8
 // tile of the x-y plane and marches through a range of z planes. Each thread keeps its column's
 // cells of planes z-1, z and z+1 in registers (the z neighbours never come from memory twice) and
-// issues the load of plane z+2 before computing plane z, so one DRAM load per thread is always in
-// flight behind the arithmetic. The current plane goes to shared memory with a one-cell halo (the
+// two planes ahead in flight: the load of plane z+3 is issued before computing plane z, while plane
+// z+2's is still on its way, so two DRAM loads per thread are in flight behind the arithmetic. The current plane goes to shared memory with a one-cell halo (the
 // edge threads of the tile load it, also one plane ahead, so no load is waited for before a
 // barrier) and the x/y neighbours are read from there. The z range per
 // block is chosen so that the grid is about 8 blocks per SM: each block re-reads only two planes
@@ -42,12 +42,13 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
   float below = (in_xy && z0 > 0) ? in[(z0 - 1) * plane + xy] : 0.0f;
   float cur = in_xy ? in[z0 * plane + xy] : 0.0f;
   float above = (in_xy && z0 + 1 < nz) ? in[(z0 + 1) * plane + xy] : 0.0f;
+  float ahead = (in_xy && z0 + 2 < nz) ? in[(z0 + 2) * plane + xy] : 0.0f;
   float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
   float hy = has_hy ? in[z0 * plane + xy + hy_off] : 0.0f;
   for (int z = z0; z < z1; ++z) {
     const int64_t base = z * plane + xy;
-    // Issued now, used one or two planes later: these loads are in flight while plane z is computed.
-    const float next = (in_xy && z + 2 < nz) ? in[base + 2 * plane] : 0.0f;
+    // Issued now, used one to three planes later: in flight while plane z (and z+1) is computed.
+    const float next = (in_xy && z + 3 < nz) ? in[base + 3 * plane] : 0.0f;
     const bool more = z + 1 < z1;
     const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
     const float hy_next = (has_hy && more) ? in[base + plane + hy_off] : 0.0f;
@@ -65,7 +66,8 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
     __syncthreads();  // the plane in shared memory is overwritten next
     below = cur;
     cur = above;
-    above = next;
+    above = ahead;
+    ahead = next;
     hx = hx_next;
     hy = hy_next;
   }

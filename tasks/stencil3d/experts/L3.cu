@@ -1,6 +1,6 @@
 // stencil3d expert, layer 3 (low level): layer 2's dataflow (2.5D blocking: a block owns an x-y
-// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, plane z+2 in
-// flight, the current plane in shared memory with a halo) with 128-bit accesses: a thread owns 4
+// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, planes z+2 and
+// z+3 in flight, the current plane in shared memory with a halo) with 128-bit accesses: a thread owns 4
 // consecutive cells along x, so a block of 32 x 8 threads covers a 128 x 8 tile, every global load
 // and store of a cell moves 16 bytes (4x the bytes in flight per instruction), and the y neighbours
 // are read from shared memory as one 16-byte vector; only the x neighbours of the first and last
@@ -46,12 +46,13 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
   float below = (in_xy && z0 > 0) ? in[(z0 - 1) * plane + xy] : 0.0f;
   float cur = in_xy ? in[z0 * plane + xy] : 0.0f;
   float above = (in_xy && z0 + 1 < nz) ? in[(z0 + 1) * plane + xy] : 0.0f;
+  float ahead = (in_xy && z0 + 2 < nz) ? in[(z0 + 2) * plane + xy] : 0.0f;
   float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
   float hy = has_hy ? in[z0 * plane + xy + hy_off] : 0.0f;
   for (int z = z0; z < z1; ++z) {
     const int64_t base = z * plane + xy;
-    // Issued now, used one or two planes later: these loads are in flight while plane z is computed.
-    const float next = (in_xy && z + 2 < nz) ? in[base + 2 * plane] : 0.0f;
+    // Issued now, used one to three planes later: in flight while plane z (and z+1) is computed.
+    const float next = (in_xy && z + 3 < nz) ? in[base + 3 * plane] : 0.0f;
     const bool more = z + 1 < z1;
     const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
     const float hy_next = (has_hy && more) ? in[base + plane + hy_off] : 0.0f;
@@ -69,7 +70,8 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
     __syncthreads();  // the plane in shared memory is overwritten next
     below = cur;
     cur = above;
-    above = next;
+    above = ahead;
+    ahead = next;
     hx = hx_next;
     hy = hy_next;
   }
@@ -120,12 +122,13 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
   float4 below = (in_xy && z0 > 0) ? ld4(in + (z0 - 1) * plane + xy) : zero;
   float4 cur = in_xy ? ld4(in + z0 * plane + xy) : zero;
   float4 above = (in_xy && z0 + 1 < nz) ? ld4(in + (z0 + 1) * plane + xy) : zero;
+  float4 ahead = (in_xy && z0 + 2 < nz) ? ld4(in + (z0 + 2) * plane + xy) : zero;
   float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
   float4 hy = has_hy ? ld4(in + z0 * plane + xy + hy_off) : zero;
   for (int z = z0; z < z1; ++z) {
     const int64_t base = z * plane + xy;
-    // Issued now, used one or two planes later (in flight while plane z is computed).
-    const float4 next = (in_xy && z + 2 < nz) ? ld4(in + base + 2 * plane) : zero;
+    // Issued now, used one to three planes later (in flight while plane z is computed).
+    const float4 next = (in_xy && z + 3 < nz) ? ld4(in + base + 3 * plane) : zero;
     const bool more = z + 1 < z1;
     const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
     const float4 hy_next = (has_hy && more) ? ld4(in + base + plane + hy_off) : zero;
@@ -152,7 +155,8 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
     __syncthreads();
     below = cur;
     cur = above;
-    above = next;
+    above = ahead;
+    ahead = next;
     hx = hx_next;
     hy = hy_next;
   }
