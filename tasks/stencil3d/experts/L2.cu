@@ -5,8 +5,8 @@
 // z+2's is still on its way, so two DRAM loads per thread are in flight behind the arithmetic. The current plane goes to shared memory with a one-cell halo (the
 // edge threads of the tile load it, also one plane ahead, so no load is waited for before a
 // barrier) and the x/y neighbours are read from there. The z range per
-// block is chosen so that the grid is about 8 blocks per SM: each block re-reads only two planes
-// (the one below and the one above its range).
+// block is chosen so that the grid fills whole waves of 8 resident blocks per SM (march_grid): each
+// block re-reads only two planes (the one below and the one above its range).
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -83,23 +83,46 @@ int sm_count() {
   return sms;
 }
 
+// The z split. Every block of a launch does about the same work (a tile times its z range), so
+// the launch runs in waves of `resident` blocks (blocks_per_sm on every SM) and a last, partial
+// wave leaves SMs idle: pick the number of z ranges that fills the waves best, discounted by the
+// two extra planes each range reads (planes below and above it): maximise
+//   blocks / (waves * resident) * zchunk / (zchunk + 1).
+bool march_grid(int64_t gx, int64_t gy, int64_t nz, int blocks_per_sm, dim3& grid, int64_t& zchunk) {
+  if (gx > 0x7fffffff || gy > 65535) return false;
+  const int64_t tiles = gx * gy;
+  const int64_t resident = static_cast<int64_t>(blocks_per_sm > 0 ? blocks_per_sm : 1) * sm_count();
+  const int64_t max_split = nz < 256 ? nz : 256;
+  double best = -1.0;
+  int64_t best_chunk = nz;
+  for (int64_t split = 1; split <= max_split; ++split) {
+    const int64_t chunk = (nz + split - 1) / split;
+    const int64_t blocks = tiles * ((nz + chunk - 1) / chunk);
+    const int64_t waves = (blocks + resident - 1) / resident;
+    const double score = static_cast<double>(blocks) / static_cast<double>(waves * resident) *
+                         static_cast<double>(chunk) / static_cast<double>(chunk + 1);
+    if (score > best + 1e-9) {
+      best = score;
+      best_chunk = chunk;
+    }
+  }
+  zchunk = best_chunk;
+  const int64_t zsplit = (nz + zchunk - 1) / zchunk;
+  if (zsplit > 65535) return false;
+  grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(zsplit));
+  return true;
+}
+
 }  // namespace
 
 extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny, int64_t nz, cudaStream_t stream) {
   if (nx <= 0 || ny <= 0 || nz <= 0) return 0;
   if (nx > 0x7fffffff || ny > 0x7fffffff || nz > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
-  const int64_t gx = (nx + kTx - 1) / kTx;
-  const int64_t gy = (ny + kTy - 1) / kTy;
-  if (gy > 65535) return static_cast<int>(cudaErrorInvalidValue);
-  // About 8 resident blocks of 256 threads per SM: split z so that the grid fills them once.
-  const int64_t target = 8LL * sm_count();
-  int64_t zsplit = (target + gx * gy - 1) / (gx * gy);
-  if (zsplit > nz) zsplit = nz;
-  if (zsplit > 65535) zsplit = 65535;
-  if (zsplit < 1) zsplit = 1;
-  const int64_t zchunk = (nz + zsplit - 1) / zsplit;
-  zsplit = (nz + zchunk - 1) / zchunk;
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(zsplit));
+  dim3 grid;
+  int64_t zchunk = 0;
+  // 8 resident blocks of 256 threads per SM (32 registers per thread, see the launch bounds).
+  if (!march_grid((nx + kTx - 1) / kTx, (ny + kTy - 1) / kTy, nz, 8, grid, zchunk))
+    return static_cast<int>(cudaErrorInvalidValue);
   stencil3d_march<<<grid, dim3(kTx, kTy), 0, stream>>>(in, out, static_cast<int>(nx), static_cast<int>(ny),
                                                        static_cast<int>(nz), static_cast<int>(zchunk));
   return static_cast<int>(cudaGetLastError());

@@ -87,6 +87,36 @@ int sm_count() {
   return sms;
 }
 
+// The z split. Every block of a launch does about the same work (a tile times its z range), so
+// the launch runs in waves of `resident` blocks (blocks_per_sm on every SM) and a last, partial
+// wave leaves SMs idle: pick the number of z ranges that fills the waves best, discounted by the
+// two extra planes each range reads (planes below and above it): maximise
+//   blocks / (waves * resident) * zchunk / (zchunk + 1).
+bool march_grid(int64_t gx, int64_t gy, int64_t nz, int blocks_per_sm, dim3& grid, int64_t& zchunk) {
+  if (gx > 0x7fffffff || gy > 65535) return false;
+  const int64_t tiles = gx * gy;
+  const int64_t resident = static_cast<int64_t>(blocks_per_sm > 0 ? blocks_per_sm : 1) * sm_count();
+  const int64_t max_split = nz < 256 ? nz : 256;
+  double best = -1.0;
+  int64_t best_chunk = nz;
+  for (int64_t split = 1; split <= max_split; ++split) {
+    const int64_t chunk = (nz + split - 1) / split;
+    const int64_t blocks = tiles * ((nz + chunk - 1) / chunk);
+    const int64_t waves = (blocks + resident - 1) / resident;
+    const double score = static_cast<double>(blocks) / static_cast<double>(waves * resident) *
+                         static_cast<double>(chunk) / static_cast<double>(chunk + 1);
+    if (score > best + 1e-9) {
+      best = score;
+      best_chunk = chunk;
+    }
+  }
+  zchunk = best_chunk;
+  const int64_t zsplit = (nz + zchunk - 1) / zchunk;
+  if (zsplit > 65535) return false;
+  grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(zsplit));
+  return true;
+}
+
 
 constexpr int kVx = 4;                 // cells per thread along x
 constexpr int kTileX = kTx * kVx;      // 128 cells
@@ -160,20 +190,6 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
     hx = hx_next;
     hy = hy_next;
   }
-}
-
-// z split so that the grid fills the SMs once: blocks_per_sm resident blocks on every SM.
-bool march_grid(int64_t gx, int64_t gy, int64_t nz, int blocks_per_sm, dim3& grid, int64_t& zchunk) {
-  if (gx > 0x7fffffff || gy > 65535) return false;
-  const int64_t target = static_cast<int64_t>(blocks_per_sm > 0 ? blocks_per_sm : 1) * sm_count();
-  int64_t zsplit = (target + gx * gy - 1) / (gx * gy);
-  if (zsplit > nz) zsplit = nz;
-  if (zsplit > 65535) zsplit = 65535;
-  if (zsplit < 1) zsplit = 1;
-  zchunk = (nz + zsplit - 1) / zsplit;
-  zsplit = (nz + zchunk - 1) / zchunk;
-  grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(zsplit));
-  return true;
 }
 
 }  // namespace
