@@ -8,6 +8,9 @@
 //     (per-warp counters in shared memory: no atomics, no conflicts). A scan over the 8 warps per
 //     expert turns the per-warp counts into each warp's starting place. Counting uses the same
 //     match: one shared atomic per distinct expert per 32 entries instead of one per entry.
+//   - the scan of the per-chunk counts takes 16 values per thread per step (loads in flight
+//     together, scanned in registers) instead of one: two steps instead of 32 for 256 experts
+//     x 128 chunks.
 //   - rows moved in 16-byte chunks (8 bf16): a thread loads all of its chunks of the token's row
 //     first (up to 8, 128 bytes in flight), then stores them to each of the k places, with a
 //     streaming (evict-first) hint on both: x is read once and rows are not read again here.
@@ -51,16 +54,25 @@ count_experts(const int* __restrict__ ids, int* __restrict__ counts, int n, int 
   for (int e = threadIdx.x; e < experts; e += kThreads) counts[e * chunks + blockIdx.x] = hist[e];
 }
 
-// Exclusive scan of counts[0 .. m) in place, by one block, 1,024 values per step with a carry.
+// Exclusive scan of counts[0 .. m) in place, by one block: each thread takes 16 consecutive
+// values per step (16 independent loads in flight; 16,384 values per step, so 256 experts x 128
+// chunks is two steps), scans them in registers, and the block scans the threads' totals.
+constexpr int kScanItems = 16;
+
 __global__ void __launch_bounds__(kScanThreads)
 scan_counts(int* __restrict__ counts, int* __restrict__ offsets, int m, int chunks, int experts, int n) {
   __shared__ int warp_sums[kScanThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int carry = 0;
-  for (int t0 = 0; t0 < m; t0 += kScanThreads) {
-    const int i = t0 + threadIdx.x;
-    const int v = i < m ? counts[i] : 0;
-    int incl = v;
+  for (int t0 = 0; t0 < m; t0 += kScanThreads * kScanItems) {
+    const int first = t0 + threadIdx.x * kScanItems;
+    int v[kScanItems];
+    int sum = 0;
+#pragma unroll
+    for (int u = 0; u < kScanItems; ++u) v[u] = first + u < m ? counts[first + u] : 0;
+#pragma unroll
+    for (int u = 0; u < kScanItems; ++u) sum += v[u];
+    int incl = sum;
     for (int d = 1; d < 32; d <<= 1) {
       const int o = __shfl_up_sync(0xffffffffu, incl, d);
       if (lane >= d) incl += o;
@@ -73,13 +85,17 @@ scan_counts(int* __restrict__ counts, int* __restrict__ offsets, int m, int chun
         const int o = __shfl_up_sync(0xffffffffu, w, d);
         if (lane >= d) w += o;
       }
-      warp_sums[lane] = w;  // inclusive over warps
+      warp_sums[lane] = w;
     }
     __syncthreads();
-    const int before = warp > 0 ? warp_sums[warp - 1] : 0;
-    if (i < m) counts[i] = carry + before + incl - v;
+    int run = carry + (warp > 0 ? warp_sums[warp - 1] : 0) + incl - sum;
+#pragma unroll
+    for (int u = 0; u < kScanItems; ++u) {
+      if (first + u < m) counts[first + u] = run;
+      run += v[u];
+    }
     carry += warp_sums[kScanThreads / 32 - 1];
-    __syncthreads();  // warp_sums is reused by the next step
+    __syncthreads();
   }
   for (int e = threadIdx.x; e < experts; e += kScanThreads) offsets[e] = counts[e * chunks];
   if (threadIdx.x == 0) offsets[experts] = n;
