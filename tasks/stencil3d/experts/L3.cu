@@ -1,16 +1,17 @@
 // stencil3d expert, layer 3 (low level): layer 2's dataflow (2.5D blocking: a block owns an x-y
-// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, planes z+2 and
-// z+3 in flight, the current plane in shared memory with a halo) with 128-bit accesses: a thread owns 4
-// consecutive cells along x, so a block of 32 x 8 threads covers a 128 x 8 tile, every global load
-// and store of a cell moves 16 bytes (4x the bytes in flight per instruction), and the y neighbours
-// are read from shared memory as one 16-byte vector; only the x neighbours of the first and last
-// cell of the four are scalar shared loads. The plane's rows in shared memory start 4 floats in,
-// so the vectors are 16-byte aligned and the x halo sits in the word before and after. Results are
-// stored with a streaming hint (evict first: the output is not read again), the input with the
-// default policy (the halo rows are read again by the neighbouring tiles, from L2). The z split
-// fills the SMs once with as many blocks as the occupancy API says fit (the vector kernel needs
-// more registers than layer 2's, so fewer than 8 blocks of it fit on an SM). Grids whose nx
-// is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
+// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, planes z+2
+// and z+3 in flight, the current plane in shared memory with a halo) with 128-bit accesses: a
+// thread owns 4 consecutive cells along x, so a block of 32 x 8 threads covers a 128 x 8 tile
+// (16 x 16 or 8 x 32 threads where that leaves fewer lanes past the row's end, e.g. nx = 36),
+// every global load and store of a cell moves 16 bytes (4x the bytes in flight per instruction),
+// and the y neighbours are read from shared memory as one 16-byte vector; only the x neighbours
+// of the first and last cell of the four are scalar shared loads. The plane's rows in shared
+// memory start 4 floats in, so the vectors are 16-byte aligned and the x halo sits in the word
+// before and after. Results are stored with a streaming hint (evict first: the output is not read
+// again), the input with the default policy (the halo rows are read again by the neighbouring
+// tiles, from L2). The z split fills whole waves of as many blocks as the occupancy API says fit
+// (the vector kernel needs more registers than layer 2's, so fewer than 8 of its blocks fit on an
+// SM). Grids whose nx is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -118,19 +119,24 @@ bool march_grid(int64_t gx, int64_t gy, int64_t nz, int blocks_per_sm, dim3& gri
 }
 
 
-constexpr int kVx = 4;                 // cells per thread along x
-constexpr int kTileX = kTx * kVx;      // 128 cells
-constexpr int kPad = 4;                // floats before the row (16-byte aligned vectors)
-constexpr int kRow = kPad + kTileX + kPad;
+constexpr int kVx = 4;   // cells per thread along x
+constexpr int kPad = 4;  // floats before the row (16-byte aligned vectors)
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
-__global__ void __launch_bounds__(kTx * kTy)
+// A block of 256 threads: TX threads along x (4 cells each: a tile TX * 4 cells wide) and 256 / TX
+// rows; TX is 32, or 16 or 8 where that leaves fewer lanes past the row's end.
+template <int TX>
+__global__ void __launch_bounds__(256)
 stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
-  __shared__ __align__(16) float s[kTy + 2][kRow];
+  constexpr int kTxv = TX;
+  constexpr int kTyv = 256 / TX;
+  constexpr int kTileX = kTxv * kVx;
+  constexpr int kRow = kPad + kTileX + kPad;
+  __shared__ __align__(16) float s[kTyv + 2][kRow];
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
   const int x = static_cast<int>(blockIdx.x) * kTileX + tx * kVx;  // first of the thread's 4 cells
-  const int y = static_cast<int>(blockIdx.y) * kTy + ty;
+  const int y = static_cast<int>(blockIdx.y) * kTyv + ty;
   const int z0 = static_cast<int>(blockIdx.z) * zchunk;
   const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // uniform over the block
   const bool in_xy = x < nx && y < ny;                 // nx % 4 == 0: all four cells or none
@@ -138,15 +144,15 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
   const int64_t plane = static_cast<int64_t>(nx) * ny;
   const int64_t xy = static_cast<int64_t>(y) * nx + x;
   const bool left = tx == 0 && in_xy && x > 0;
-  const bool right = tx == kTx - 1 && x + kVx < nx && y < ny;
+  const bool right = tx == kTxv - 1 && x + kVx < nx && y < ny;
   const bool down = ty == 0 && in_xy && y > 0;
-  const bool up = ty == kTy - 1 && y + 1 < ny && x < nx;
+  const bool up = ty == kTyv - 1 && y + 1 < ny && x < nx;
   const bool has_hx = left || right, has_hy = down || up;
   const int64_t hx_off = left ? -1 : kVx;
   const int64_t hy_off = down ? -static_cast<int64_t>(nx) : nx;
   const int c = kPad + tx * kVx;  // the thread's column in the shared rows
   const int hx_col = left ? c - 1 : c + kVx;
-  const int hy_row = down ? 0 : kTy + 1;
+  const int hy_row = down ? 0 : kTyv + 1;
   const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
   float4 below = (in_xy && z0 > 0) ? ld4(in + (z0 - 1) * plane + xy) : zero;
@@ -192,6 +198,20 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
   }
 }
 
+template <typename K>
+int occupancy(K kernel) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, 0) != cudaSuccess) n = 4;
+  return n > 0 ? n : 1;
+}
+
+// The vector kernels need more registers than layer 2's: ask how many of their blocks fit (once).
+int vec_blocks(int tx) {
+  static const int fit[3] = {occupancy(stencil3d_march_vec4<32>), occupancy(stencil3d_march_vec4<16>),
+                             occupancy(stencil3d_march_vec4<8>)};
+  return tx == 32 ? fit[0] : tx == 16 ? fit[1] : fit[2];
+}
+
 }  // namespace
 
 extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny, int64_t nz, cudaStream_t stream) {
@@ -201,16 +221,20 @@ extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny
   dim3 grid;
   int64_t zchunk = 0;
   if (aligned && nx % kVx == 0) {
-    // The vector kernel needs more registers than layer 2's: ask how many of its blocks fit.
-    static const int vec_blocks = [] {
-      int n = 0;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, stencil3d_march_vec4, kTx * kTy, 0) != cudaSuccess) n = 4;
-      return n > 0 ? n : 1;
-    }();
-    if (!march_grid((nx + kTileX - 1) / kTileX, (ny + kTy - 1) / kTy, nz, vec_blocks, grid, zchunk))
+    // Threads along x: 16 or 8 instead of 32 only where that leaves fewer lanes past the row's end
+    // (nx = 36: 16 threads, a 64-cell tile, where 32 threads would leave 23 of 32 idle).
+    const int64_t quads = nx / kVx;
+    int tx = 32;
+    if ((quads + 15) / 16 * 16 < (quads + 31) / 32 * 32) tx = 16;
+    if (tx == 16 && (quads + 7) / 8 * 8 < (quads + 15) / 16 * 16) tx = 8;
+    const int ty = 256 / tx;
+    if (!march_grid((quads + tx - 1) / tx, (ny + ty - 1) / ty, nz, vec_blocks(tx), grid, zchunk))
       return static_cast<int>(cudaErrorInvalidValue);
-    stencil3d_march_vec4<<<grid, dim3(kTx, kTy), 0, stream>>>(in, out, static_cast<int>(nx), static_cast<int>(ny),
-                                                              static_cast<int>(nz), static_cast<int>(zchunk));
+    const dim3 block(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
+    const int ix = static_cast<int>(nx), iy = static_cast<int>(ny), iz = static_cast<int>(nz), ic = static_cast<int>(zchunk);
+    if (tx == 32) stencil3d_march_vec4<32><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
+    else if (tx == 16) stencil3d_march_vec4<16><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
+    else stencil3d_march_vec4<8><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
   } else {
     // Layer 2's kernel: one cell per thread.
     if (!march_grid((nx + kTx - 1) / kTx, (ny + kTy - 1) / kTy, nz, 8, grid, zchunk))
