@@ -1,0 +1,246 @@
+// stencil3d expert, layer 3 (low level): layer 2's dataflow (2.5D blocking: a block owns an x-y
+// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, planes z+2
+// and z+3 in flight, the current plane in shared memory with a halo) with 128-bit accesses: a
+// thread owns 4 consecutive cells along x, so a block of 32 x 8 threads covers a 128 x 8 tile
+// (16 x 16 or 8 x 32 threads where that leaves fewer lanes past the row's end, e.g. nx = 36),
+// every global load and store of a cell moves 16 bytes (4x the bytes in flight per instruction),
+// and the y neighbours are read from shared memory as one 16-byte vector; only the x neighbours
+// of the first and last cell of the four are scalar shared loads. The plane's rows in shared
+// memory start 4 floats in, so the vectors are 16-byte aligned and the x halo sits in the word
+// before and after. Results are stored with a streaming hint (evict first: the output is not read
+// again), the input with the default policy (the halo rows are read again by the neighbouring
+// tiles, from L2). The z split fills whole waves of as many blocks as the occupancy API says fit
+// (the vector kernel needs more registers than layer 2's, so fewer than 8 of its blocks fit on an
+// SM). Grids whose nx is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace {
+
+constexpr int kTx = 32;
+constexpr int kTy = 8;
+
+__global__ void __launch_bounds__(kTx * kTy, 8)  // 32 registers: 8 blocks of 256 threads per SM
+stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
+  __shared__ float s[kTy + 2][kTx + 2];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int x = static_cast<int>(blockIdx.x) * kTx + tx;
+  const int y = static_cast<int>(blockIdx.y) * kTy + ty;
+  const int z0 = static_cast<int>(blockIdx.z) * zchunk;
+  const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // the same for the whole block: barriers are uniform
+  const bool in_xy = x < nx && y < ny;
+  const bool interior_xy = in_xy && x > 0 && x < nx - 1 && y > 0 && y < ny - 1;
+  const int64_t plane = static_cast<int64_t>(nx) * ny;
+  const int64_t xy = static_cast<int64_t>(y) * nx + x;
+  // Halo cells this thread loads besides its own (edge threads of the tile only; a thread is on
+  // at most one x edge and one y edge), one plane ahead like its own cells.
+  const bool left = tx == 0 && in_xy && x > 0;
+  const bool right = tx == kTx - 1 && x + 1 < nx && y < ny;
+  const bool down = ty == 0 && in_xy && y > 0;
+  const bool up = ty == kTy - 1 && y + 1 < ny && x < nx;
+  const bool has_hx = left || right, has_hy = down || up;
+  const int64_t hx_off = left ? -1 : 1;
+  const int64_t hy_off = down ? -static_cast<int64_t>(nx) : nx;
+  const int hx_col = left ? 0 : kTx + 1;
+  const int hy_row = down ? 0 : kTy + 1;
+
+  float below = (in_xy && z0 > 0) ? in[(z0 - 1) * plane + xy] : 0.0f;
+  float cur = in_xy ? in[z0 * plane + xy] : 0.0f;
+  float above = (in_xy && z0 + 1 < nz) ? in[(z0 + 1) * plane + xy] : 0.0f;
+  float ahead = (in_xy && z0 + 2 < nz) ? in[(z0 + 2) * plane + xy] : 0.0f;
+  float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
+  float hy = has_hy ? in[z0 * plane + xy + hy_off] : 0.0f;
+  for (int z = z0; z < z1; ++z) {
+    const int64_t base = z * plane + xy;
+    // Issued now, used one to three planes later: in flight while plane z (and z+1) is computed.
+    const float next = (in_xy && z + 3 < nz) ? in[base + 3 * plane] : 0.0f;
+    const bool more = z + 1 < z1;
+    const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
+    const float hy_next = (has_hy && more) ? in[base + plane + hy_off] : 0.0f;
+    s[ty + 1][tx + 1] = cur;
+    if (has_hx) s[ty + 1][hx_col] = hx;
+    if (has_hy) s[hy_row][tx + 1] = hy;
+    __syncthreads();
+    if (in_xy) {
+      float r = cur;
+      if (interior_xy && z > 0 && z < nz - 1)
+        r = 0.25f * cur + 0.125f * (((s[ty + 1][tx] + s[ty + 1][tx + 2]) + (s[ty][tx + 1] + s[ty + 2][tx + 1])) +
+                                    (below + above));
+      out[base] = r;
+    }
+    __syncthreads();  // the plane in shared memory is overwritten next
+    below = cur;
+    cur = above;
+    above = ahead;
+    ahead = next;
+    hx = hx_next;
+    hy = hy_next;
+  }
+}
+
+int sm_count() {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      n = 132;
+    return n > 0 ? n : 132;
+  }();
+  return sms;
+}
+
+// The z split. Every block of a launch does about the same work (a tile times its z range), so
+// the launch runs in waves of `resident` blocks (blocks_per_sm on every SM) and a last, partial
+// wave leaves SMs idle: pick the number of z ranges that fills the waves best, discounted by the
+// two extra planes each range reads (planes below and above it): maximise
+//   blocks / (waves * resident) * zchunk / (zchunk + 1).
+bool march_grid(int64_t gx, int64_t gy, int64_t nz, int blocks_per_sm, dim3& grid, int64_t& zchunk) {
+  if (gx > 0x7fffffff || gy > 65535) return false;
+  const int64_t tiles = gx * gy;
+  const int64_t resident = static_cast<int64_t>(blocks_per_sm > 0 ? blocks_per_sm : 1) * sm_count();
+  const int64_t max_split = nz < 256 ? nz : 256;
+  double best = -1.0;
+  int64_t best_chunk = nz;
+  for (int64_t split = 1; split <= max_split; ++split) {
+    const int64_t chunk = (nz + split - 1) / split;
+    const int64_t blocks = tiles * ((nz + chunk - 1) / chunk);
+    const int64_t waves = (blocks + resident - 1) / resident;
+    const double score = static_cast<double>(blocks) / static_cast<double>(waves * resident) *
+                         static_cast<double>(chunk) / static_cast<double>(chunk + 1);
+    if (score > best + 1e-9) {
+      best = score;
+      best_chunk = chunk;
+    }
+  }
+  zchunk = best_chunk;
+  const int64_t zsplit = (nz + zchunk - 1) / zchunk;
+  if (zsplit > 65535) return false;
+  grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(zsplit));
+  return true;
+}
+
+
+constexpr int kVx = 4;   // cells per thread along x
+constexpr int kPad = 4;  // floats before the row (16-byte aligned vectors)
+
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+
+// A block of 256 threads: TX threads along x (4 cells each: a tile TX * 4 cells wide) and 256 / TX
+// rows; TX is 32, or 16 or 8 where that leaves fewer lanes past the row's end.
+template <int TX>
+__global__ void __launch_bounds__(256)
+stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
+  constexpr int kTxv = TX;
+  constexpr int kTyv = 256 / TX;
+  constexpr int kTileX = kTxv * kVx;
+  constexpr int kRow = kPad + kTileX + kPad;
+  __shared__ __align__(16) float s[kTyv + 2][kRow];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  const int x = static_cast<int>(blockIdx.x) * kTileX + tx * kVx;  // first of the thread's 4 cells
+  const int y = static_cast<int>(blockIdx.y) * kTyv + ty;
+  const int z0 = static_cast<int>(blockIdx.z) * zchunk;
+  const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // uniform over the block
+  const bool in_xy = x < nx && y < ny;                 // nx % 4 == 0: all four cells or none
+  const bool interior_y = y > 0 && y < ny - 1;
+  const int64_t plane = static_cast<int64_t>(nx) * ny;
+  const int64_t xy = static_cast<int64_t>(y) * nx + x;
+  const bool left = tx == 0 && in_xy && x > 0;
+  const bool right = tx == kTxv - 1 && x + kVx < nx && y < ny;
+  const bool down = ty == 0 && in_xy && y > 0;
+  const bool up = ty == kTyv - 1 && y + 1 < ny && x < nx;
+  const bool has_hx = left || right, has_hy = down || up;
+  const int64_t hx_off = left ? -1 : kVx;
+  const int64_t hy_off = down ? -static_cast<int64_t>(nx) : nx;
+  const int c = kPad + tx * kVx;  // the thread's column in the shared rows
+  const int hx_col = left ? c - 1 : c + kVx;
+  const int hy_row = down ? 0 : kTyv + 1;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+  float4 below = (in_xy && z0 > 0) ? ld4(in + (z0 - 1) * plane + xy) : zero;
+  float4 cur = in_xy ? ld4(in + z0 * plane + xy) : zero;
+  float4 above = (in_xy && z0 + 1 < nz) ? ld4(in + (z0 + 1) * plane + xy) : zero;
+  float4 ahead = (in_xy && z0 + 2 < nz) ? ld4(in + (z0 + 2) * plane + xy) : zero;
+  float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
+  float4 hy = has_hy ? ld4(in + z0 * plane + xy + hy_off) : zero;
+  for (int z = z0; z < z1; ++z) {
+    const int64_t base = z * plane + xy;
+    // Issued now, used one to three planes later (in flight while plane z is computed).
+    const float4 next = (in_xy && z + 3 < nz) ? ld4(in + base + 3 * plane) : zero;
+    const bool more = z + 1 < z1;
+    const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
+    const float4 hy_next = (has_hy && more) ? ld4(in + base + plane + hy_off) : zero;
+    *reinterpret_cast<float4*>(&s[ty + 1][c]) = cur;
+    if (has_hx) s[ty + 1][hx_col] = hx;
+    if (has_hy) *reinterpret_cast<float4*>(&s[hy_row][c]) = hy;
+    __syncthreads();
+    if (in_xy) {
+      float4 r = cur;
+      if (interior_y && z > 0 && z < nz - 1) {
+        const float4 n = *reinterpret_cast<const float4*>(&s[ty][c]);
+        const float4 so = *reinterpret_cast<const float4*>(&s[ty + 2][c]);
+        const float l = s[ty + 1][c - 1], rr = s[ty + 1][c + kVx];
+        const float4 t = make_float4(0.25f * cur.x + 0.125f * (((l + cur.y) + (n.x + so.x)) + (below.x + above.x)),
+                                     0.25f * cur.y + 0.125f * (((cur.x + cur.z) + (n.y + so.y)) + (below.y + above.y)),
+                                     0.25f * cur.z + 0.125f * (((cur.y + cur.w) + (n.z + so.z)) + (below.z + above.z)),
+                                     0.25f * cur.w + 0.125f * (((cur.z + rr) + (n.w + so.w)) + (below.w + above.w)));
+        r = t;
+        if (x == 0) r.x = cur.x;               // the x boundary keeps its value
+        if (x + kVx == nx) r.w = cur.w;
+      }
+      __stcs(reinterpret_cast<float4*>(out + base), r);
+    }
+    __syncthreads();
+    below = cur;
+    cur = above;
+    above = ahead;
+    ahead = next;
+    hx = hx_next;
+    hy = hy_next;
+  }
+}
+
+template <typename K>
+int occupancy(K kernel) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, 256, 0) != cudaSuccess) n = 4;
+  return n > 0 ? n : 1;
+}
+
+// The vector kernels need more registers than layer 2's: ask how many of their blocks fit (once).
+int vec_blocks(int tx) {
+  static const int fit[3] = {occupancy(stencil3d_march_vec4<32>), occupancy(stencil3d_march_vec4<16>),
+                             occupancy(stencil3d_march_vec4<8>)};
+  return tx == 32 ? fit[0] : tx == 16 ? fit[1] : fit[2];
+}
+
+}  // namespace
+
+extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny, int64_t nz, cudaStream_t stream) {
+  if (nx <= 0 || ny <= 0 || nz <= 0) return 0;
+  if (nx > 0x7fffffff || ny > 0x7fffffff || nz > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
+  const bool aligned = ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & 15) == 0;
+  dim3 grid;
+  int64_t zchunk = 0;
+  if (aligned && nx % kVx == 0) {
+    // Threads along x: 16 or 8 instead of 32 only where that leaves fewer lanes past the row's end
+    // (nx = 36: 16 threads, a 64-cell tile, where 32 threads would leave 23 of 32 idle).
+    const int64_t quads = nx / kVx;
+    int tx = 32;
+    if ((quads + 15) / 16 * 16 < (quads + 31) / 32 * 32) tx = 16;
+    if (tx == 16 && (quads + 7) / 8 * 8 < (quads + 15) / 16 * 16) tx = 8;
+    const int ty = 256 / tx;
+    if (!march_grid((quads + tx - 1) / tx, (ny + ty - 1) / ty, nz, vec_blocks(tx), grid, zchunk))
+      return static_cast<int>(cudaErrorInvalidValue);
+    const dim3 block(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
+    const int ix = static_cast<int>(nx), iy = static_cast<int>(ny), iz = static_cast<int>(nz), ic = static_cast<int>(zchunk);
+    if (tx == 32) stencil3d_march_vec4<32><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
+    else if (tx == 16) stencil3d_march_vec4<16><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
+    else stencil3d_march_vec4<8><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
+  } else {
+    // Layer 2's kernel: one cell per thread.
+    if (!march_grid((nx + kTx - 1) / kTx, (ny + kTy - 1) / kTy, nz, 8, grid, zchunk))
+      return static_cast<int>(cudaErrorInvalidValue);
+    stencil3d_march<<<grid, dim3(kTx, kTy), 0, stream>>>(in, out, static_cast<int>(nx), static_cast<int>(ny),
+                                                         static_cast<int>(nz), static_cast<int>(zchunk));
+  }
+  return static_cast<int>(cudaGetLastError());
+}
