@@ -5,7 +5,7 @@ main(); `d2k verify-tasks` runs it in the same run as the task's kernels (docs/t
 "vendor") and reports L3 against it.
 
 Protocol (as tasks/flash_attention_fwd/vendor.py): the request {"task", "seed", "workloads":
-[{"name", "sizes"}...], "nvcc"?, "scratch"?} on stdin; one JSON line on stdout,
+[{"name", "sizes"}...], "reference_so"?, "nvcc"?, "scratch"?} on stdin; one JSON line on stdout,
 {"vendor": "<op> (torch <version>)", "workloads": [{"name", "median_s", "samples", "correct",
 "mismatches", "elements", "detail"}...]}. The line is printed again after every workload with all
 workloads so far, so a run killed at its deadline still leaves the workloads it finished (the last
@@ -16,8 +16,9 @@ seed; timing as the kernels' samples are timed):
 - inputs from task.json (beside the vendor.py): each argument's shape, dtype and init with the
   workload's overrides; the custom generators `csr` and `zipf_bytes` are rebuilt here with the same
   sizes and the same kind of structure (not the runner's exact bytes; both sides see the same ones);
-- correctness: the task's reference.cu, built with nvcc (the request's "nvcc", else $NVCC, PATH or
-  /usr/local/cuda/bin/nvcc) and the task's flags, runs on the same inputs; every output of the op
+- correctness: the task's reference (the request's "reference_so", the evaluator's trusted build;
+  else reference.cu built here with nvcc: the request's "nvcc", $NVCC, /usr/local/cuda/bin/nvcc or
+  PATH, and the task's flags) runs on the same inputs; every output of the op
   is compared with the reference's under the task's tolerance for the output's dtype
   (|got - want| <= atol + rtol * |want|, exact for integers without a tolerance, NaN/Inf must
   match in kind), as sandbox/eval/compare.cpp does. A workload that disagrees is reported
@@ -225,9 +226,16 @@ def find_nvcc(req):
 
 
 def build_reference(task_dir, task, req):
-    """reference.cu built as a trusted .so with the task's flags (as the evaluator builds it)."""
+    """The task's reference entry: the request's "reference_so" (verify-tasks passes the evaluator's
+    trusted build), else reference.cu built here with the task's flags as the evaluator builds it."""
     import ctypes
 
+    so = req.get("reference_so")
+    if so and os.path.exists(so):
+        lib = ctypes.CDLL(so)
+        entry = getattr(lib, task["entry"])
+        entry.restype = ctypes.c_int
+        return entry
     nvcc = find_nvcc(req)
     if not nvcc:
         raise RuntimeError("nvcc not found (the request's \"nvcc\", $NVCC, /usr/local/cuda/bin/nvcc, PATH)")
