@@ -473,7 +473,7 @@ TaskSummary summarize(const TaskVerdict& v) {
             fmt("%.0f", largest->bytes / 1e6) + " MB)";
   else
     s.sol = "not measured";
-  if (!v.is_memory_bound && largest != nullptr) s.sol = "compute-bound (" + s.sol + ")";
+  if (!v.is_memory_bound) s.sol = "compute-bound (" + s.sol + ")";
 
   if (!v.vendor) {
     s.library = "no library yardstick";
