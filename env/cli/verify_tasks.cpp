@@ -274,7 +274,10 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, const tasks::Vendor
     }
     sandbox::RunSpec py;
     py.argv = {"python3", src.string()};
-    py.env_overrides = {{"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}, {"CUDA_VISIBLE_DEVICES", std::to_string(tools.gpu)}};
+    // No __pycache__ beside the tasks (tasks/vendor_torch.py is imported by the vendor.py files).
+    py.env_overrides = {{"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
+                        {"CUDA_VISIBLE_DEVICES", std::to_string(tools.gpu)},
+                        {"PYTHONDONTWRITEBYTECODE", "1"}};
     py.in = sandbox::Stdio::to_file(in_file);
     py.out = sandbox::Stdio::to_file(out_file);
     // Within --time-budget (at least a minute); a vendor.py killed at its deadline still leaves
