@@ -449,7 +449,7 @@ std::string trim(std::string s) {
 TaskSummary summarize(const TaskVerdict& v) {
   TaskSummary s;
   s.task = v.task;
-  s.category = v.is_memory_bound ? "memory-bound" : "compute-bound";
+  s.category = (v.category.empty() ? "" : v.category + ", ") + (v.is_memory_bound ? "memory-bound" : "compute-bound");
   int hidden = 0;
   for (const auto& w : v.workloads) hidden += v.visible.count(w) && v.visible.at(w) ? 0 : 1;
   s.workloads = std::to_string(v.workloads.size()) + " (" + std::to_string(hidden) + " hidden)";

@@ -115,6 +115,7 @@ struct Check {
 
 struct TaskVerdict {
   std::string task, title;
+  std::string category;                      // task.json "category" (elementwise, reduction, ...)
   std::vector<KernelVerdict> kernels;        // baseline, L1, L2, L3 (in that order)
   std::vector<LadderStep> ladder;
   bool is_memory_bound = false;
@@ -150,7 +151,8 @@ struct RunHeader {
   std::string command;
 };
 
-// The suite view of one verified task (issue 16): category, workloads, the ladder, L3 against the
+// The suite view of one verified task (issue 16): category (task.json's, and memory- or
+// compute-bound), workloads, the ladder, L3 against the
 // speed of light and against the library on the large workloads (the largest one when none is
 // large), and the result.
 struct TaskSummary {

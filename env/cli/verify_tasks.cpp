@@ -344,6 +344,7 @@ TaskVerdict verify_task(const tasks::Task& task, Tools& tools, const std::vector
   TaskVerdict v;
   v.task = task.id;
   v.title = task.title;
+  v.category = task.category;
   for (const auto& w : task.workloads) {
     v.workloads.push_back(w.name);
     v.visible[w.name] = w.visible;

@@ -62,6 +62,7 @@ runner::TaskVerdict vector_add_verdict(double l3_pace, double lib_pace, const st
   runner::TaskVerdict v;
   v.task = t.id;
   v.title = t.title;
+  v.category = t.category;
   for (const auto& w : t.workloads) {
     v.workloads.push_back(w.name);
     v.visible[w.name] = w.visible;
@@ -206,7 +207,7 @@ TEST_CASE("a library yardstick of a memory-bound task: large by bytes, 1.0x targ
   CHECK(has(md, "| pow2_64m | 805.3 | 211.9 | 3800 | 201.3 | 4000 | 0.95× | yes | short |"));
 
   const runner::TaskSummary s = runner::summarize(v);
-  CHECK(s.category == "memory-bound");
+  CHECK(s.category == "elementwise, memory-bound");
   CHECK(s.workloads == "5 (3 hidden)");
   CHECK(s.ladder == "10.00× · 1.50× · 1.27×");
   CHECK(s.sol == "95% of copy bw (3 large)");
@@ -301,7 +302,7 @@ TEST_CASE("the suite table: one row per task, merged into RESULTS.md run after r
   const runner::TaskVerdict va = vector_add_verdict(3.8e12, 4.0e12);
   const std::string row = runner::suite_row(h1, va);
   CHECK(row ==
-        "| vector_add | memory-bound | 5 (3 hidden) | 10.00× · 1.50× · 1.27× | 95% of copy bw (3 large) | 0.95× (3 "
+        "| vector_add | elementwise, memory-bound | 5 (3 hidden) | 10.00× · 1.50× · 1.27× | 95% of copy bw (3 large) | 0.95× (3 "
         "large) of PyTorch a + b; short of 1.00× | PASS | 2026-12-02T01:00:00Z |");
 
   // A page without the markers keeps its text and gains the section.
@@ -338,7 +339,7 @@ TEST_CASE("the suite table: one row per task, merged into RESULTS.md run after r
   runner::write_suite_table(dir, header_at("2026-12-02T02:00:00Z"), {sm});
   const std::string disk = read_file(dir / "RESULTS.md");
   CHECK(disk.rfind(page, 0) == 0);
-  CHECK(has(disk, row + "\n| softmax | memory-bound |"));
+  CHECK(has(disk, row + "\n| softmax | elementwise, memory-bound |"));
   CHECK(has(disk, "| 2026-12-02T02:00:00Z |\n" + std::string(runner::kSuiteEnd)));
   CHECK_FALSE(std::filesystem::exists(dir / "RESULTS.md.tmp"));
   std::ofstream(dir / "blocked") << "a file, not a folder";
