@@ -279,8 +279,12 @@ void derive_checks(TaskVerdict& v, const tasks::Task& task, double copy_bytes_pe
     for (const auto& p : task.properties) {
       if (p.layer > k) continue;
       const PropertyResult* r = cur ? find_property(*cur, p.id) : nullptr;
+      // A partial run cannot judge what needs a kernel it skipped (speedup over the baseline):
+      // left out (the properties table still shows "unknown"), never a pass.
+      const bool unjudged = !v.partial.empty() && (r == nullptr || r->state == PropertyState::unknown);
       const bool holds = r != nullptr && r->state == PropertyState::holds;
-      v.checks.push_back({std::string("property on ") + labels[k] + ": " + p.id + " (L" + std::to_string(p.layer) + ") holds",
+      if (!unjudged)
+        v.checks.push_back({std::string("property on ") + labels[k] + ": " + p.id + " (L" + std::to_string(p.layer) + ") holds",
                           holds, r ? std::string(to_string(r->state)) + ": " + r->detail : "not evaluated"});
       if (p.layer != k || (!v.partial.empty() && prev == nullptr)) continue;
       const PropertyResult* q = prev ? find_property(*prev, p.id) : nullptr;

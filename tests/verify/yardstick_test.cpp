@@ -272,6 +272,26 @@ TEST_CASE("partial verdicts: only the kernels that ran are judged, never a PASS"
   v.kernels.erase(v.kernels.begin(), v.kernels.begin() + 3);  // L3 alone (--kernels L3)
   v.ladder.clear();
   v.partial = "only L3 (--kernels)";
+  // A property that needs the skipped baseline (speedup over it) is unknown: not judged.
+  runner::PropertyResult speedup;
+  speedup.id = "speedup_needs_baseline";
+  speedup.state = runner::PropertyState::unknown;
+  v.kernels[0].properties.push_back(speedup);
+  tasks::Task with_speedup = t;
+  tasks::Property sp;
+  sp.id = speedup.id;
+  sp.layer = 2;
+  sp.check = {{"kind", "measured"}, {"metric", "speedup_over_baseline"}, {"op", ">="}, {"value", 2}};
+  with_speedup.properties.push_back(sp);
+  runner::derive_checks(v, with_speedup, 4.0e12);
+  for (const auto& c : v.checks) CHECK_FALSE(has(c.name, "speedup_needs_baseline"));
+  // The same unknown in a full run is a failed check.
+  runner::TaskVerdict full = vector_add_verdict(3.9e12, 3.8e12);
+  full.kernels[3].properties.push_back(speedup);
+  runner::derive_checks(full, with_speedup, 4.0e12);
+  bool failed_unknown = false;
+  for (const auto& c : full.checks) failed_unknown = failed_unknown || (has(c.name, "speedup_needs_baseline") && !c.passed);
+  CHECK(failed_unknown);
   runner::derive_checks(v, t, 4.0e12);
   std::set<std::string> names;
   for (const auto& c : v.checks) {
