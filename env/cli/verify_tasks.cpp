@@ -284,37 +284,31 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, const tasks::Vendor
     // the workloads it finished (one complete result line after each).
     py.deadline = std::chrono::seconds(static_cast<long>(std::clamp(tools.left_s(), 60.0, 900.0)));
     const Command b = run_command(py);
-    bool read = false;
-    if (b.status == 124) {
+    std::string text;
+    {
+      std::ifstream f(out_file);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      text = ss.str();
+    }
+    if (b.status != 0) {
+      // Killed at its deadline (124) or failed part-way: the workloads it finished still count.
+      const std::string why = b.status == 124 ? std::string("killed at its deadline")
+                                              : "exit " + std::to_string(b.status) + ": " + one_line(tail(b.out, 400));
       try {
-        std::ifstream f(out_file);
-        std::stringstream text;
-        text << f.rdbuf();
-        runner::parse_vendor_output(text.str(), v);
+        runner::parse_vendor_output(text, v);
         v.partial = true;
-        read = true;
         if (v.ok()) {
           v.status = "partial";
-          v.message = "killed at its deadline; " + std::to_string(v.times.size()) + " workload(s) finished";
+          v.message = why + "; " + std::to_string(v.times.size()) + " workload(s) finished";
         }
       } catch (const std::exception&) {
-        // nothing finished: reported as the error below
+        v.status = "error";
+        v.message = why + (b.status == 124 ? ", before a workload finished: " + one_line(tail(b.out, 400)) : "");
       }
-    }
-    if (read) {
-      // the workloads it finished count
-    } else if (b.status != 0) {
-      v.status = "error";
-      v.message = "exit " + std::to_string(b.status) + ": " + one_line(tail(b.out, 600));
-      std::printf("    error: %s\n", v.message.c_str());
-      return v;
-    }
-    if (!read) {
+    } else {
       try {
-        std::ifstream f(out_file);
-        std::stringstream text;
-        text << f.rdbuf();
-        runner::parse_vendor_output(text.str(), v);
+        runner::parse_vendor_output(text, v);
       } catch (const std::exception& e) {
         v.status = "error";
         v.message = std::string("unreadable output: ") + e.what();
@@ -585,8 +579,8 @@ void add_verify_tasks(CLI::App& app, Runner& run) {
   cmd->add_option("--seeds", o->seeds, "Input seeds per workload for correctness (default 3)")->check(CLI::Range(1, 100));
   cmd->add_option("--gpu", o->gpu, "GPU index (PCI bus order; default 0)");
   cmd->add_option("--results-dir", o->results_dir,
-                  "Folder for the reports, one <task>/RESULTS.md each (default: the tasks folder: each lands "
-                  "beside its task)");
+                  "Folder for the reports, one <task>/RESULTS.md each, and the suite table, RESULTS.md (default: the "
+                  "tasks folder: each report lands beside its task)");
   cmd->add_option("--state", o->state, "Scratch and cache folder (default: $TMPDIR/d2k-verify-<uid>)");
   cmd->add_option("--kernels", o->kernels,
                   "Only these kernels (comma-separated from baseline, L1, L2, L3; e.g. L3 for the speed-of-light "
