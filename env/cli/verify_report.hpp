@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sandbox/eval/properties.hpp"
@@ -60,13 +61,21 @@ bool memory_bound(const tasks::Task& task);
 std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,
                                    double large_bytes = kLargeBytes, double target = kSolTarget);
 
-// The vendor yardstick (task.json "vendor"): L3 against a vendor implementation timed in the
-// same run, by throughput ratio = t_vendor / t_L3 per workload; "large" workloads (flops ≥
-// kLargeFlops) must reach the task's min_fraction.
+// The vendor yardstick: L3 against a vendor implementation timed in the same run, by throughput
+// ratio = t_vendor / t_L3 per workload. Two kinds:
+// - gating (task.json "vendor", e.g. cuBLASLt for gemm_bf16): on "large" workloads L3 must reach
+//   the task's min_fraction, a check of the task;
+// - library yardstick (a vendor.py in the task folder that task.json does not name, e.g. PyTorch's
+//   eager op for a memory-bound task; issue 16): measured and checked for correctness the same
+//   way, reported against kLibraryTarget (L3 at least as fast as the library on the large
+//   workloads) but not a check: where L3 is short, the task's README says by how much and why.
+// "Large": flops ≥ kLargeFlops, or for a memory-bound task bytes ≥ kLargeBytes.
 inline constexpr double kLargeFlops = 5e10;
+inline constexpr double kLibraryTarget = 1.0;
 struct VendorRow {
   std::string workload;
   double flops = 0;
+  double bytes = 0;                          // task bytes(w)
   double l3_s = 0, vendor_s = 0;
   double fraction = 0;                       // L3 throughput / vendor throughput
   bool large = false;
@@ -77,15 +86,23 @@ struct VendorVerdict {
   std::string file;                          // task-relative
   std::string status = "ok";                 // ok | build_error | error | incorrect | ...
   std::string message;
-  std::map<std::string, double> times;       // workload → median seconds
+  std::map<std::string, double> times;       // workload → median seconds (correct workloads only)
+  std::map<std::string, std::string> wrong;  // workload → why the vendor's output was not accepted
+  bool checked = true;                       // a vendor.py that reports no "correct" was not checked
+  bool partial = false;                      // a vendor.py cut short: the last complete line counted
   double min_fraction = 0.7;
+  bool gating = true;                        // false: a library yardstick (information, target 1.0×)
   std::vector<VendorRow> rows;
   bool ok() const { return status == "ok"; }
 };
-// Reads a vendor.py's stdout into v.times (and appends its "vendor" string to v.what): the last
-// line that holds a JSON object {"vendor": "...", "workloads": [{"name", "median_s"}...]}, since
-// libraries under the script may print lines of their own first. Throws std::runtime_error with
-// the reason (and the start of the output) when there is no such line or it is malformed.
+// Reads a vendor.py's stdout into v.times (and appends its "vendor" string to v.what, or makes it
+// v.what when that is empty): the last line that holds a JSON object {"vendor": "...",
+// "workloads": [{"name", "median_s", "correct"?, "detail"?}...]}, since libraries under the script
+// may print lines of their own first. A workload with "correct": false goes to v.wrong (its time
+// is left out, as a vendor.cu's wrong workloads are) and makes v.status "incorrect"; without
+// "correct" fields v.checked is false. When the last such line is malformed (a run killed while
+// writing it) an earlier complete one counts and v.partial is set. Throws std::runtime_error with
+// the reason (and the start of the output) when no line is a complete object.
 void parse_vendor_output(const std::string& stdout_text, VendorVerdict& v);
 // Rows for every workload both L3 and the vendor timed.
 std::vector<VendorRow> vendor_rows(const tasks::Task& task, const KernelVerdict& l3, const VendorVerdict& vendor);
@@ -98,6 +115,7 @@ struct Check {
 
 struct TaskVerdict {
   std::string task, title;
+  std::string category;                      // task.json "category" (elementwise, reduction, ...)
   std::vector<KernelVerdict> kernels;        // baseline, L1, L2, L3 (in that order)
   std::vector<LadderStep> ladder;
   bool is_memory_bound = false;
@@ -107,8 +125,11 @@ struct TaskVerdict {
   std::vector<std::string> workloads;        // every workload of the task, in task order
   std::map<std::string, bool> visible;
   std::map<std::string, double> bytes;
-  bool passed() const;
+  std::string partial;                       // why not every kernel ran (--kernels, --time-budget)
+  bool passed() const;                       // false for a partial verdict
 };
+// PASS, FAIL or PARTIAL (a partial verdict whose checks that ran all passed).
+std::string result_word(const TaskVerdict& v);
 
 // Correctness, ladder, speed of light and property checks from kernels/ladder/sol (fills
 // verdict.checks). Properties: each expert Lk must show every property of layers ≤ k (holds),
@@ -129,6 +150,29 @@ struct RunHeader {
   int seeds = 0;
   std::string command;
 };
+
+// The suite view of one verified task (issue 16): category (task.json's, and memory- or
+// compute-bound), workloads, the ladder, L3 against the
+// speed of light and against the library on the large workloads (the largest one when none is
+// large), and the result.
+struct TaskSummary {
+  std::string task, category, workloads, ladder, sol, library, result;
+};
+TaskSummary summarize(const TaskVerdict& verdict);
+// One line: "<task>: <result>; L3 vs speed of light: ...; L3 vs library: ...".
+std::string summary_line(const TaskVerdict& verdict);
+
+// The suite table (tasks/RESULTS.md): one row per task, its latest run. The rows live between two
+// marker lines; merge_suite_table replaces the rows of the given tasks, keeps the others (tasks a
+// partial run did not reach) and appends new ones; a text without the markers gets the section
+// appended (an empty text: a new file with a title). write_suite_table does that to
+// <results_dir>/RESULTS.md and returns its path (std::runtime_error when it cannot).
+inline constexpr const char* kSuiteBegin = "<!-- suite table: begin (rows rewritten by d2k verify-tasks) -->";
+inline constexpr const char* kSuiteEnd = "<!-- suite table: end -->";
+std::string suite_row(const RunHeader& header, const TaskVerdict& verdict);
+std::string merge_suite_table(const std::string& existing, const std::vector<std::pair<std::string, std::string>>& rows);
+std::filesystem::path write_suite_table(const std::filesystem::path& results_dir, const RunHeader& header,
+                                        const std::vector<TaskVerdict>& verdicts);
 
 std::string render_task_markdown(const TaskVerdict& verdict);
 // The whole run (every task verified) as one text: what verify-tasks prints on stdout, so a log of

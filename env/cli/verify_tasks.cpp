@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -37,7 +39,11 @@ struct Options {
   std::string state;
   bool gpu_resident = false;  // evaluate on the GPU-resident path (EvalConfig::gpu_resident)
   int jobs = 0;               // parallel compiles before the evaluations (0: one per CPU, at most 16)
+  std::vector<std::string> kernels;  // empty: baseline, L1, L2, L3
+  double time_budget_s = 0;          // 0: none
 };
+
+constexpr const char* kKernelLabels[] = {"baseline", "L1", "L2", "L3"};
 
 std::string now_utc() {
   const std::time_t t = std::time(nullptr);
@@ -71,6 +77,10 @@ struct Tools {
   double copy_bytes_per_s = 0;
   int gpu = 0;
   int seeds = 3;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double budget_s = 0;  // 0: none
+  // Seconds left of --time-budget (a large number without one).
+  double left_s() const { return budget_s > 0 ? budget_s - since(start) : 1e18; }
 };
 
 // One kernel of a task through the agents' path: sandboxed compile with the task's flags, an
@@ -193,17 +203,18 @@ Command run_command(sandbox::RunSpec spec) {
 // nvcc outside the jail because it links vendor libraries, then evaluated in a trusted runner
 // like the reference: correctness checked, timed like every kernel) or a vendor.py (run with
 // python3: JSON workloads on stdin, JSON medians on stdout; e.g. PyTorch SDPA).
-runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
-  const tasks::Vendor& vendor = *task.vendor;
+runner::VendorVerdict verify_vendor(const tasks::Task& task, const tasks::Vendor& vendor, bool gating, Tools& tools) {
   runner::VendorVerdict v;
   v.what = vendor.what;
   v.file = vendor.file;
   v.min_fraction = vendor.min_fraction;
+  v.gating = gating;
   const fs::path dir = tools.state / "vendor";
   fs::create_directories(dir);
   const fs::path src = task.dir / vendor.file;
   const bool is_cu = vendor.file.size() > 3 && vendor.file.substr(vendor.file.size() - 3) == ".cu";
-  std::printf("  vendor yardstick %s (%s) ...\n", vendor.file.c_str(), vendor.what.c_str());
+  std::printf("  %s %s (%s) ...\n", gating ? "vendor yardstick" : "library yardstick", vendor.file.c_str(),
+              vendor.what.empty() ? "named by its output" : vendor.what.c_str());
   std::fflush(stdout);
   if (is_cu) {
     std::string arch = "-arch=sm_90";
@@ -244,7 +255,19 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
       if (w.timing && tw && tw->timed && w.correct) v.times[w.name] = w.timing->median_s;
     }
   } else {
-    nlohmann::json in = {{"task", task.id}, {"seed", 1}, {"workloads", nlohmann::json::array()}};
+    // The task's reference (the evaluator's trusted build, already made for the kernels), nvcc
+    // and a scratch folder: a vendor.py built on tasks/vendor_torch.py checks its output against
+    // the reference with them (a vendor.py may ignore them).
+    nlohmann::json in = {{"task", task.id},
+                         {"seed", 1},
+                         {"nvcc", tools.nvcc.string()},
+                         {"scratch", dir.string()},
+                         {"workloads", nlohmann::json::array()}};
+    try {
+      in["reference_so"] = fs::absolute(tools.evaluator->build_trusted(task, task.reference_path())).string();
+    } catch (const std::exception& e) {
+      std::printf("    (the reference's trusted build failed, the vendor builds its own: %s)\n", one_line(tail(e.what(), 300)).c_str());
+    }
     for (const auto& w : task.workloads)
       if (w.timed) in["workloads"].push_back({{"name", w.name}, {"sizes", w.sizes}});
     const fs::path in_file = dir / (task.id + ".in.json");
@@ -255,29 +278,50 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
     }
     sandbox::RunSpec py;
     py.argv = {"python3", src.string()};
-    py.env_overrides = {{"CUDA_DEVICE_ORDER", "PCI_BUS_ID"}, {"CUDA_VISIBLE_DEVICES", std::to_string(tools.gpu)}};
+    // No __pycache__ beside the tasks (tasks/vendor_torch.py is imported by the vendor.py files).
+    py.env_overrides = {{"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
+                        {"CUDA_VISIBLE_DEVICES", std::to_string(tools.gpu)},
+                        {"PYTHONDONTWRITEBYTECODE", "1"}};
     py.in = sandbox::Stdio::to_file(in_file);
     py.out = sandbox::Stdio::to_file(out_file);
-    py.deadline = std::chrono::seconds(900);
+    // Within --time-budget (at least a minute); a vendor.py killed at its deadline still leaves
+    // the workloads it finished (one complete result line after each).
+    py.deadline = std::chrono::seconds(static_cast<long>(std::clamp(tools.left_s(), 60.0, 900.0)));
     const Command b = run_command(py);
-    if (b.status != 0) {
-      v.status = "error";
-      v.message = "exit " + std::to_string(b.status) + ": " + one_line(tail(b.out, 600));
-      std::printf("    error: %s\n", v.message.c_str());
-      return v;
-    }
-    try {
+    std::string text;
+    {
       std::ifstream f(out_file);
-      std::stringstream text;
-      text << f.rdbuf();
-      runner::parse_vendor_output(text.str(), v);
-    } catch (const std::exception& e) {
-      v.status = "error";
-      v.message = std::string("unreadable output: ") + e.what();
+      std::stringstream ss;
+      ss << f.rdbuf();
+      text = ss.str();
+    }
+    if (b.status != 0) {
+      // Killed at its deadline (124) or failed part-way: the workloads it finished still count.
+      const std::string why = b.status == 124 ? std::string("killed at its deadline")
+                                              : "exit " + std::to_string(b.status) + ": " + one_line(tail(b.out, 400));
+      try {
+        runner::parse_vendor_output(text, v);
+        v.partial = true;
+        if (v.ok()) {
+          v.status = "partial";
+          v.message = why + "; " + std::to_string(v.times.size()) + " workload(s) finished";
+        }
+      } catch (const std::exception&) {
+        v.status = "error";
+        v.message = why + (b.status == 124 ? ", before a workload finished: " + one_line(tail(b.out, 400)) : "");
+      }
+    } else {
+      try {
+        runner::parse_vendor_output(text, v);
+      } catch (const std::exception& e) {
+        v.status = "error";
+        v.message = std::string("unreadable output: ") + e.what();
+      }
     }
   }
   std::printf("    %s%s%s\n", v.status.c_str(), v.message.empty() ? "" : ": ", v.message.c_str());
   for (const auto& [w, t] : v.times) std::printf("      %-24s %10.1f µs\n", w.c_str(), t * 1e6);
+  for (const auto& [w, why] : v.wrong) std::printf("      %-24s WRONG: %s\n", w.c_str(), why.c_str());
   std::fflush(stdout);
   return v;
 }
@@ -286,11 +330,13 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, Tools& tools) {
 // Compiler: the evaluations that follow (one at a time, so their timings never share the GPU) then
 // find each object in the compile cache. A failed compile is not reported here; verify_kernel
 // compiles again (a cache miss: the outcome was not cached) and reports it in its place.
-void precompile(const std::vector<const tasks::Task*>& chosen, sandbox::Compiler& compiler, int jobs) {
+void precompile(const std::vector<const tasks::Task*>& chosen, const std::vector<std::string>& labels,
+                sandbox::Compiler& compiler, int jobs) {
   std::vector<sandbox::CompileRequest> work;
   for (const tasks::Task* t : chosen) {
-    std::vector<fs::path> files = {"baseline.cu"};
-    for (int layer = 1; layer <= 3; ++layer) files.push_back(fs::path("experts") / ("L" + std::to_string(layer) + ".cu"));
+    std::vector<fs::path> files;
+    for (const auto& label : labels)
+      files.push_back(label == "baseline" ? fs::path("baseline.cu") : fs::path("experts") / (label + ".cu"));
     for (const auto& rel : files) {
       sandbox::CompileRequest r;
       r.main_file = t->main_file;
@@ -329,10 +375,23 @@ void precompile(const std::vector<const tasks::Task*>& chosen, sandbox::Compiler
               failed ? (", " + std::to_string(failed.load()) + " failed (reported with their task)").c_str() : "");
 }
 
-TaskVerdict verify_task(const tasks::Task& task, Tools& tools) {
+// The task's yardstick: the vendor task.json names (a check), else a vendor.py in the task folder
+// (a library yardstick: reported against 1.0×, not a check; issue 16).
+std::optional<std::pair<tasks::Vendor, bool>> yardstick_of(const tasks::Task& task) {
+  if (task.vendor) return std::make_pair(*task.vendor, true);
+  std::error_code ec;
+  if (!fs::is_regular_file(task.dir / "vendor.py", ec)) return std::nullopt;
+  tasks::Vendor v;
+  v.file = "vendor.py";
+  v.min_fraction = runner::kLibraryTarget;
+  return std::make_pair(v, false);
+}
+
+TaskVerdict verify_task(const tasks::Task& task, Tools& tools, const std::vector<std::string>& labels) {
   TaskVerdict v;
   v.task = task.id;
   v.title = task.title;
+  v.category = task.category;
   for (const auto& w : task.workloads) {
     v.workloads.push_back(w.name);
     v.visible[w.name] = w.visible;
@@ -340,18 +399,45 @@ TaskVerdict verify_task(const tasks::Task& task, Tools& tools) {
   }
   std::printf("== %s (%s): %zu workloads (%zu visible), %zu properties\n", task.id.c_str(), task.title.c_str(),
               task.workloads.size(), task.visible_workloads().size(), task.properties.size());
-  v.kernels.push_back(verify_kernel(task, "baseline", "baseline.cu", tools, {}));
-  const auto baseline_times = v.kernels.front().times;
-  for (int layer = 1; layer <= 3; ++layer)
-    v.kernels.push_back(verify_kernel(task, "L" + std::to_string(layer),
-                                      fs::path("experts") / ("L" + std::to_string(layer) + ".cu"), tools, baseline_times));
-  for (std::size_t i = 1; i < v.kernels.size(); ++i)
-    v.ladder.push_back(runner::ladder_step(v.kernels[i - 1], v.kernels[i]));
+  if (labels.size() < 4) {
+    std::string names;
+    for (const auto& l : labels) names += (names.empty() ? "" : ", ") + l;
+    v.partial = "only " + names + " (--kernels)";
+  }
+  std::map<std::string, double> baseline_times;
+  for (int layer = 0; layer <= 3; ++layer) {
+    const std::string label = kKernelLabels[layer];
+    if (std::find(labels.begin(), labels.end(), label) == labels.end()) continue;
+    if (tools.left_s() <= 0) {
+      v.partial += (v.partial.empty() ? "" : "; ") + std::string("time budget spent before ") + label;
+      break;
+    }
+    const fs::path rel = layer == 0 ? fs::path("baseline.cu") : fs::path("experts") / (label + ".cu");
+    v.kernels.push_back(verify_kernel(task, label, rel, tools, baseline_times));
+    if (layer == 0) baseline_times = v.kernels.back().times;
+  }
+  // Ladder steps between adjacent layers that both ran.
+  for (std::size_t i = 1; i < v.kernels.size(); ++i) {
+    const auto pos = [](const std::string& l) {
+      return std::find(std::begin(kKernelLabels), std::end(kKernelLabels), l) - std::begin(kKernelLabels);
+    };
+    if (pos(v.kernels[i].label) == pos(v.kernels[i - 1].label) + 1)
+      v.ladder.push_back(runner::ladder_step(v.kernels[i - 1], v.kernels[i]));
+  }
   v.is_memory_bound = runner::memory_bound(task);
-  v.sol = runner::speed_of_light(task, v.kernels.back(), tools.copy_bytes_per_s);
-  if (task.vendor) {
-    v.vendor = verify_vendor(task, tools);
-    v.vendor->rows = runner::vendor_rows(task, v.kernels.back(), *v.vendor);
+  const KernelVerdict* l3 = nullptr;
+  for (const auto& k : v.kernels)
+    if (k.label == "L3") l3 = &k;
+  if (l3 != nullptr) {
+    v.sol = runner::speed_of_light(task, *l3, tools.copy_bytes_per_s);
+    if (const auto y = yardstick_of(task)) {
+      if (tools.left_s() <= 0) {
+        v.partial += (v.partial.empty() ? "" : "; ") + std::string("time budget spent before the yardstick");
+      } else {
+        v.vendor = verify_vendor(task, y->first, y->second, tools);
+        v.vendor->rows = runner::vendor_rows(task, *l3, *v.vendor);
+      }
+    }
   }
   runner::derive_checks(v, task, tools.copy_bytes_per_s);
   return v;
@@ -380,6 +466,14 @@ int verify(const Options& o, const std::string& command) {
     std::fprintf(stderr, "verify-tasks: --seeds must be at least 1\n");
     return 1;
   }
+  std::vector<std::string> labels;  // in ladder order, whatever order --kernels named them in
+  for (const char* l : kKernelLabels)
+    if (o.kernels.empty() || std::find(o.kernels.begin(), o.kernels.end(), l) != o.kernels.end()) labels.push_back(l);
+  for (const auto& k : o.kernels)
+    if (std::find(std::begin(kKernelLabels), std::end(kKernelLabels), k) == std::end(kKernelLabels)) {
+      std::fprintf(stderr, "verify-tasks: --kernels takes baseline, L1, L2, L3 (not '%s')\n", k.c_str());
+      return 1;
+    }
 
   const bool device_nodes = fs::exists("/dev/nvidiactl") || fs::exists("/dev/nvidia0");
   if (!device_nodes) {
@@ -434,6 +528,7 @@ int verify(const Options& o, const std::string& command) {
   tools.device = evaluator.gpus()[static_cast<std::size_t>(o.gpu)];
   tools.gpu = o.gpu;
   tools.seeds = o.seeds;
+  tools.budget_s = o.time_budget_s;
 
   runner::RunHeader h;
   h.date = now_utc();
@@ -468,39 +563,60 @@ int verify(const Options& o, const std::string& command) {
     std::printf("  copy bandwidth NOT measured: %s\n", bw.error.c_str());
   }
 
-  precompile(chosen, compiler,
+  precompile(chosen, labels, compiler,
              o.jobs > 0 ? o.jobs : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 16));
 
+  // Each task's report beside the task (tasks/<task>/RESULTS.md), or under --results-dir in the
+  // same layout, and its row of the suite table (<results dir>/RESULTS.md), written as soon as the
+  // task is done: a run stopped by --time-budget or killed still leaves the tasks it finished. A
+  // partial verdict (--kernels, budget spent inside the task) updates the suite table only: it
+  // does not replace a complete report.
+  const fs::path results_dir = o.results_dir.empty() ? root : fs::path(o.results_dir);
   std::vector<TaskVerdict> verdicts;
+  std::vector<fs::path> written;
+  std::vector<std::string> skipped;
+  bool write_failed = false;
   for (const tasks::Task* t : chosen) {
-    verdicts.push_back(verify_task(*t, tools));
-    std::printf("  %s: %s\n", t->id.c_str(), verdicts.back().passed() ? "PASS" : "FAIL");
+    if (tools.left_s() <= 0) {
+      skipped.push_back(t->id);
+      continue;
+    }
+    verdicts.push_back(verify_task(*t, tools, labels));
+    const TaskVerdict& v = verdicts.back();
+    std::printf("  %s\n", runner::summary_line(v).c_str());
+    try {
+      if (v.partial.empty()) {
+        const auto paths = runner::write_task_results(results_dir, h, {v});
+        written.insert(written.end(), paths.begin(), paths.end());
+      }
+      const fs::path suite = runner::write_suite_table(results_dir, h, {v});
+      if (std::find(written.begin(), written.end(), suite) == written.end()) written.push_back(suite);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "verify-tasks: %s\n", e.what());
+      write_failed = true;
+    }
     std::fflush(stdout);
   }
 
-  // Each task's report beside the task (tasks/<task>/RESULTS.md), or under --results-dir in the
-  // same layout. The whole run on stdout too: a log of the run carries it even when the files
-  // stay behind.
-  const fs::path results_dir = o.results_dir.empty() ? root : fs::path(o.results_dir);
+  // The whole run on stdout too: a log of the run carries it even when the files stay behind.
   std::printf("\n======== report ========\n%s======== end of report ========\n\n",
               runner::render_markdown(h, verdicts).c_str());
-  std::vector<fs::path> written;
-  try {
-    written = runner::write_task_results(results_dir, h, verdicts);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "verify-tasks: %s\n", e.what());
-    return 1;
-  }
-  int failed = 0;
+  int failed = 0, partial = 0;
   for (const auto& v : verdicts) {
-    std::printf("%-24s %s\n", v.task.c_str(), v.passed() ? "PASS" : "FAIL");
+    const std::string r = runner::result_word(v);
+    std::printf("%-24s %s%s%s\n", v.task.c_str(), r.c_str(), v.partial.empty() ? "" : ": ", v.partial.c_str());
     for (const auto& c : v.checks)
       if (!c.passed) std::printf("    FAIL %s: %s\n", c.name.c_str(), c.detail.c_str());
-    failed += v.passed() ? 0 : 1;
+    failed += r == "FAIL" ? 1 : 0;
+    partial += r == "PARTIAL" ? 1 : 0;
   }
+  for (const auto& id : skipped) std::printf("%-24s NOT RUN (time budget of %.0f s spent)\n", id.c_str(), o.time_budget_s);
+  std::printf("\nsummary (L3 vs speed of light and vs library, large workloads):\n");
+  for (const auto& v : verdicts) std::printf("  %s\n", runner::summary_line(v).c_str());
   for (const auto& p : written) std::printf("wrote %s\n", p.string().c_str());
-  std::printf("%zu task(s), %d failed\n", verdicts.size(), failed);
-  return failed == 0 && bw.ok ? 0 : 1;
+  std::printf("%zu task(s) run, %d failed, %d partial, %zu not run\n", verdicts.size(), failed, partial, skipped.size());
+  if (failed > 0 || !bw.ok || write_failed) return 1;
+  return partial > 0 || !skipped.empty() ? 3 : 0;
 }
 
 }  // namespace
@@ -510,16 +626,18 @@ void add_verify_tasks(CLI::App& app, Runner& run) {
       "verify-tasks",
       "On a GPU machine: compile and evaluate every task's baseline and experts through the agents' sandboxed path, "
       "check correctness, the L1<L2<L3 ladder, the speed of light and the design properties; write each task's "
-      "report beside it, tasks/<task>/RESULTS.md. "
-      "Exit 1 on any failed check, 2 without a GPU");
+      "report beside it, tasks/<task>/RESULTS.md, and its row of the suite table, tasks/RESULTS.md (L3 against the "
+      "speed of light and the task's library yardstick, vendor.py). "
+      "Exit 1 on any failed check, 2 without a GPU, 3 when the run was partial (--kernels, --time-budget) and "
+      "nothing failed");
   auto o = std::make_shared<Options>();
   cmd->add_option("--tasks", o->tasks_dir, "Tasks folder (default: the built-in tasks)");
   cmd->add_option("--task", o->only, "Verify only this task (repeatable)");
   cmd->add_option("--seeds", o->seeds, "Input seeds per workload for correctness (default 3)")->check(CLI::Range(1, 100));
   cmd->add_option("--gpu", o->gpu, "GPU index (PCI bus order; default 0)");
   cmd->add_option("--results-dir", o->results_dir,
-                  "Folder for the reports, one <task>/RESULTS.md each (default: the tasks folder: each lands "
-                  "beside its task)");
+                  "Folder for the reports, one <task>/RESULTS.md each, and the suite table, RESULTS.md (default: the "
+                  "tasks folder: each report lands beside its task)");
   cmd->add_option("--state", o->state, "Scratch and cache folder (default: $TMPDIR/d2k-verify-<uid>)");
   cmd->add_option("--jobs", o->jobs,
                   "Kernels compiled in parallel before the evaluations, which run one at a time (default: one per "
@@ -528,6 +646,15 @@ void add_verify_tasks(CLI::App& app, Runner& run) {
   cmd->add_flag("--gpu-resident", o->gpu_resident,
                 "Evaluate on the GPU-resident path (outputs stay on the GPU and are compared there, as `d2k serve` "
                 "does with gpu_resident = true; docs/timing-protocol.md); default: the host path");
+  cmd->add_option("--kernels", o->kernels,
+                  "Only these kernels (comma-separated from baseline, L1, L2, L3; e.g. L3 for the speed-of-light "
+                  "and library yardstick rows alone). A partial run updates the suite table, not the tasks' reports; "
+                  "exit 3 when nothing failed")
+      ->delimiter(',');
+  cmd->add_option("--time-budget", o->time_budget_s,
+                  "Seconds for the whole run: no task or kernel starts after it (those left are listed as not run; "
+                  "exit 3 when nothing failed); each finished task's rows are already written")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([&run, o, cmd] {
     std::string command = "d2k verify-tasks";
     for (const auto& a : cmd->remaining()) command += " " + a;
@@ -535,6 +662,11 @@ void add_verify_tasks(CLI::App& app, Runner& run) {
     for (const auto& t : o->only) command += " --task " + t;
     command += " --seeds " + std::to_string(o->seeds);
     if (o->gpu_resident) command += " --gpu-resident";
+    if (!o->kernels.empty()) {
+      command += " --kernels ";
+      for (std::size_t i = 0; i < o->kernels.size(); ++i) command += (i ? "," : "") + o->kernels[i];
+    }
+    if (o->time_budget_s > 0) command += " --time-budget " + std::to_string(static_cast<long>(o->time_budget_s));
     run = [o, command] { return verify(*o, command); };
   });
 }

@@ -71,4 +71,14 @@ TEST_CASE("verify-tasks proves vector_add sound on the GPU", "[gpu][verify]") {
   // The exit status says exactly whether any check failed.
   const bool any_fail = md.find(" | FAIL |") != std::string::npos;
   CHECK((rc == 1) == any_fail);
+  // The library yardstick (tasks/vector_add/vendor.py: PyTorch a + b) ran in the same run, agreed
+  // with the reference on every timed workload and was timed beside L3 (its ratio is a figure, not
+  // asserted); the summary line and the suite table's row came with it.
+  CHECK(md.find("### Library yardstick: PyTorch a + b (torch ") != std::string::npos);
+  CHECK(md.find("(`vendor.py`, timed in the same run; ok)") != std::string::npos);
+  CHECK(md.find("| pow2_64m | 805.3 | ") != std::string::npos);  // its row in the library table
+  CHECK(out.find("vector_add: ") != std::string::npos);
+  CHECK(out.find("; L3 vs library: ") != std::string::npos);
+  const std::string suite = read_all(dir / "results" / "RESULTS.md");
+  CHECK(suite.find("| vector_add | elementwise, memory-bound | 5 (3 hidden) | ") != std::string::npos);
 }

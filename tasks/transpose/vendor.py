@@ -1,0 +1,22 @@
+#!/usr/bin/env python3
+"""transpose library yardstick (trusted, never shown to agents): PyTorch `x.t().contiguous()`.
+
+The copy PyTorch makes of a transposed view (its strided elementwise copy kernel).
+Run by `d2k verify-tasks` in the same run as the task's kernels, through the shared harness
+tasks/vendor_torch.py: the task's inputs, the op checked against reference.cu under the task's
+tolerances, then timed (3 warm-ups, 20 samples after an L2 flush, the median).
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import vendor_torch  # noqa: E402  (tasks/vendor_torch.py)
+
+
+def prepare(torch, F, T, S):
+    x = T["x"]
+    return lambda: {"y": x.t().contiguous()}
+
+
+if __name__ == "__main__":
+    vendor_torch.main(__file__, "PyTorch x.t().contiguous()", prepare)
