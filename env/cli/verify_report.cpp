@@ -84,7 +84,7 @@ std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict&
   for (const auto& w : task.workloads) {
     SolRow r;
     r.workload = w.name;
-    r.bytes = task.bytes_of(w);
+    r.bytes = task.sol_bytes_of(w);  // the task's stated bound (bytes a design must touch) when it has one
     r.large = r.bytes >= large_bytes;
     const auto t = kernel.times.find(w.name);
     if (t != kernel.times.end() && t->second > 0) {
@@ -190,7 +190,7 @@ std::vector<VendorRow> vendor_rows(const tasks::Task& task, const KernelVerdict&
     r.l3_s = a->second;
     r.vendor_s = b->second;
     r.fraction = r.vendor_s / r.l3_s;
-    r.large = by_bytes ? r.bytes >= kLargeBytes : r.flops >= kLargeFlops;
+    r.large = by_bytes ? task.sol_bytes_of(w) >= kLargeBytes : r.flops >= kLargeFlops;  // large as the speed of light counts it
     r.passed = !r.large || r.fraction >= (vendor.gating ? vendor.min_fraction : kLibraryTarget);
     out.push_back(r);
   }
@@ -242,6 +242,7 @@ void derive_checks(TaskVerdict& v, const tasks::Task& task, double copy_bytes_pe
     else if (!(copy_bytes_per_s > 0)) detail = "copy bandwidth not measured";
     else detail = short_of.empty() ? "every large workload (" + std::to_string(large) + ") ≥ " + fmt("%.0f", 100 * kSolTarget) + "% of copy bandwidth"
                                    : "short: " + short_of;
+    if (!task.bound_bytes.empty()) detail += " (on the task's stated bound, " + task.bound_bytes + " bytes: " + task.bound_why + ")";
     v.checks.push_back({"speed of light: L3 ≥ 75% of copy bandwidth on large workloads", ok && large > 0, detail});
   } else {
     v.checks.push_back({"speed of light", true,

@@ -545,6 +545,9 @@ void check_workload_sizes(const Task& t, const std::string& file) {
     if (eval(t.flops, "flops") < 0) throw TaskError(file, "flops", "negative in workload '" + w.name + "'");
     if (eval(t.bytes, "bytes") <= 0)
       throw TaskError(file, "bytes", "not positive in workload '" + w.name + "'");
+    if (!t.bound_bytes.empty() && eval(t.bound_bytes, "bound.bytes") < eval(t.bytes, "bytes"))
+      throw TaskError(file, "bound.bytes",
+                      "less than `bytes` in workload '" + w.name + "' (a stated bound can only add traffic)");
   }
 }
 
@@ -584,6 +587,9 @@ const Workload* Task::find_workload(std::string_view name) const {
 
 double Task::flops_of(const Workload& w) const { return static_cast<double>(eval_size_expr(flops, w.sizes)); }
 double Task::bytes_of(const Workload& w) const { return static_cast<double>(eval_size_expr(bytes, w.sizes)); }
+double Task::sol_bytes_of(const Workload& w) const {
+  return bound_bytes.empty() ? bytes_of(w) : static_cast<double>(eval_size_expr(bound_bytes, w.sizes));
+}
 fs::path Task::reference_path() const { return dir / "reference.cu"; }
 fs::path Task::baseline_path() const { return dir / "baseline.cu"; }
 
@@ -624,7 +630,7 @@ Task load_task(const fs::path& dir_in) {
   }
   const Obj root(j, file, "");
   root.only({"id", "title", "category", "statement", "entry", "signature", "main_file", "compile_flags",
-             "args", "workloads", "tolerances", "flops", "bytes", "properties", "vendor"});
+             "args", "workloads", "tolerances", "flops", "bytes", "bound", "properties", "vendor"});
 
   Task t;
   t.dir = dir;
@@ -709,6 +715,18 @@ Task load_task(const fs::path& dir_in) {
       size_expr_symbols(std::string_view(key) == "flops" ? t.flops : t.bytes);
     } catch (const std::invalid_argument& e) {
       root.fail(key, e.what());
+    }
+  }
+  if (root.has("bound")) {
+    const Obj b = root.object("bound");
+    b.only({"bytes", "why"});
+    t.bound_bytes = b.str("bytes", kMaxExprLength);
+    t.bound_why = b.str("why", kMaxTitleLength * 4);
+    if (trim(t.bound_why).empty()) b.fail("why", "must say why a design touches more than `bytes`");
+    try {
+      size_expr_symbols(t.bound_bytes);
+    } catch (const std::invalid_argument& e) {
+      b.fail("bytes", e.what());
     }
   }
   check_workload_sizes(t, file);

@@ -72,6 +72,10 @@ struct Task {
   std::map<std::string, Tolerance> tolerances;  // by output dtype name ("f32", "bf16")
   std::string flops;                  // expression over sizes
   std::string bytes;                  // expression over sizes (minimum DRAM traffic)
+  // "bound" in task.json: the bytes a design must actually touch where that is more than `bytes`
+  // (gather-bound or multi-pass tasks), with the reason; the speed of light is measured on them.
+  std::string bound_bytes;            // expression over sizes; empty: `bytes`
+  std::string bound_why;
   std::vector<Property> properties;
   std::optional<Vendor> vendor;       // "vendor" in task.json
   std::vector<Guidance> guidance;     // L1, L2, L3 (index = layer - 1)
@@ -87,6 +91,7 @@ struct Task {
   const Workload* find_workload(std::string_view name) const;
   double flops_of(const Workload& w) const;
   double bytes_of(const Workload& w) const;
+  double sol_bytes_of(const Workload& w) const;   // bound_bytes when stated, else bytes
   std::filesystem::path reference_path() const;   // dir/reference.cu
   std::filesystem::path baseline_path() const;    // dir/baseline.cu
   std::filesystem::path expert_path(int layer) const;  // dir/experts/L{layer}.cu, layer 1..3

@@ -546,3 +546,38 @@ TEST_CASE("a task's vendor yardstick is checked at load", "[tasks]") {
   x["vendor"]["extra"] = 1;
   fails(x, "vendor");
 }
+
+TEST_CASE("a task's stated bound (bytes a design must touch) is checked at load", "[tasks]") {
+  TempDir tmp;
+  const fs::path dir = copy_task(tmp.path);
+  json j = read_json(dir);
+  j["bound"] = {{"bytes", "24*n"}, {"why", "two passes"}};
+  write_json(dir, j);
+  const Task t = load_task(dir);
+  CHECK(t.bound_bytes == "24*n");
+  CHECK(t.bound_why == "two passes");
+  const Workload& w = t.workloads.front();
+  CHECK(t.sol_bytes_of(w) == 2 * t.bytes_of(w));
+  auto fails = [&](const json& bad, const std::string& field_part) { rejects(dir, bad, field_part); };
+  json x = j;
+  x["bound"]["bytes"] = "n";  // less than bytes (12n)
+  fails(x, "bound.bytes");
+  x = j;
+  x["bound"]["bytes"] = "24*nope";
+  fails(x, "bound.bytes");
+  x = j;
+  x["bound"]["why"] = "  ";
+  fails(x, "bound.why");
+  x = j;
+  x["bound"].erase("why");
+  fails(x, "bound.why");
+  x = j;
+  x["bound"]["extra"] = 1;
+  fails(x, "bound");
+  json plain = read_json(dir);
+  plain.erase("bound");
+  write_json(dir, plain);
+  const Task p = load_task(dir);
+  CHECK(p.bound_bytes.empty());
+  CHECK(p.sol_bytes_of(p.workloads.front()) == p.bytes_of(p.workloads.front()));
+}

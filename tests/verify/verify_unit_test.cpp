@@ -606,3 +606,25 @@ TEST_CASE("speed-of-light rows of a compute-bound task are information, not chec
   CHECK(md.find("| yes | FAIL |") == std::string::npos);
   CHECK(md.find("kernel moves data below copy speed") == std::string::npos);
 }
+
+TEST_CASE("a task's stated bound is the speed of light's byte count", "[verify][sol]") {
+  tasks::Task task = vector_add();  // bytes 12n; a stated bound of twice that halves the time allowed
+  task.bound_bytes = "24*n";
+  task.bound_why = "two passes over every input (test)";
+  runner::KernelVerdict l3;
+  l3.label = "L3";
+  l3.status = "ok";
+  const double copy = 4.3e12;
+  // pow2_64m at 60 % of copy speed on `bytes` is 120 % on the stated bound: it passes only with it.
+  l3.times = {{"pow2_64m", 805306368.0 / (0.6 * copy)}};
+  const auto with_bound = runner::speed_of_light(task, l3, copy);
+  const auto plain = runner::speed_of_light(vector_add(), l3, copy);
+  for (const auto& r : with_bound)
+    if (r.workload == "pow2_64m") {
+      CHECK(near(r.bytes, 2 * 805306368.0));
+      CHECK(near(r.fraction, 1.2));
+      CHECK(r.passed);
+    }
+  for (const auto& r : plain)
+    if (r.workload == "pow2_64m") CHECK_FALSE(r.passed);
+}
