@@ -5,6 +5,8 @@ prints (1) the ``observe`` round trip p50/p99 directly and through the router, o
 time, and (2) the router's throughput: ``observe`` requests of N sessions pipelined on one socket
 (the router's own thread is the limit; the servers are two processes).
 
+``--curve``: the same with CURVE on every leg (client -> router -> servers), as between hosts.
+
 ``--evaluate N`` instead (a GPU machine): one ``d2k serve`` using its GPUs behind the router, N
 sessions each writing the task's ``baseline.cu`` and evaluating it through the router, at once;
 prints each evaluation's status, time and reward and exits 1 unless all are correct. The wait is
@@ -27,7 +29,7 @@ from typing import Any
 from ..client import Client
 from ..errors import ClientTimeout
 from .router import Router
-from .serve import ServerProcess
+from .serve import ServerProcess, write_key_pair
 
 
 def _percentiles(samples: list[float]) -> tuple[float, float]:
@@ -35,9 +37,9 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return samples[len(samples) // 2], samples[min(len(samples) - 1, int(len(samples) * 0.99))]
 
 
-def round_trips(endpoint: str, session: str, calls: int) -> list[float]:
+def round_trips(endpoint: str, session: str, calls: int, **keys: str) -> list[float]:
     out = []
-    with Client(endpoint) as client:
+    with Client(endpoint, **keys) as client:
         for _ in range(calls):
             t0 = time.perf_counter()
             client.observe(session)
@@ -51,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--task", default="vector_add")
+    parser.add_argument("--curve", action="store_true",
+                        help="CURVE on every leg (client -> router -> servers), as beyond loopback")
     parser.add_argument("--evaluate", type=int, default=0,
                         help="GPU check: N real evaluations of the baseline through the router")
     parser.add_argument("--timeout", type=float, default=240.0,
@@ -64,19 +68,37 @@ def main(argv: list[str] | None = None) -> int:
         return evaluate_through_router(args.task, args.evaluate, timeout_s=args.timeout,
                                        progress_s=args.progress, only_task=args.only_task)
     state = tempfile.mkdtemp(prefix="d2k-router-bench-")
-    servers = [ServerProcess("127.0.0.1", state_dir=f"{state}/s{i}",
+    router_kw: dict[str, Any] = {}
+    client_kw: dict[str, str] = {}
+    if args.curve:  # every leg encrypted: client -> router -> servers
+        keys = f"{state}/keys"
+        write_key_pair(keys, "router")
+        write_key_pair(keys, "client")
+        with open(f"{keys}/allowed", "w") as f:
+            f.write(open(f"{keys}/client.pub").read())
+        router_kw = {"curve_key": f"{keys}/router.key", "allowed_keys": f"{keys}/allowed"}
+        client_kw = {"server_key": f"{keys}/router.pub", "client_key": f"{keys}/client.key"}
+    router = Router("tcp://127.0.0.1:0", dead_after_s=None, **router_kw)
+    servers = [ServerProcess("127.0.0.1", state_dir=f"{state}/s{i}", curve=args.curve,
+                             allow_keys=[router.public_key] if args.curve else [],
                              extra_args=["--no-gpu", "--no-record", "--compile-workers", "1"])
                for i in range(args.servers)]
     try:
-        with Router("tcp://127.0.0.1:0", dead_after_s=None) as router:
+        with router:
             for i, s in enumerate(servers):
-                router.add_server(f"s{i}", s.endpoint, s.hello)
+                router.add_server(f"s{i}", s.endpoint, s.hello, server_key=s.server_key or None)
             router.run_in_thread()
-            with Client(router.endpoint) as client:
+            print(f"CURVE on every leg: {bool(args.curve)}")
+            with Client(router.endpoint, **client_kw) as client:
                 sessions = [client.reset(args.task, 0, seed=i).id for i in range(args.sessions)]
+                routed = round_trips(router.endpoint, sessions[0], args.calls, **client_kw)
+                # Directly: the same session belongs to the router's key on a CURVE server: use it.
                 owner = servers[int(router.session_server(sessions[0])[1:])]
-                direct = round_trips(owner.endpoint, sessions[0], args.calls)
-                routed = round_trips(router.endpoint, sessions[0], args.calls)
+                direct_session = sessions[0]
+                direct_kw = {}
+                if args.curve:
+                    direct_kw = {"server_key": owner.server_key, "client_key": f"{state}/keys/router.key"}
+                direct = round_trips(owner.endpoint, direct_session, args.calls, **direct_kw)
                 size = len(str(client.observe(sessions[0])))
                 print(f"observe round trip, one at a time ({args.calls} calls, ~{size} B observation):")
                 for name, xs in (("direct", direct), ("router", routed)):
