@@ -592,7 +592,8 @@ class Router:
             server = self._servers.get(known[0])
             if server is not None and server.state != "lost":
                 pending.server, pending.rid = known
-                self._pending.setdefault(known, pending)
+                waiting = self._pending.setdefault(known, pending)
+                waiting.route = route  # the reply goes to the connection that asked last (a new socket)
                 req["id"] = known[1]
                 self._backend_send(server, req)  # unsent: the client resends again
                 self.counters["resends"] += 1
