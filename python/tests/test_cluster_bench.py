@@ -38,9 +38,11 @@ class ScriptedServer:
         self.thread.start()
 
     def tail(self, n: int = 4000) -> str:
-        return "scripted server: no log"
+        return ("preparing cross_entropy on GPU 0: trusted builds: reference\n"
+                "preparation of cross_entropy on GPU 0 gives way to vector_add (an evaluation waits for it)\n"
+                "prepared vector_add on GPU 0 in 20.1 s (1/15 ready)\n")
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 40.0) -> None:
         self.stop_event.set()
         self.thread.join(5)
         self.socket.close(linger=0)
@@ -116,6 +118,8 @@ def test_bench_evaluate_reports_progress_and_succeeds(scripted, capsys):
     assert "a session: waiting_for_preparation (the evaluation waits for task vector_add" in out
     assert out.count("status ok") == 3 and "waited 1.5 s for preparation" in out
     assert "3 evaluations through the router in" in out and "3 correct" in out
+    assert "server log: preparation of cross_entropy on GPU 0 gives way to vector_add" in out
+    assert "server log: prepared vector_add on GPU 0 in 20.1 s" in out
 
 
 def test_bench_evaluate_wait_is_bounded(scripted, capsys):

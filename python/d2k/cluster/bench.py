@@ -229,11 +229,15 @@ def evaluate_through_router(task: str, n: int, *, timeout_s: float = 240.0, prog
                           f"time_s {ev.get('time_s')}, reward {reply.get('reward'):.3f}"
                           + (f", waited {waited:.1f} s for preparation" if isinstance(waited, (int, float)) else ""))
                 print(f"{stamp()} {n} evaluations through the router in {wall:.2f} s, {n - bad} correct")
+                shown = [line for line in server.tail(200_000).splitlines()
+                         if "gives way" in line or f"prepared {task} " in line]
+                for line in shown[:6]:
+                    print(f"  server log: {line.strip()[:300]}")
                 for s in sessions:
                     s.close()
                 return 0 if bad == 0 else 1
     finally:
-        server.stop()
+        server.stop(timeout_s=15)  # a preparation under way finishes first: bounded, then SIGKILL
 
 
 if __name__ == "__main__":
