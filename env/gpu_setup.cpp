@@ -85,11 +85,16 @@ class RunnerBackend final : public GpuBackend {
   // Trusted builds of every kernel the task ships (reference, baseline, experts: the build cache
   // persists them), then the calibration (persisted per GPU model, driver, toolchain and task hash).
   void prepare(const tasks::Task& task, int gpu, const PrepareProgress& progress) override {
-    progress("trusted builds");
+    // Each progress call is a stage boundary where preparation may give way to demand (env/prepare.hpp).
+    progress("trusted builds: reference");
     evaluator_->build_trusted(task, task.reference_path());
+    progress("trusted builds: baseline");
     evaluator_->build_trusted(task, task.baseline_path());
     for (int layer = 1; layer <= 3; ++layer)
-      if (std::filesystem::exists(task.expert_path(layer))) evaluator_->build_trusted(task, task.expert_path(layer));
+      if (std::filesystem::exists(task.expert_path(layer))) {
+        progress("trusted builds: expert L" + std::to_string(layer));
+        evaluator_->build_trusted(task, task.expert_path(layer));
+      }
     progress("calibration");
     evaluator_->calibrate(task, gpu);
   }

@@ -13,6 +13,10 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// How often a thread held back by a busy GPU looks again (the queue's counters are polled; a
+// parked evaluation wakes it at once).
+constexpr auto kBusyPoll = std::chrono::milliseconds(50);
+
 std::string fixed1(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", v);
@@ -42,6 +46,41 @@ Preparation::Preparation(std::shared_ptr<GpuBackend> backend, std::vector<const 
 }
 
 Preparation::~Preparation() { stop(); }
+
+void Preparation::set_busy(Busy busy) {
+  std::lock_guard lock(mu_);
+  busy_ = std::move(busy);
+}
+
+bool Preparation::busy(int gpu) const {
+  // Without mu_: the callback reads the GPU queue's own counters. busy_ is set before start().
+  return busy_ && busy_(gpu);
+}
+
+bool Preparation::demanded_locked(const Gpu& g, const Entry* except) const {
+  return std::any_of(g.entries.begin(), g.entries.end(), [&](const Entry& e) {
+    return &e != except && e.state == State::pending && !e.parked.empty();
+  });
+}
+
+void Preparation::checkpoint(int gpu, Entry& current) {
+  Gpu& g = gpus_[static_cast<std::size_t>(gpu)];
+  for (;;) {
+    const bool gpu_busy = busy(gpu);
+    std::unique_lock lock(mu_);
+    // Released (shutdown): the task under way finishes, as before. Somebody waits for it: go on.
+    if (released_ || !current.parked.empty() || (!gpu_busy && !demanded_locked(g, &current))) {
+      g.paused = false;
+      return;
+    }
+    if (demanded_locked(g, &current)) {
+      g.paused = false;
+      throw Yielded{};
+    }
+    g.paused = true;  // nobody waits for it and the GPU's queue has work: evaluations first
+    wake_.wait_for(lock, kBusyPoll);
+  }
+}
 
 void Preparation::start() {
   std::lock_guard lock(mu_);
@@ -163,6 +202,8 @@ nlohmann::json Preparation::progress(int gpu) const {
   const bool done = ready + failed == g.entries.size();
   const bool started = g.started != Clock::time_point{};
   return {{"tasks", g.entries.size()},
+          {"paused", g.paused},
+          {"yields", g.yields},
           {"ready", ready},
           {"failed", failed},
           {"pending", pending},
@@ -196,21 +237,28 @@ void Preparation::work(int gpu) {
   const std::string where = " on GPU " + std::to_string(gpu);
   for (;;) {
     Entry* next = nullptr;
-    {
+    for (;;) {
+      const bool gpu_busy = busy(gpu);  // outside mu_ (see busy())
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] {
-        if (released_) return true;
-        return std::any_of(g.entries.begin(), g.entries.end(), [](const Entry& e) { return e.state == State::pending; });
-      });
       if (released_) return;
-      // A task somebody waits for goes first; else the configured order.
+      // A task somebody waits for goes first; else the configured order, once the GPU's queue is idle.
       for (std::size_t i = 0; i < g.entries.size() && !next; ++i)
         if (g.entries[i].state == State::pending && !g.entries[i].parked.empty()) next = &g.entries[i];
-      for (std::size_t i = 0; i < g.entries.size() && !next; ++i)
+      const bool pending =
+          std::any_of(g.entries.begin(), g.entries.end(), [](const Entry& e) { return e.state == State::pending; });
+      for (std::size_t i = 0; i < g.entries.size() && !next && !gpu_busy; ++i)
         if (g.entries[i].state == State::pending) next = &g.entries[i];
-      next->state = State::preparing;
-      next->stage = "starting";
-      next->started = Clock::now();
+      if (next) {
+        g.paused = false;
+        next->state = State::preparing;
+        next->stage = "starting";
+        next->started = Clock::now();
+        break;
+      }
+      g.paused = pending;
+      // Only this thread makes an entry pending again (a yield): with none left, wait for the end.
+      if (pending) wake_.wait_for(lock, kBusyPoll);
+      else wake_.wait(lock, [&] { return released_; });
     }
     const tasks::Task& task = *next->task;
     std::string error;
@@ -221,7 +269,20 @@ void Preparation::work(int gpu) {
           next->stage = stage;
         }
         if (log_) log_("preparing " + task.id + where + ": " + stage);
+        checkpoint(gpu, *next);
       });
+    } catch (const Yielded&) {
+      std::string to;
+      {
+        std::lock_guard lock(mu_);
+        next->state = State::pending;  // taken up again later, from its first stage
+        next->stage.clear();
+        ++g.yields;
+        for (const auto& e : g.entries)
+          if (e.state == State::pending && !e.parked.empty() && to.empty()) to = e.task->id;
+      }
+      if (log_) log_("preparation of " + task.id + where + " gives way to " + to + " (an evaluation waits for it)");
+      continue;
     } catch (const std::exception& e) {
       error = e.what();
       if (error.empty()) error = "preparation failed";

@@ -3,6 +3,16 @@
 // calibration, persisted by the backend), so no agent's step pays for them. An evaluation whose
 // task is not ready yet on its GPU is parked here, its task moves to the front of that GPU's
 // order, and it goes on to the GPU queue the moment the task is ready: it waits, it never fails.
+//
+// Demand first: preparing a task nobody waits for never delays one somebody waits for.
+//  * A task with a parked evaluation is picked before any other.
+//  * A task being prepared that nobody waits for yields at its next stage (each call of the
+//    backend's progress callback) to a task with a parked evaluation: it goes back to pending (what
+//    the backend persisted, e.g. trusted builds in the build cache, is kept) and is taken up again
+//    later, from its first stage.
+//  * While the GPU's queue has work (set_busy: evaluations queued or running), no task nobody waits
+//    for starts, and one under way pauses at its next stage until the queue is idle (progress()
+//    says "paused"): background calibration never competes with evaluations for the GPU.
 #pragma once
 
 #include <chrono>
@@ -31,6 +41,8 @@ class Preparation {
   // lacks, as before preparation existed); `waited_s` is the time spent parked (0: not parked).
   using Continue = std::function<void(double waited_s)>;
   using Log = std::function<void(const std::string&)>;
+  // True while `gpu`'s queue has work (evaluations or tools queued or running); polled.
+  using Busy = std::function<bool(int gpu)>;
 
   // `tasks` must outlive this object (the server's TaskSet). Nothing runs before start().
   Preparation(std::shared_ptr<GpuBackend> backend, std::vector<const tasks::Task*> tasks, std::size_t gpus,
@@ -39,6 +51,8 @@ class Preparation {
   Preparation(const Preparation&) = delete;
   Preparation& operator=(const Preparation&) = delete;
 
+  // Before start(): what tells the threads that a GPU's queue has work (default: never).
+  void set_busy(Busy busy);
   void start();  // one thread per GPU
   // Stops preparing further tasks and runs every parked continuation now (shutdown: their
   // evaluations go on as before, without preparation). Waits for no thread.
@@ -56,7 +70,8 @@ class Preparation {
   std::optional<nlohmann::json> waiting(const std::string& session) const;
   std::size_t parked(int gpu) const;
   // stats.gpus[i].preparation: {tasks, ready, failed, pending, done, current, stage, seconds,
-  // errors: {task: reason}}.
+  // paused (held back: the GPU's queue has work and nobody waits for the task), yields (times a
+  // task under way gave way to one somebody waits for), errors: {task: reason}}.
   nlohmann::json progress(int gpu) const;
   bool done() const;  // every task ready or failed on every GPU
   // Blocks until done() or `timeout` has passed; true when done.
@@ -82,9 +97,17 @@ class Preparation {
     std::vector<Entry> entries;  // in the order they are prepared when nobody waits
     Clock::time_point started{};
     double seconds = 0;  // start to done
+    bool paused = false;
+    std::size_t yields = 0;
   };
+  struct Yielded {};  // thrown through the backend's prepare() (not a std::exception: nothing catches it by accident)
 
   void work(int gpu);
+  // At a stage boundary of `current` (the backend's progress callback): returns to go on, throws
+  // Yielded to give way to a task somebody waits for, waits while the GPU's queue has work.
+  void checkpoint(int gpu, Entry& current);
+  bool demanded_locked(const Gpu& g, const Entry* except) const;
+  bool busy(int gpu) const;
   void run(Parked& p);  // its continuation; an exception is logged, never the thread's end
   Entry* find_locked(int gpu, const std::string& task);
   const Entry* find_locked(int gpu, const std::string& task) const;
@@ -96,6 +119,7 @@ class Preparation {
   mutable std::condition_variable done_;  // an entry reached ready or failed
   std::vector<Gpu> gpus_;
   std::vector<std::thread> threads_;
+  Busy busy_;
   bool released_ = false;
 };
 

@@ -198,6 +198,11 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
     for (const auto& t : tasks_.tasks) order.push_back(&t);
     preparation_ = std::make_unique<Preparation>(gpu_, std::move(order), gpu_info_.size(),
                                                  [](const std::string& line) { log_info(line); });
+    // Demand first: tasks nobody waits for are prepared only while the GPU's queue is idle.
+    preparation_->set_busy([this](int index) {
+      const WorkerPool& q = *gpu_queues_.at(static_cast<std::size_t>(index));
+      return q.queued() + q.running() > 0;
+    });
   }
 }
 

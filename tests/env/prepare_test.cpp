@@ -98,6 +98,73 @@ class GatedBackend final : public d2k::env::GpuBackend {
   std::vector<std::string> order_, evaluated_;
 };
 
+// prepare() goes through two stages, "build" then "calibration": at each it calls progress (a
+// stage boundary where preparation may give way), then records "task/stage" and blocks until the
+// test opens that gate. evaluate() blocks while the test holds the GPU (hold_gpu).
+class StagedBackend final : public d2k::env::GpuBackend {
+ public:
+  std::vector<d2k::env::GpuInfo> gpus() const override { return {{0, "Staged GPU", 1024}}; }
+  void prepare(const d2k::tasks::Task& task, int gpu, const d2k::env::PrepareProgress& progress) override {
+    (void)gpu;
+    for (const char* stage : {"build", "calibration"}) {
+      progress(stage);
+      const std::string key = task.id + "/" + stage;
+      std::unique_lock lock(mu_);
+      reached_.push_back(key);
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return open_all_ || open_.count(key) > 0; });
+    }
+  }
+  d2k::env::EvaluationReport evaluate(const d2k::env::EvaluationJob& job) override {
+    std::unique_lock lock(mu_);
+    evaluating_.push_back(job.task->id);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !hold_gpu_; });
+    d2k::env::EvaluationReport r;
+    r.outcome = Outcome::ok;
+    r.evaluation = {{"status", "ok"}};
+    r.reward = 0.5;
+    return r;
+  }
+  void cancel_all() override {}
+  void open(const std::string& key) {
+    {
+      std::lock_guard lock(mu_);
+      open_.insert(key);
+    }
+    cv_.notify_all();
+  }
+  void open_all() {
+    {
+      std::lock_guard lock(mu_);
+      open_all_ = true;
+    }
+    cv_.notify_all();
+  }
+  void hold_gpu(bool hold) {
+    {
+      std::lock_guard lock(mu_);
+      hold_gpu_ = hold;
+    }
+    cv_.notify_all();
+  }
+  std::vector<std::string> reached() {
+    std::lock_guard lock(mu_);
+    return reached_;
+  }
+  std::size_t evaluating() {
+    std::lock_guard lock(mu_);
+    return evaluating_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<std::string> open_;
+  bool open_all_ = false, hold_gpu_ = false;
+  std::vector<std::string> reached_, evaluating_;
+};
+
 // Polls `pred` for up to a minute (a loaded CI machine); false when it never held.
 template <class Pred>
 bool eventually(Pred pred) {
@@ -193,6 +260,118 @@ TEST_CASE("release hands parked evaluations on and stops preparing", "[prepare]"
   CHECK(ran == 2);
   CHECK(backend->order().empty());
   prep.stop();
+}
+
+TEST_CASE("a task under way that nobody waits for gives way at its next stage", "[prepare]") {
+  auto backend = std::make_shared<StagedBackend>();
+  const d2k::tasks::Task a = fake_task("a"), b = fake_task("b"), c = fake_task("c");
+  Preparation prep(backend, {&a, &b, &c}, 1);
+  prep.start();
+  REQUIRE(eventually([&] { return backend->reached().size() == 1; }));
+  CHECK(backend->reached()[0] == "a/build");
+  std::atomic<int> ran{0};
+  CHECK(prep.when_ready(0, c, "s1", [&](double) { ++ran; }));
+  // a's next stage boundary: c has a waiter, a has none, so a gives way before its calibration.
+  backend->open("a/build");
+  REQUIRE(eventually([&] { return backend->reached().size() == 2; }));
+  CHECK(backend->reached()[1] == "c/build");
+  CHECK(prep.state(0, "a") == Preparation::State::pending);
+  CHECK(prep.progress(0)["yields"] == 1);
+  CHECK(prep.progress(0)["current"] == "c");
+  backend->open("c/build");
+  backend->open("c/calibration");
+  REQUIRE(eventually([&] { return ran == 1; }));
+  CHECK(prep.state(0, "c") == Preparation::State::ready);
+  // a is taken up again from its first stage, then b.
+  backend->open_all();
+  REQUIRE(prep.wait_done(std::chrono::minutes(1)));
+  CHECK(backend->reached() == std::vector<std::string>{"a/build", "c/build", "c/calibration", "a/build",
+                                                       "a/calibration", "b/build", "b/calibration"});
+  CHECK(prep.progress(0)["ready"] == 3);
+  prep.stop();
+}
+
+TEST_CASE("while the GPU's queue has work, only tasks somebody waits for are prepared", "[prepare]") {
+  auto backend = std::make_shared<StagedBackend>();
+  const d2k::tasks::Task a = fake_task("a"), b = fake_task("b");
+  Preparation prep(backend, {&a, &b}, 1);
+  std::atomic<bool> busy{true};
+  prep.set_busy([&](int gpu) { return gpu == 0 && busy.load(); });
+  prep.start();
+  // Busy from the start: nothing starts (checked after a while; a bug would start a at once).
+  REQUIRE(eventually([&] { return prep.progress(0)["paused"] == true; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(backend->reached().empty());
+  busy = false;
+  REQUIRE(eventually([&] { return backend->reached().size() == 1; }));
+  CHECK(prep.progress(0)["paused"] == false);
+  // The queue gets work while a is under way: a pauses at its next stage boundary, in place.
+  busy = true;
+  backend->open("a/build");
+  REQUIRE(eventually([&] {
+    auto p = prep.progress(0);
+    return p["paused"] == true && p["stage"] == "calibration";
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(backend->reached().size() == 1);
+  CHECK(prep.progress(0)["yields"] == 0);  // paused, not given up
+  // Somebody now waits for a: it goes on although the queue is busy.
+  std::atomic<int> ran{0};
+  CHECK(prep.when_ready(0, a, "s", [&](double) { ++ran; }));
+  REQUIRE(eventually([&] { return backend->reached().size() == 2; }));
+  CHECK(backend->reached()[1] == "a/calibration");
+  backend->open("a/calibration");
+  REQUIRE(eventually([&] { return ran == 1; }));
+  // b: nobody waits for it and the queue is still busy.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(backend->reached().size() == 2);
+  busy = false;
+  backend->open_all();
+  REQUIRE(prep.wait_done(std::chrono::minutes(1)));
+  CHECK(backend->reached().size() == 4);
+  prep.stop();
+}
+
+TEST_CASE("through the server: the task under way gives way to a parked evaluation, and waits while it runs",
+          "[server][prepare][slow]") {
+  auto gpu = std::make_shared<StagedBackend>();
+  TestServer srv(d2k::test::test_config(), gpu);
+  Client c(srv.endpoint);
+  REQUIRE(eventually([&] { return !gpu->reached().empty(); }));
+  const std::string first = gpu->reached()[0].substr(0, gpu->reached()[0].find('/'));
+  const std::string task = "vector_add";
+  REQUIRE(first != task);
+  const std::string s = c.reset(task, 1, 7)["session"].get<std::string>();
+  c.step(s, {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", d2k::test::kGoodKernel}});
+  Value reply;
+  std::thread stepper([&] {
+    Client c2(srv.endpoint);
+    reply = c2.step(s, {{"type", "evaluate"}});
+  });
+  REQUIRE(eventually([&] { return c.stats()["gpus"][0]["waiting_for_preparation"] == 1; }));
+  // The first task is at its build; at its next stage boundary it gives way.
+  gpu->open(first + "/build");
+  REQUIRE(eventually([&] { return gpu->reached().size() >= 2; }));
+  CHECK(gpu->reached()[1] == task + "/build");
+  CHECK(c.stats()["gpus"][0]["preparation"]["yields"] == 1);
+  // vector_add gets ready; its evaluation runs and holds the GPU.
+  gpu->hold_gpu(true);
+  gpu->open(task + "/build");
+  gpu->open(task + "/calibration");
+  REQUIRE(eventually([&] { return gpu->evaluating() == 1; }));
+  // While it runs, the first task (nobody waits for it) does not start again.
+  REQUIRE(eventually([&] { return c.stats()["gpus"][0]["preparation"]["paused"] == true; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(gpu->reached().size() == 3);
+  gpu->hold_gpu(false);
+  stepper.join();
+  CHECK(reply["observation"]["last"]["ok"] == true);
+  CHECK(reply["info"]["queue"]["state"] == "ran_after_preparation");
+  // The GPU is idle again: preparation takes the first task up again.
+  REQUIRE(eventually([&] { return gpu->reached().size() >= 4; }));
+  CHECK(gpu->reached()[3] == first + "/build");
+  gpu->open_all();
+  REQUIRE(eventually([&] { return c.stats()["gpus"][0]["preparation"]["done"] == true; }));
 }
 
 TEST_CASE("an evaluation before its task is ready waits, says so in info and in stats, then runs",

@@ -2,7 +2,8 @@
 
 * :class:`Router` (no Ray needed): one endpoint clients use like a server's; places sessions by
   load, keeps them on their server, ends a dead server's sessions with ``server_lost``
-  (:class:`d2k.ServerLost`).
+  (:class:`d2k.ServerLost`); CURVE towards servers bound beyond loopback (its own key pair) and,
+  with an allowlist, towards its clients.
 * :mod:`d2k.cluster.ray_cluster` (``pip install 'd2k[cluster]'``): one ``d2k serve`` per GPU host
   as a Ray actor, the router in a Ray actor, servers joining and leaving as nodes do;
   ``up``/``status``/``down`` and ``python -m d2k.cluster``.

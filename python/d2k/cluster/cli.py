@@ -17,9 +17,12 @@ import sys
 
 
 def _config(args: argparse.Namespace):
+    from ..wire import read_public_key
     from .ray_cluster import ClusterConfig
     return ClusterConfig(name=args.name, router_host=args.router_host, router_port=args.router_port,
-                         allow_remote=args.allow_remote,
+                         allow_remote=args.allow_remote, router_key=args.router_key,
+                         router_allowed_keys=args.router_allowed_keys,
+                         server_allow_keys=[read_public_key(k) for k in args.server_allow_key or []],
                          host_resource=args.host_resource, server_host=args.server_host,
                          server_args=list(args.server_arg or []), binary=args.binary,
                          tasks_dir=args.tasks, state_dir=args.state_dir, poll_s=args.poll,
@@ -34,9 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_up = sub.add_parser("up", help="start the router and one d2k serve per host")
     p_up.add_argument("--router-host", default="127.0.0.1",
-                      help="router bind address (default 127.0.0.1; '' = its node's address, needs --allow-remote)")
+                      help="router bind address (default 127.0.0.1; '' = its node's address: needs "
+                           "--router-allowed-keys, or --allow-remote)")
     p_up.add_argument("--allow-remote", action="store_true",
-                      help="let the router bind off loopback: it has no authentication, trusted networks only")
+                      help="let the router bind off loopback WITHOUT keys: trusted networks only")
+    p_up.add_argument("--router-key", default=None,
+                      help="the router's key pair (`d2k keys server DIR`: DIR/server.key); default: made at start")
+    p_up.add_argument("--router-allowed-keys", default=None,
+                      help="client public keys the router lets in (CURVE; re-read when it changes)")
+    p_up.add_argument("--server-allow-key", action="append",
+                      help="one more public key (or .pub file) every server lets in directly, repeatable")
     p_up.add_argument("--router-port", type=int, default=5600, help="router port (0 = free; default 5600)")
     p_up.add_argument("--host-resource", default="GPU",
                       help="nodes with this Ray resource get a server (default GPU)")

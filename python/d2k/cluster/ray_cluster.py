@@ -20,6 +20,14 @@ Actors (namespace ``d2k``):
   * ``ServerActor``: starts ``d2k serve`` on its node (:class:`~d2k.cluster.serve.ServerProcess`,
     bound to the node's address, the process dying with the actor).
 
+CURVE (issue 19 item 1): the router has a key pair (``router_key``, a ``.key`` file on its node,
+else one made in memory at start). A server bound beyond loopback (the default: each node's
+address) gets its own key pair, made by its actor in its state folder, and an allowlist with the
+router's public key (plus ``server_allow_keys``); the router connects to it with CURVE. With
+``router_allowed_keys`` (a file of client public keys, re-read when it changes) the router's own
+endpoint takes CURVE clients only and may bind beyond loopback (clients: ``D2K_SERVER_KEY`` = the
+router's public key, ``status()["router"]["curve"]["public_key"]``).
+
 Compile-only clusters (tests, CPU hosts): ``host_resource="d2k_host"`` (any custom resource
 the nodes were started with, e.g. ``ray start --resources '{"d2k_host": 1}'``) and
 ``server_args=["--no-gpu"]``.
@@ -47,7 +55,10 @@ class ClusterConfig:
     name: str = "d2k"                    # the cluster's name (actor d2k-cluster-<name>)
     router_host: str = "127.0.0.1"       # the router's bind address; "" = its node's address
     router_port: int = 0                 # 0 = a free port
-    allow_remote: bool = False           # bind the router off loopback (it has no authentication)
+    allow_remote: bool = False           # bind the router off loopback WITHOUT keys (trusted networks only)
+    router_key: str | None = None        # the router's key pair (.key file); None: made in memory
+    router_allowed_keys: str | None = None  # client public keys the router's endpoint lets in (CURVE)
+    server_allow_keys: list[str] = field(default_factory=list)  # more keys the servers let in
     host_resource: str = "GPU"           # nodes with this resource get a server
     server_host: str = ""                # the servers' bind address; "" = each node's address
     server_args: list[str] = field(default_factory=list)  # more `d2k serve` options
@@ -71,7 +82,7 @@ def node_address() -> str:
 class ServerActor:
     """One ``d2k serve`` on the node this actor was placed on."""
 
-    def __init__(self, config: dict[str, Any], node_id: str) -> None:
+    def __init__(self, config: dict[str, Any], node_id: str, router_key: str = "") -> None:
         cfg = ClusterConfig(**config)
         state_dir = None
         if cfg.state_dir:
@@ -79,10 +90,12 @@ class ServerActor:
         self.server = ServerProcess(cfg.server_host or node_address(), 0, binary=cfg.binary,
                                     tasks_dir=cfg.tasks_dir, state_dir=state_dir,
                                     extra_args=cfg.server_args,
-                                    start_timeout_s=cfg.server_start_timeout_s)
+                                    start_timeout_s=cfg.server_start_timeout_s,
+                                    allow_keys=[k for k in [router_key, *cfg.server_allow_keys] if k])
 
     def info(self) -> dict[str, Any]:
         return {"endpoint": self.server.endpoint, "hello": self.server.hello,
+                "server_key": self.server.server_key,
                 "pid": self.server.proc.pid, "log": self.server.log_path}
 
     def ping(self) -> bool:
@@ -114,10 +127,15 @@ class ClusterActor:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = ClusterConfig(**config)
         host = self.config.router_host or node_address()
+        import zmq
+        key: Any = self.config.router_key
+        if key is None and zmq.has("curve"):  # servers beyond loopback need it; loopback ones ignore it
+            key = tuple(k.decode() for k in zmq.curve_keypair())
         self.router = Router(f"tcp://{host}:{self.config.router_port}",
                              stats_interval_s=self.config.stats_interval_s,
                              dead_after_s=self.config.dead_after_s, on_lost=self._router_lost,
-                             allow_remote=self.config.allow_remote)
+                             allow_remote=self.config.allow_remote, curve_key=key,
+                             allowed_keys=self.config.router_allowed_keys)
         self.router.run_in_thread()
         self.members: dict[str, _Member] = {}   # by node id
         self.lock = threading.Lock()
@@ -225,7 +243,8 @@ class ClusterActor:
                             self._mark_lost(m, f"d2k serve did not start: {exc}"[:2000], tell_router=False)
                             continue
                         m.endpoint, m.state = info["endpoint"], "live"
-                        self.router.add_server(m.name, m.endpoint, info["hello"])
+                        self.router.add_server(m.name, m.endpoint, info["hello"],
+                                               server_key=info.get("server_key") or None)
                     continue
                 if m.ping_ref is not None:
                     ready, _ = ray.wait([m.ping_ref], timeout=0)
@@ -255,7 +274,8 @@ class ClusterActor:
                     options["num_gpus"] = amount  # all the host's GPUs: one server per GPU host
                 else:
                     options["resources"] = {resource: amount}
-                actor = ServerActor.options(**options).remote(asdict(self.config), node_id)
+                actor = ServerActor.options(**options).remote(asdict(self.config), node_id,
+                                                              self.router.public_key)
                 name = f"{node.get('NodeManagerAddress', 'node')}-{node_id[:8]}"
                 self.members[node_id] = _Member(node_id=node_id, name=name, actor=actor,
                                                 info_ref=actor.info.remote(), started=time.monotonic())

@@ -20,6 +20,14 @@ What it does with each request (decoded once; ids rewritten, everything else pas
 Ids: each request forwarded gets a router id unique per server; a client's resend with the same
 id maps to the same router id, so the server's reply cache still runs nothing twice.
 
+CURVE (issue 19 item 1, docs/multi-tenant.md): the router has one key pair (``curve_key``, a
+``.key`` file from ``d2k keys server``). Towards servers bound beyond loopback it is a CURVE client
+(``add_server(..., server_key=THE_SERVER'S_PUBLIC_KEY)``; the router's public key must be in that
+server's ``--allowed-keys``). Towards clients, ``allowed_keys`` (a file of client public keys,
+reloaded when it changes) makes its own endpoint a CURVE server: only listed keys get in, clients
+use ``D2K_SERVER_KEY=<router's .pub>``, and every session is bound to the key that opened it
+(another key gets ``unknown_session``, as from a server). The servers see one client, the router.
+
 Threading: the sockets belong to one thread (``run``); ``add_server``, ``remove_server``,
 ``server_lost``, ``status`` and ``close`` are safe from any thread.
 """
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 import queue
 import secrets
 import threading
@@ -36,6 +45,9 @@ from typing import Any, Callable
 
 import msgpack
 import zmq
+import zmq.utils.z85
+
+from ..wire import _is_z85_key, _key_lines, read_key_pair, read_public_key
 
 PROTOCOL_VERSION = 1
 
@@ -46,6 +58,9 @@ SERVER_LOST = "server_lost"
 # how many lost sessions are remembered to answer server_lost (oldest forgotten first).
 ID_MEMORY = 262_144
 LOST_MEMORY = 262_144
+
+ZAP_DOMAIN = b"d2k"
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq asks who may connect (RFC 27)
 
 
 @dataclass
@@ -59,6 +74,7 @@ class _Pending:
     rid: int                    # router id on that server
     sent: float
     tried: set[str] = field(default_factory=set)
+    key: str = ""               # the client's CURVE public key ("" without CURVE on the front)
 
 
 @dataclass
@@ -74,7 +90,9 @@ class _Server:
     last_reply: float = 0.0
     last_stats_sent: float = 0.0
     stats_rid: int | None = None
+    hello_rid: int | None = None
     lost_reason: str = ""
+    server_key: str = ""        # its CURVE public key ("" = plain ZeroMQ, loopback or ipc)
 
 
 def _error_reply(rid: Any, code: str, message: str, retryable: bool) -> bytes:
@@ -91,6 +109,30 @@ def is_local_endpoint(endpoint: str) -> bool:
         return False
     host = endpoint[len("tcp://"):].rsplit(":", 1)[0].strip("[]")
     return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def read_allowlist(path: str) -> set[str]:
+    """The client public keys of an allowlist file (``--allowed-keys``'s format: one key a line,
+    optionally followed by a name; ``# `` comments), as the C++ server reads it."""
+    keys = set()
+    for t in _key_lines(path):
+        key = t.split()[0]
+        if not _is_z85_key(key):
+            raise ValueError(f"{path}: {key[:50]!r} is not a CURVE public key (40 characters of Z85; "
+                             "a line of a .pub file `d2k keys` wrote)")
+        keys.add(key)
+    return keys
+
+
+def no_keys_message(endpoint: str) -> str:
+    return (f"refusing to bind the router to {endpoint} without authentication: beyond loopback and "
+            "ipc it needs CURVE keys:\n"
+            "  d2k keys server ~/.d2k/router      # the router's key pair: server.key, server.pub\n"
+            "  d2k keys client ~/.d2k --name me   # one per client; cat ~/.d2k/me.pub >> ~/.d2k/router_allowed\n"
+            "  Router(endpoint, curve_key='~/.d2k/router/server.key', allowed_keys='~/.d2k/router_allowed')\n"
+            "  (d2k-cluster up --router-key ... --router-allowed-keys ...)\n"
+            "Clients set D2K_SERVER_KEY=<the router's server.pub> and D2K_CLIENT_KEY=me.key. "
+            "allow_remote=True (--allow-remote) binds without keys, on a trusted network only")
 
 
 def server_load(server: _Server) -> float:
@@ -133,26 +175,64 @@ class Router:
             asked is declared lost; None leaves death to whoever calls :meth:`server_lost`.
         on_lost: called (from the router thread) with (name, reason) when the router itself
             declares a server lost.
-        allow_remote: the router has no authentication of its own yet (issue 19 item 1's CURVE keys
-            are the servers'), so binding anything but loopback or ipc is refused unless this is
-            True: whoever reaches the router's port can open and drive sessions. Use it on a
-            trusted network only, or keep the router on loopback next to the trainer.
+        curve_key: the router's key pair (a ``.key`` file of ``d2k keys server``, or a (public,
+            secret) pair of Z85 strings): its identity as a CURVE client of the servers added with
+            a ``server_key``, and as the CURVE server of its own endpoint when ``allowed_keys`` is set.
+        allowed_keys: a file of client public keys (one a line, as ``d2k serve --allowed-keys``),
+            reloaded when it changes: the router's endpoint becomes a CURVE server (needs
+            ``curve_key``), only listed keys connect, and sessions are bound to their key.
+        allow_remote: without ``allowed_keys`` the router has no authentication, so binding
+            anything but loopback or ipc is refused unless this is True: whoever reaches the port
+            can open and drive sessions. Trusted networks only; use keys instead.
     """
 
     def __init__(self, endpoint: str = "tcp://127.0.0.1:0", *, stats_interval_s: float = 1.0,
                  dead_after_s: float | None = 15.0,
                  on_lost: Callable[[str, str], None] | None = None,
-                 max_message_bytes: int = 8 << 20, allow_remote: bool = False) -> None:
-        if not allow_remote and not is_local_endpoint(endpoint):
-            raise ValueError(f"refusing to bind the router to {endpoint}: it has no authentication, so "
-                             "anything but loopback (tcp://127.0.0.1:PORT) or ipc:// needs allow_remote=True "
-                             "(d2k-cluster up --allow-remote), on a trusted network only")
+                 max_message_bytes: int = 8 << 20, allow_remote: bool = False,
+                 curve_key: str | tuple[str, str] | None = None,
+                 allowed_keys: str | None = None) -> None:
+        if allowed_keys is not None and curve_key is None:
+            raise ValueError("allowed_keys needs curve_key: the router's own key pair (`d2k keys server DIR`)")
+        if not allow_remote and allowed_keys is None and not is_local_endpoint(endpoint):
+            raise ValueError(no_keys_message(endpoint))
+        if curve_key is not None and not zmq.has("curve"):
+            raise RuntimeError("this libzmq has no CURVE (zmq.has('curve') is false)")
+        self.public_key, self._secret_key = "", ""
+        if curve_key is not None:
+            self.public_key, self._secret_key = (read_key_pair(curve_key) if isinstance(curve_key, (str, bytes))
+                                                 else (str(curve_key[0]), str(curve_key[1])))
+            if zmq.curve_public(self._secret_key.encode()).decode() != self.public_key:
+                raise ValueError("curve_key: the public key does not belong to the secret key")
+        self._allowed_path = str(allowed_keys) if allowed_keys is not None else None
+        self._allowed: set[str] = set()
+        self._allowed_stamp: tuple[int, int, int] | None = None
+        self._allowed_checked = 0.0
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.last_internal_error = ""
         self._context = zmq.Context()
+        self._zap: zmq.Socket | None = None
         self._front = self._context.socket(zmq.ROUTER)
         self._front.setsockopt(zmq.LINGER, 0)
         self._front.setsockopt(zmq.ROUTER_MANDATORY, 0)
         self._front.setsockopt(zmq.MAXMSGSIZE, 16 * max_message_bytes)
-        self._front.bind(endpoint)
+        if self._allowed_path is not None:
+            self._reload_allowlist(force=True)
+            # The ZAP handler must be bound before the CURVE socket takes a connection.
+            self._zap = self._context.socket(zmq.REP)
+            self._zap.setsockopt(zmq.LINGER, 0)
+            self._zap.bind(ZAP_ENDPOINT)
+            self._front.setsockopt(zmq.CURVE_SERVER, 1)
+            self._front.setsockopt(zmq.CURVE_SECRETKEY, self._secret_key.encode())
+            self._front.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        try:
+            self._front.bind(endpoint)
+        except zmq.ZMQError:
+            self._front.close(linger=0)
+            if self._zap is not None:
+                self._zap.close(linger=0)
+            self._context.term()
+            raise
         self.endpoint = self._front.getsockopt(zmq.LAST_ENDPOINT).decode()
         self.instance = secrets.token_hex(8)
         self.stats_interval_s = stats_interval_s
@@ -160,7 +240,8 @@ class Router:
         self._on_lost = on_lost
         self._servers: dict[str, _Server] = {}
         self._sessions: dict[str, str] = {}          # session id -> server name
-        self._lost: collections.OrderedDict[str, str] = collections.OrderedDict()  # session -> reason
+        self._owners: dict[str, str] = {}            # session id -> the CURVE key that opened it
+        self._lost: collections.OrderedDict[str, tuple[str, str]] = collections.OrderedDict()  # -> (reason, key)
         self._pending: dict[tuple[str, int], _Pending] = {}
         self._ids: collections.OrderedDict[tuple[bytes, Any], tuple[str, int]] = collections.OrderedDict()
         self._rid = itertools.count(secrets.randbelow(1 << 40) + 1)
@@ -173,10 +254,10 @@ class Router:
         self._thread: threading.Thread | None = None
         self._poller = zmq.Poller()
         self._poller.register(self._front, zmq.POLLIN)
+        if self._zap is not None:
+            self._poller.register(self._zap, zmq.POLLIN)
         self._registered: set[zmq.Socket] = set()
         self._started = time.monotonic()
-        self.counters = collections.Counter()
-        self.last_internal_error = ""
 
     # -- control (any thread) ---------------------------------------------------------------
     def _call(self, fn: Callable[..., Any], *args: Any, wait: bool = True) -> Any:
@@ -191,9 +272,18 @@ class Router:
             raise result
         return result
 
-    def add_server(self, name: str, endpoint: str, hello: dict[str, Any] | None = None) -> None:
-        """Registers a server (a name already known is replaced: its old sessions are lost)."""
-        self._call(self._add_server, name, endpoint, hello)
+    def add_server(self, name: str, endpoint: str, hello: dict[str, Any] | None = None,
+                   server_key: str | None = None) -> None:
+        """Registers a server (a name already known is replaced: its old sessions are lost).
+
+        server_key: the server's CURVE public key (its ``.pub`` file or the 40 Z85 characters)
+        when it runs with ``--server-key``: the router connects with CURVE and its own key pair
+        (``curve_key``), which must be in the server's ``--allowed-keys``."""
+        key = read_public_key(server_key) if server_key else ""
+        if key and not self._secret_key:
+            raise ValueError(f"server {name} needs CURVE ({endpoint}): give the Router a curve_key "
+                             "(its own key pair, listed in that server's --allowed-keys)")
+        self._call(self._add_server, name, endpoint, hello, key)
 
     def remove_server(self, name: str, *, drain: bool = True) -> None:
         """Takes a server out of placement. drain=True: its sessions carry on and it leaves once
@@ -224,6 +314,8 @@ class Router:
             if not server.socket.closed:
                 server.socket.close(linger=0)
         self._front.close(linger=0)
+        if self._zap is not None:
+            self._zap.close(linger=0)
         self._context.term()
 
     def __enter__(self) -> "Router":
@@ -241,13 +333,22 @@ class Router:
                     poller.register(server.socket, zmq.POLLIN)
                     self._registered.add(server.socket)
             events = dict(poller.poll(20))
+            if self._zap is not None and self._zap in events:
+                self._guard(self._on_zap)
             if self._front in events:
                 for _ in range(1000):  # bounded batch, so backends are served too
                     try:
-                        msg = self._front.recv_multipart(zmq.NOBLOCK)
+                        if self._zap is None:
+                            msg, key = self._front.recv_multipart(zmq.NOBLOCK), ""
+                        else:  # the key ZAP let in rides on every message of the connection
+                            frames = self._front.recv_multipart(zmq.NOBLOCK, copy=False)
+                            key = frames[-1].get("User-Id") or ""
+                            msg = [f.bytes for f in frames]
                     except zmq.Again:
                         break
-                    self._guard(self._on_request, msg)
+                    if self._zap is not None and not key:
+                        continue  # cannot happen through the ZAP handler: answer nothing rather than guess
+                    self._guard(self._on_request, msg, key)
             for server in list(self._servers.values()):
                 if server.socket in events and server.state != "lost":
                     for _ in range(1000):
@@ -282,21 +383,66 @@ class Router:
             self.counters["internal_errors"] += 1
             self.last_internal_error = f"{fn.__name__}: {exc!r}"[:1000]
 
+    # -- CURVE on the front (router thread) ----------------------------------------------------
+    def _reload_allowlist(self, force: bool = False) -> None:
+        assert self._allowed_path is not None
+        try:
+            st = os.stat(self._allowed_path)
+            stamp: tuple[int, int, int] | None = (st.st_size, st.st_mtime_ns, st.st_ino)
+        except OSError:
+            stamp = None
+        if not force and stamp == self._allowed_stamp:
+            return
+        try:
+            fresh = read_allowlist(self._allowed_path)
+        except (OSError, ValueError) as exc:
+            if force:
+                raise ValueError(f"allowed_keys: {exc}") from exc
+            self._allowed_stamp = stamp  # report a bad file once; the keys read before stay
+            self.counters["allowlist_errors"] += 1
+            self.last_internal_error = f"allowed keys not reloaded, the previous list stays: {exc}"[:1000]
+            return
+        self._allowed, self._allowed_stamp = fresh, stamp
+        self.counters["allowlist_loads"] += 1
+
+    def _on_zap(self) -> None:
+        """ZAP requests (RFC 27): version, request id, domain, address, routing id, mechanism,
+        credentials (the client's 32-byte public key). Listed keys get in, their key as User-Id."""
+        assert self._zap is not None
+        for _ in range(1000):
+            try:
+                frames = self._zap.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            request_id = frames[1] if len(frames) > 1 else b""
+            status, text, user = b"400", b"no such key", b""
+            if len(frames) >= 7 and frames[2] == ZAP_DOMAIN and frames[5] == b"CURVE":
+                key = zmq.utils.z85.encode(frames[6]).decode()
+                if key in self._allowed:
+                    status, text, user = b"200", b"OK", key.encode()
+                else:
+                    self.counters["refused_keys"] += 1
+            else:
+                text = b"CURVE only"
+            self._zap.send_multipart([b"1.0", request_id, status, text, user, b""])
+
     # -- servers -------------------------------------------------------------------------------
-    def _add_server(self, name: str, endpoint: str, hello: dict[str, Any] | None) -> None:
+    def _add_server(self, name: str, endpoint: str, hello: dict[str, Any] | None, server_key: str = "") -> None:
         if name in self._servers and self._servers[name].state != "lost":
             self._server_lost(name, "replaced by a new server of the same name")
         sock = self._context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        if server_key:  # a CURVE client of that server, with the router's own key pair
+            sock.setsockopt(zmq.CURVE_SERVERKEY, server_key.encode())
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public_key.encode())
+            sock.setsockopt(zmq.CURVE_SECRETKEY, self._secret_key.encode())
         sock.connect(endpoint)
         now = time.monotonic()
         server = _Server(name=name, endpoint=endpoint, socket=sock, hello=dict(hello or {}),
-                         last_reply=now)
+                         last_reply=now, server_key=server_key)
         self._servers[name] = server
         self.counters["servers_joined"] += 1
-        if not hello:
-            self._send_internal(server, "hello", {"client": "d2k-router"})
-        self._ask_stats(server, now)
+        self._ask_stats(server, now)  # and hello, when not given
 
     def _remove_server(self, name: str, drain: bool) -> None:
         server = self._servers.get(name)
@@ -322,7 +468,7 @@ class Router:
         message = f"server {name} ({server.endpoint}) is gone: {reason}; its sessions ended"
         for sid in [s for s, owner in self._sessions.items() if owner == name]:
             del self._sessions[sid]
-            self._remember_lost(sid, message)
+            self._remember_lost(sid, message, self._owners.pop(sid, ""))
         server.sessions = 0
         for key in [k for k in self._pending if k[0] == name]:
             p = self._pending.pop(key)
@@ -333,16 +479,27 @@ class Router:
                     p.client_id, SERVER_LOST, f"{message} (session {p.session})", False))
                 self.counters["server_lost_replies"] += 1
 
-    def _remember_lost(self, session: str, message: str) -> None:
-        self._lost[session] = message
+    def _remember_lost(self, session: str, message: str, key: str) -> None:
+        self._lost[session] = (message, key)
         while len(self._lost) > LOST_MEMORY:
             self._lost.popitem(last=False)
 
-    def _send_internal(self, server: _Server, op: str, fields: dict[str, Any]) -> int:
+    def _backend_send(self, server: _Server, body: dict[str, Any]) -> bool:
+        """Never blocks the router: a server whose connection is down (refused at the CURVE
+        handshake, say: ZeroMQ then keeps no queue for it) takes nothing; False then."""
+        try:
+            server.socket.send(msgpack.packb(body, use_bin_type=True), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            self.counters["unsent"] += 1
+            return False
+
+    def _send_internal(self, server: _Server, op: str, fields: dict[str, Any]) -> int | None:
         rid = next(self._rid)
         body = {"v": PROTOCOL_VERSION, "id": rid, "op": op}
         body.update(fields)
-        server.socket.send(msgpack.packb(body, use_bin_type=True))
+        if not self._backend_send(server, body):
+            return None  # asked again at the next poll; its silence counts towards dead_after_s
         self._pending[(server.name, rid)] = _Pending(route=[], client_id=None, op="@" + op,
                                                      session=None, fields={}, server=server.name,
                                                      rid=rid, sent=time.monotonic())
@@ -353,9 +510,14 @@ class Router:
         if server.stats_rid is not None:
             self._pending.pop((server.name, server.stats_rid), None)
         server.stats_rid = self._send_internal(server, "stats", {})
+        if not server.hello and (server.hello_rid is None or (server.name, server.hello_rid) not in self._pending):
+            server.hello_rid = self._send_internal(server, "hello", {"client": "d2k-router"})
 
     def _housekeeping(self) -> None:
         now = time.monotonic()
+        if self._allowed_path is not None and now - self._allowed_checked >= 1.0:
+            self._allowed_checked = now
+            self._reload_allowlist()
         for server in list(self._servers.values()):
             if server.state == "lost":
                 continue
@@ -393,7 +555,7 @@ class Router:
         reply.update(body)
         return msgpack.packb(reply, use_bin_type=True)
 
-    def _on_request(self, msg: list[bytes]) -> None:
+    def _on_request(self, msg: list[bytes], key: str = "") -> None:
         self.counters["requests"] += 1
         route, payload = msg[:-1], msg[-1]
         try:
@@ -424,24 +586,26 @@ class Router:
         session = req.get("session")
         pending = _Pending(route=route, client_id=rid, op=op,
                            session=session if isinstance(session, str) else None,
-                           fields=req, server="", rid=0, sent=time.monotonic())
-        key = (route[0] if route else b"", rid)
-        known = self._ids.get(key)
+                           fields=req, server="", rid=0, sent=time.monotonic(), key=key)
+        known = self._ids.get(self._id_key(pending))
         if known is not None:  # a resend of the same request: same server, same router id
             server = self._servers.get(known[0])
             if server is not None and server.state != "lost":
                 pending.server, pending.rid = known
-                self._pending.setdefault(known, pending)
+                waiting = self._pending.setdefault(known, pending)
+                waiting.route = route  # the reply goes to the connection that asked last (a new socket)
                 req["id"] = known[1]
-                server.socket.send(msgpack.packb(req, use_bin_type=True))
+                self._backend_send(server, req)  # unsent: the client resends again
                 self.counters["resends"] += 1
                 return
         if pending.session is not None:
             owner = self._sessions.get(pending.session)
+            if owner is not None and self._owners.get(pending.session, "") != key:
+                owner = None  # opened with another key: for this client it does not exist
             if owner is None:
                 lost = self._lost.get(pending.session)
-                if lost is not None:
-                    self._answer(route, _error_reply(rid, SERVER_LOST, f"{lost} (session {pending.session})", False))
+                if lost is not None and lost[1] == key:
+                    self._answer(route, _error_reply(rid, SERVER_LOST, f"{lost[0]} (session {pending.session})", False))
                     self.counters["server_lost_replies"] += 1
                 else:
                     self._answer(route, _error_reply(rid, "unknown_session",
@@ -463,18 +627,35 @@ class Router:
         p.tried = set(exclude) | {server.name}
         self._send_to(server, p)
 
+    @staticmethod
+    def _id_key(p: _Pending) -> tuple[bytes, Any]:
+        """Whose request id it is: with CURVE the client is its key (a resend from a new socket
+        with the same key is the same request, as on a server), else its connection."""
+        return (b"curve:" + p.key.encode() if p.key else (p.route[0] if p.route else b""), p.client_id)
+
     def _send_to(self, server: _Server, p: _Pending) -> None:
         rid = next(self._rid)
         p.server, p.rid, p.sent = server.name, rid, time.monotonic()
         body = dict(p.fields)
         body["id"] = rid
         self._pending[(server.name, rid)] = p
-        self._ids[(p.route[0] if p.route else b"", p.client_id)] = (server.name, rid)
+        self._ids[self._id_key(p)] = (server.name, rid)
         while len(self._ids) > ID_MEMORY:
             self._ids.popitem(last=False)
         if p.op == "reset":
             server.sessions += 1  # counted at once, so a burst of resets spreads out
-        server.socket.send(msgpack.packb(body, use_bin_type=True))
+        if self._backend_send(server, body):
+            return
+        self._pending.pop((server.name, rid), None)
+        self._ids.pop(self._id_key(p), None)
+        if p.op == "reset" or p.session is None:  # nothing ran: the next server
+            if p.op == "reset":
+                server.sessions = max(0, server.sessions - 1)
+            self._forward_new(p, exclude=p.tried | {server.name})
+        else:
+            self._answer(p.route, _error_reply(
+                p.client_id, "capacity", f"server {server.name} of session {p.session} cannot be reached "
+                "now (its connection is down); retry, or it is declared lost", True))
 
     # -- replies -----------------------------------------------------------------------------
     def _on_reply(self, server: _Server, payload: bytes) -> None:
@@ -510,6 +691,8 @@ class Router:
             server.sessions = max(0, server.sessions - 1)
             if ok and isinstance(reply.get("session"), str):
                 self._sessions[reply["session"]] = server.name
+                if p.key:
+                    self._owners[reply["session"]] = p.key
                 server.sessions += 1
                 server.placed += 1
                 reply["server"] = server.name
@@ -519,6 +702,7 @@ class Router:
         elif p.session is not None and (p.op == "close" and ok or code == "unknown_session"):
             if self._sessions.pop(p.session, None) is not None:
                 server.sessions = max(0, server.sessions - 1)
+            self._owners.pop(p.session, None)
         reply["id"] = p.client_id
         self._answer(p.route, msgpack.packb(reply, use_bin_type=True))
         self.counters["replies"] += 1
@@ -562,11 +746,13 @@ class Router:
     def _make_snapshot(self) -> dict[str, Any]:
         servers = []
         for s in sorted(self._servers.values(), key=lambda s: s.name):
-            servers.append({"name": s.name, "endpoint": s.endpoint, "state": s.state,
+            servers.append({"name": s.name, "endpoint": s.endpoint, "state": s.state, "curve": bool(s.server_key),
                             "ready": server_ready(s), "sessions": s.sessions, "placed": s.placed,
                             "load": round(server_load(s), 3), "gpus": len(s.hello.get("gpus") or []),
                             "lost_reason": s.lost_reason, "stats": s.stats})
         return {"endpoint": self.endpoint, "instance": self.instance, "servers": servers,
+                "curve": {"public_key": self.public_key, "clients": self._allowed_path is not None,
+                          "allowed_keys": len(self._allowed)},
                 "router": {"sessions": len(self._sessions), "lost_sessions": len(self._lost),
                            "last_internal_error": self.last_internal_error,
                            "pending": sum(1 for p in self._pending.values() if not p.op.startswith("@")),
