@@ -293,13 +293,26 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
   return std::min(cfg.job_timeout_s, budget);
 }
 
-bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s,
+double bound_slack_s(int calls, double per_call_overhead_s, double batch_s, const ParentBound& bound) {
+  return bound.fixed_slack_s + calls * (bound.overhead_rel_slack * per_call_overhead_s + bound.call_slack_s) +
+         bound.batch_rel_slack * batch_s;
+}
+
+double flag_below_fraction(int calls, double window_s, double per_call_overhead_s, double batch_s,
+                           const ParentBound& bound) {
+  const double real = window_s - calls * per_call_overhead_s - batch_s;
+  if (!(real > 0)) return 0;
+  return std::max(0.0, (bound.fraction * real - bound_slack_s(calls, per_call_overhead_s, batch_s, bound)) / real);
+}
+
+bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s, double batch_s,
                               const ParentBound& bound, double* unexplained_s) {
-  if (claimed.samples <= 0 || !(claimed.median_s > 0) || !(window_s >= 0)) return true;
+  if (claimed.samples <= 0 || !(claimed.median_s > 0) || !(window_s >= 0) || !(batch_s >= 0)) return true;
   const double n = claimed.samples;
   const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
-  const double real = window_s - n * per_call_overhead_s;  // what the calls took, by the parent's clock
-  const double slack = bound.fixed_slack_s + n * (bound.overhead_rel_slack * per_call_overhead_s + bound.call_slack_s);
+  // What the calls took, by the parent's clock: the window less the trusted batch and per-call overheads.
+  const double real = window_s - n * per_call_overhead_s - batch_s;
+  const double slack = bound_slack_s(claimed.samples, per_call_overhead_s, batch_s, bound);
   const double excess = bound.fraction * real - slack - n * mean;
   if (unexplained_s != nullptr) *unexplained_s = std::max(0.0, excess);
   return excess > 0;
@@ -621,6 +634,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     if (key != cand.keys.end() && n != cand.announced_samples.end()) {
       ref_job.workloads[w].replay_key = key->second;
       ref_job.workloads[w].replay_samples = n->second;
+      ref_job.workloads[w].replay_batch = cand_job.timing.warmup + timed_slots(cand_job, w);  // the candidate's batch
     }
   }
   if (resident) {
@@ -629,7 +643,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     for (std::size_t w = 0; w < ref_job.workloads.size(); ++w)
       if (ref_job.workloads[w].replay_samples > 0)
         replay.push_back({{"workload", w}, {"key", ref_job.workloads[w].replay_key},
-                          {"samples", ref_job.workloads[w].replay_samples}});
+                          {"samples", ref_job.workloads[w].replay_samples},
+                          {"batch", ref_job.workloads[w].replay_batch}});
     const auto t = Clock::now();
     release_owner(json{{"replay", replay}});
     res.phases.reference_s = since(t);
@@ -814,33 +829,27 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
         return finish(Outcome::flagged, "timing of workload " + we.name + " does not match what the runner reported while running");
       }
       // The parent's window: its own write of the phase's key to the arrival of timing_end. It holds
-      // the warm-ups and the samples, each with the trusted overhead the reference measured around
-      // the same calls (inputs, poison, hand-over) plus the empty sample (flush, syncs, bracket).
-      // Warm-ups hand nothing over: they carry the empty sample's overhead only (the first H200 run
-      // charged them the hand-over too, and a 256 MiB hand-over per warm-up flagged every honest
-      // kernel of vector_add's pow2_64m). Samples carry both.
-      const double sample_o = ref.result->sample_overhead_s;
-      const double replay_o = ref.result->workloads[w].replay_overhead_s;
+      // the batch (every timed call's inputs and poisoned outputs, then the samples' hand-over; the
+      // reference made and timed the same batch) and the warm-ups and samples, each with the empty
+      // sample's trusted overhead (flush, syncs, bracket).
+      const double per_call = ref.result->sample_overhead_s;
+      const double batch = ref.result->workloads[w].batch_in_s + ref.result->workloads[w].batch_out_s;
       TimingResult all_calls = *we.timing;
       all_calls.samples += cand_job.timing.warmup;
-      const double per_call =
-          (all_calls.samples * sample_o + we.timing->samples * replay_o) / std::max(1, all_calls.samples);
       const double window = e->second - b->second;
       double below = 0;
-      {
-        const double n = all_calls.samples;
-        const double real = window - n * per_call;
-        const double slack = config_.bound.fixed_slack_s + n * (config_.bound.overhead_rel_slack * per_call + config_.bound.call_slack_s);
-        we.window_s = window;
-        we.call_overhead_s = per_call;
-        we.flag_below_fraction = real > 0 ? std::max(0.0, (config_.bound.fraction * real - slack) / real) : 0;
-      }
-      // Both bounds allow the candidate's per-call overhead to differ from the reference's by
-      // bound.overhead_rel_slack of it (the hand-over copies vary that much between processes).
-      if (claimed_time_implausible(all_calls, window, per_call, config_.flag_factor,
-                                   config_.flag_slack_s + config_.bound.overhead_rel_slack * per_call,
+      we.window_s = window;
+      we.call_overhead_s = per_call;
+      we.batch_s = batch;
+      we.calls = all_calls.samples;
+      we.parent_call_s = (window - batch) / std::max(1, all_calls.samples) - per_call;
+      we.flag_below_fraction = flag_below_fraction(all_calls.samples, window, per_call, batch, config_.bound);
+      // Both bounds allow the candidate's overheads to differ from the reference's by the bound's
+      // relative slacks (two processes' flushes and batches differ by that much).
+      if (claimed_time_implausible(all_calls, window - batch * (1 + config_.bound.batch_rel_slack), per_call,
+                                   config_.flag_factor, config_.flag_slack_s + config_.bound.overhead_rel_slack * per_call,
                                    config_.flag_fixed_slack_s, &we.outside_s) ||
-          claim_below_parent_clock(all_calls, window, per_call, config_.bound, &below)) {
+          claim_below_parent_clock(all_calls, window, per_call, batch, config_.bound, &below)) {
         res.flags.push_back("time_below_outside_bound");
         return finish(Outcome::flagged, "claimed time of workload " + we.name + " is below what the parent's clock measured (" +
                                             std::to_string(below) + " s unexplained)");
@@ -941,6 +950,9 @@ json WorkloadEval::to_json() const {
     j["outside_s"] = outside_s;
     j["window_s"] = window_s;
     j["call_overhead_s"] = call_overhead_s;
+    j["batch_s"] = batch_s;
+    j["calls"] = calls;
+    j["parent_call_s"] = parent_call_s;
     j["flag_below_fraction"] = flag_below_fraction;
   }
   if (launches) {

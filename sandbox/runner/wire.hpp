@@ -57,6 +57,9 @@ struct WireWorkload {
   // every timed call is verified (issue 23, classes 1 and 2). 0: none.
   std::uint64_t replay_key = 0;
   int replay_samples = 0;
+  // How many timed calls' inputs the candidate generated in its batch (warm-ups and every sample
+  // slot): the replay generates as many, so that it measures the same batch (0: warm-ups + samples).
+  int replay_batch = 0;
 };
 
 struct TimingSpec {
@@ -70,6 +73,10 @@ struct TimingSpec {
   // per workload, and with them the sample count (at least min(min_samples, 3) samples whatever
   // the size).
   std::uint64_t verify_bytes = 3ull << 30;
+  // Every timed call's inputs and outputs are made in one batch right after the phase's key (so the
+  // per-call window holds the L2 flush and the call only): this caps their bytes per workload, and
+  // with them the sample count (never below the floor above).
+  std::uint64_t batch_bytes = 16ull << 30;
 };
 
 
@@ -113,10 +120,12 @@ std::uint64_t timed_seed(std::uint64_t key, std::uint64_t index);
 
 // Output bytes of one call of workload w.
 std::uint64_t output_bytes(const WireWorkload& w);
+// Bytes of one call's generated arguments (inputs and outputs) of workload w.
+std::uint64_t call_bytes(const WireWorkload& w);
 // How many timed calls of workload w get an output slot (every timed sample is handed over, so
 // this is also the most samples the runner takes): for a timed workload of a timing job,
-// min(max_samples, max(min(min_samples, 3), verify_bytes / output bytes)); for a replay, its
-// replay_samples; else 0.
+// min(max_samples, max(min(min_samples, 3), min(verify_bytes / output bytes,
+// batch_bytes / call bytes - warm-ups))); for a replay, its replay_samples; else 0.
 int timed_slots(const Job& job, std::size_t w);
 
 // Where each output tensor lies in the output file: for every workload, every seed, every output
@@ -195,7 +204,11 @@ struct WorkloadResult {
   std::vector<TensorCheck> checks;  // GPU-resident owner: every slot's comparison, in layout order
   std::optional<TimingResult> timing;
   std::optional<std::vector<LaunchRecord>> launches;  // when the job asked for launch records
-  double replay_overhead_s = 0;  // trusted replay: per-call time outside the call (inputs, poison, hand-over)
+  // Trusted replay: the time of the timed phase's batch work that the candidate's window holds
+  // besides its calls and their flushes: making every call's inputs and poisoned outputs (batch_in_s)
+  // and handing the samples' outputs over (batch_out_s; an owner times device copies of the same bytes).
+  double batch_in_s = 0;
+  double batch_out_s = 0;
 };
 
 struct RunnerResult {
