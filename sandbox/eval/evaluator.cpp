@@ -72,6 +72,7 @@ struct RunOutcome {
   std::map<std::size_t, double> timing_begin, timing_end;
   std::map<std::size_t, std::uint64_t> keys;               // workload → the key released to it
   std::map<std::size_t, int> announced_samples;            // workload → timing_end's count
+  std::map<std::size_t, int> warmups;                      // workload → the warm-up count sent with its key
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
@@ -169,8 +170,10 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       const auto w = ev.body.at("workload").get<std::size_t>();
       if (before_key) before_key();  // before the window opens: it is not charged to the candidate
       const std::uint64_t key = fresh_secret();
+      const int warmup = draw_warmup(job.timing, fresh_secret());  // never in the job (class 1)
       o.keys[w] = key;
-      o.timing_begin[w] = o.proc->send_line(json{{"key", key}}.dump());
+      o.warmups[w] = warmup;
+      o.timing_begin[w] = o.proc->send_line(json{{"key", key}, {"warmup", warmup}}.dump());
     } else if (name == "timing_end") {
       o.timing_end[ev.body.at("workload").get<std::size_t>()] = ev.t;
     } else if (name == "result") {
@@ -626,15 +629,22 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     return finish(Outcome::flagged, "the runner's result does not list the workloads it was given");
   }
 
+  // Timed calls the candidate made in workload w's phase: the warm-ups its key asked for and the
+  // samples it announced (-1: no phase).
+  auto timed_calls = [&](std::size_t w) {
+    const auto n = cand.announced_samples.find(w);
+    const auto warm = cand.warmups.find(w);
+    return n == cand.announced_samples.end() || warm == cand.warmups.end() ? -1 : warm->second + n->second;
+  };
   // 2. The trusted reference with the same correctness seeds, and a replay of every timed call the
-  // candidate made (the keys the parent released to it, as many samples as it announced).
+  // candidate made (the keys the parent released to it, its warm-ups and announced samples).
   for (std::size_t w = 0; w < ref_job.workloads.size(); ++w) {
     const auto key = cand.keys.find(w);
-    const auto n = cand.announced_samples.find(w);
-    if (key != cand.keys.end() && n != cand.announced_samples.end()) {
+    const int calls = timed_calls(w);
+    if (key != cand.keys.end() && calls > 0) {
       ref_job.workloads[w].replay_key = key->second;
-      ref_job.workloads[w].replay_samples = n->second;
-      ref_job.workloads[w].replay_batch = cand_job.timing.warmup + timed_slots(cand_job, w);  // the candidate's batch
+      ref_job.workloads[w].replay_samples = calls;  // warm-ups and samples: every timed call is verified
+      ref_job.workloads[w].replay_batch = cand.warmups.at(w) + timed_slots(cand_job, w);  // the candidate's batch
     }
   }
   if (resident) {
@@ -684,10 +694,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       std::size_t expected = 0;
       for (const Slot& s : cand_layout.slots) {
         if (s.workload != w) continue;
-        if (s.seed_index < 0) {
-          const auto n = cand.announced_samples.find(w);
-          if (n == cand.announced_samples.end() || -1 - s.seed_index >= n->second) continue;
-        }
+        if (s.seed_index < 0 && -1 - s.seed_index >= timed_calls(w)) continue;
         ++expected;
       }
       const auto& rchecks = ref.result->workloads[w].checks;
@@ -732,10 +739,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     };
     std::vector<Pair> pairs;
     for (const Slot& s : cand_layout.slots) {
-      if (s.seed_index < 0) {  // timed sample -1 - seed_index: only those the candidate took
-        const auto n = cand.announced_samples.find(s.workload);
-        if (n == cand.announced_samples.end() || -1 - s.seed_index >= n->second) continue;
-      }
+      // timed call -1 - seed_index (warm-ups, then samples): only those the candidate made
+      if (s.seed_index < 0 && -1 - s.seed_index >= timed_calls(s.workload)) continue;
       const Slot* rs = ref_layout.find(s.workload, s.seed_index, s.arg);
       if (rs == nullptr || rs->bytes != s.bytes) throw std::runtime_error("reference layout mismatch");
       pairs.push_back({&s, rs});
@@ -835,7 +840,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       const double per_call = ref.result->sample_overhead_s;
       const double batch = ref.result->workloads[w].batch_in_s + ref.result->workloads[w].batch_out_s;
       TimingResult all_calls = *we.timing;
-      all_calls.samples += cand_job.timing.warmup;
+      all_calls.samples = timed_calls(w);  // warm-ups (drawn per phase) and samples
       const double window = e->second - b->second;
       double below = 0;
       we.window_s = window;

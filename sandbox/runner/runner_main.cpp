@@ -369,10 +369,9 @@ class Runner {
       const json go = json::parse(line);
       for (const auto& r : go.at("replay")) {
         const auto w = r.at("workload").get<std::size_t>();
-        const int n = r.at("samples").get<int>();
-        if (w >= job_.workloads.size() || n < 0 || n > timed_slots(job_, w))
-          throw Stop{Outcome::bad_job, "replay out of the layout"};
-        const int cap = job_.timing.warmup + timed_slots(job_, w);  // the candidate's batch
+        const int n = r.at("samples").get<int>();  // timed calls: warm-ups and samples
+        const int cap = timed_call_slots(job_, w);    // the candidate's layout (and most its batch)
+        if (w >= job_.workloads.size() || n < 0 || n > cap) throw Stop{Outcome::bad_job, "replay out of the layout"};
         job_.workloads[w].replay_key = r.at("key").get<std::uint64_t>();
         job_.workloads[w].replay_samples = n;
         const int batch = r.value("batch", 0);
@@ -618,14 +617,13 @@ class Runner {
     // trusted batch time the parent's bound subtracts from the candidate's window.
     if (wl.replay_samples > 0) {
       if (agent_) throw Stop{Outcome::bad_job, "replay is for trusted runners"};
-      const int warm = job_.timing.warmup;
-      const int calls = std::max(wl.replay_batch, warm + wl.replay_samples);
+      const int calls = wl.replay_samples;  // the candidate's warm-ups and samples, all verified
       auto t0 = Clock::now();
-      make_batch(calls, wl.replay_key);
+      make_batch(std::max(wl.replay_batch, calls), wl.replay_key);
       wr.batch_in_s = seconds_since(t0);
       auto beat = Clock::now();
-      for (int i = 0; i < wl.replay_samples; ++i) {
-        use(batch[static_cast<std::size_t>(warm + i)]);
+      for (int i = 0; i < calls; ++i) {
+        use(batch[static_cast<std::size_t>(i)]);
         call();
         RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
         check_ret();
@@ -642,23 +640,23 @@ class Runner {
           if (wl.args[a].role == ArgRole::output) most = std::max(most, wl.args[a].count * dtype_size(wl.args[a].dtype));
         void* scratch = alloc(most);
         t0 = Clock::now();
-        for (int i = 0; i < wl.replay_samples; ++i)
+        for (int i = 0; i < calls; ++i)
           for (std::size_t a = 0; a < n; ++a) {
             if (wl.args[a].role != ArgRole::output || layout_.find(w, -1 - i, a) == nullptr) continue;
-            RUNNER_CUDA(cudaMemcpyAsync(scratch, batch[static_cast<std::size_t>(warm + i)][a],
+            RUNNER_CUDA(cudaMemcpyAsync(scratch, batch[static_cast<std::size_t>(i)][a],
                                         wl.args[a].count * dtype_size(wl.args[a].dtype), cudaMemcpyDeviceToDevice,
                                         gpu_.stream), runtime_error);
             RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
           }
         wr.batch_out_s = seconds_since(t0);
-        for (int i = 0; i < wl.replay_samples; ++i) {
-          use(batch[static_cast<std::size_t>(warm + i)]);
+        for (int i = 0; i < calls; ++i) {
+          use(batch[static_cast<std::size_t>(i)]);
           hand_over(-1 - i);
         }
       } else {
         t0 = Clock::now();
-        for (int i = 0; i < wl.replay_samples; ++i) {
-          use(batch[static_cast<std::size_t>(warm + i)]);
+        for (int i = 0; i < calls; ++i) {
+          use(batch[static_cast<std::size_t>(i)]);
           hand_over(-1 - i);
         }
         wr.batch_out_s = seconds_since(t0);
@@ -673,9 +671,8 @@ class Runner {
       // The key of this timed phase arrives only now, from the parent (whose clock starts here):
       // every timed call gets inputs of its own, unknown to the process before they are due.
       emit_.send({{"event", "timing_ready"}, {"workload", w}});
-      const std::uint64_t key = read_key();
+      const auto [key, warm] = read_key();
       const int slots = timed_slots(job_, w);
-      const int warm = job_.timing.warmup;
       make_batch(warm + slots, key);
       std::size_t next_call = 0;  // timed calls so far: warm-ups, then samples
       auto next = [&] { use(batch[next_call++]); };
@@ -685,9 +682,10 @@ class Runner {
         check_ret();
       }
       wr.timing = time_samples(call, check_ret, next, slots);
-      // Every sample's outputs, handed over in one batch (the replay measures the same hand-over).
-      for (int i = 0; i < wr.timing->samples; ++i) {
-        use(batch[static_cast<std::size_t>(warm + i)]);
+      // Every timed call's outputs (warm-ups too), handed over in one batch (the replay measures the
+      // same hand-over).
+      for (int i = 0; i < warm + wr.timing->samples; ++i) {
+        use(batch[static_cast<std::size_t>(i)]);
         hand_over(-1 - i);
       }
       emit_.send({{"event", "timing_end"}, {"workload", w}, {"samples", wr.timing->samples}});
@@ -705,12 +703,16 @@ class Runner {
     result_.workloads.push_back(std::move(wr));
   }
 
-  // The key line the parent writes on stdin when "timing_ready" arrives: {"key": <u64>}.
-  std::uint64_t read_key() {
+  // The key line the parent writes on stdin when "timing_ready" arrives: {"key": u64, "warmup": n},
+  // the phase's warm-up count drawn by the parent (never in the job), at most the job's max_warmup.
+  std::pair<std::uint64_t, int> read_key() {
     std::string line;
     if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no timing key on stdin"};
     try {
-      return json::parse(line).at("key").get<std::uint64_t>();
+      const json j = json::parse(line);
+      const int warm = j.at("warmup").get<int>();
+      if (warm < 0 || warm > warmup_range(job_.timing).second) throw Stop{Outcome::bad_job, "warm-up count out of the layout"};
+      return {j.at("key").get<std::uint64_t>(), warm};
     } catch (const json::exception& e) {
       throw Stop{Outcome::bad_job, std::string("bad timing key: ") + e.what()};
     }

@@ -68,7 +68,7 @@ json to_json(const Job& job) {
           {"workloads", wls},
           {"seeds", job.seeds},
           {"timing",
-           {{"enabled", job.timing.enabled}, {"warmup", job.timing.warmup},
+           {{"enabled", job.timing.enabled}, {"max_warmup", warmup_range(job.timing).second},
             {"min_samples", job.timing.min_samples}, {"max_samples", job.timing.max_samples},
             {"rse_target", job.timing.rse_target}, {"time_cap_s", job.timing.time_cap_s},
             {"verify_bytes", job.timing.verify_bytes}, {"batch_bytes", job.timing.batch_bytes}}},
@@ -151,7 +151,9 @@ Job job_from_json(const json& j) {
   if (j.contains("timing")) {
     const json& t = j.at("timing");
     job.timing.enabled = get_or<bool>(t, "enabled", true, c);
-    job.timing.warmup = get_or<int>(t, "warmup", 3, c);
+    job.timing.warmup = 0;  // not in the job: each phase's count comes with its key
+    job.timing.max_warmup = get_or<int>(t, "max_warmup", 5, c);
+    if (job.timing.max_warmup < 0 || job.timing.max_warmup > 1000) bad(c, "bad warm-up bound");
     job.timing.min_samples = get_or<int>(t, "min_samples", 10, c);
     job.timing.max_samples = get_or<int>(t, "max_samples", 300, c);
     job.timing.rse_target = get_or<double>(t, "rse_target", 0.005, c);
@@ -219,11 +221,29 @@ int timed_slots(const Job& job, std::size_t w) {
   if (!job.timing.enabled || !wl.time) return 0;
   const std::uint64_t bytes = std::max<std::uint64_t>(output_bytes(wl), 1);
   const std::uint64_t batch_calls = job.timing.batch_bytes / std::max<std::uint64_t>(call_bytes(wl), 1);
-  const auto warm = static_cast<std::uint64_t>(std::max(job.timing.warmup, 0));
+  const auto warm = static_cast<std::uint64_t>(warmup_range(job.timing).second);
   const std::uint64_t fit = std::min(job.timing.verify_bytes / bytes, batch_calls > warm ? batch_calls - warm : 0);
   const std::uint64_t floor = static_cast<std::uint64_t>(std::min(job.timing.min_samples, 3));
   return static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(job.timing.max_samples),
                                                   std::max(floor, fit)));
+}
+
+std::pair<int, int> warmup_range(const TimingSpec& t) {
+  if (t.max_warmup >= 0) return {std::min(1, t.max_warmup), t.max_warmup};
+  const int base = std::max(t.warmup, 0);
+  return {std::max(1, base - 1), base + 2};
+}
+
+int draw_warmup(const TimingSpec& t, std::uint64_t r) {
+  const auto [lo, hi] = warmup_range(t);
+  return lo + static_cast<int>(r % static_cast<std::uint64_t>(hi - lo + 1));
+}
+
+int timed_call_slots(const Job& job, std::size_t w) {
+  const WireWorkload& wl = job.workloads[w];
+  if (wl.replay_samples > 0) return wl.replay_samples;
+  const int samples = timed_slots(job, w);
+  return samples > 0 ? samples + warmup_range(job.timing).second : 0;
 }
 
 Layout output_layout(const Job& job) {
@@ -239,7 +259,7 @@ Layout output_layout(const Job& job) {
       for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
         if (job.workloads[w].args[a].role == ArgRole::output) add(w, seed, a);
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
-    for (int i = 0; i < timed_slots(job, w); ++i)
+    for (int i = 0; i < timed_call_slots(job, w); ++i)
       for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
         if (job.workloads[w].args[a].role == ArgRole::output) add(w, -1 - i, a);
   return layout;

@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -53,8 +54,8 @@ struct WireWorkload {
   std::vector<WireArg> args;     // in entry-point order; the stream is appended as last argument
   bool time = true;              // run the timing phase on it (when timing is enabled)
   // Trusted runners only (the reference, after the candidate): recompute the outputs of the
-  // candidate's timed calls 0..replay_samples-1 from the key the parent released to it, so that
-  // every timed call is verified (issue 23, classes 1 and 2). 0: none.
+  // candidate's timed calls 0..replay_samples-1 (its warm-ups and samples) from the key the parent
+  // released to it, so that every timed call is verified (issue 23, classes 1 and 2). 0: none.
   std::uint64_t replay_key = 0;
   int replay_samples = 0;
   // How many timed calls' inputs the candidate generated in its batch (warm-ups and every sample
@@ -64,7 +65,12 @@ struct WireWorkload {
 
 struct TimingSpec {
   bool enabled = true;
+  // Warm-up calls per timed phase: the parent draws the count for each phase from
+  // warmup_range() and sends it with the phase's key, never in the job (issue 23, class 1); the job
+  // carries only the most a key may ask for (`max_warmup`, for the slot layout). Every warm-up is
+  // verified like a sample, so knowing which calls are warm-ups earns nothing.
   int warmup = 3;
+  int max_warmup = -1;           // -1: warmup + 2 (the parent); a runner's job always has it
   int min_samples = 10;
   int max_samples = 300;
   double rse_target = 0.005;     // stop once stderr(mean)/mean falls below this
@@ -110,6 +116,10 @@ struct Job {
   std::map<std::string, Tolerance> tolerances;   // owner: per dtype name, for the GPU comparison
 };
 
+// The warm-up counts a key may carry: [max(1, warmup - 1), warmup + 2] unless max_warmup is set.
+std::pair<int, int> warmup_range(const TimingSpec& t);
+// The count for one phase from a secret random number r (uniform over warmup_range).
+int draw_warmup(const TimingSpec& t, std::uint64_t r);
 nlohmann::json to_json(const Job& job);
 Job job_from_json(const nlohmann::json& j);  // throws WireError
 
@@ -122,17 +132,21 @@ std::uint64_t timed_seed(std::uint64_t key, std::uint64_t index);
 std::uint64_t output_bytes(const WireWorkload& w);
 // Bytes of one call's generated arguments (inputs and outputs) of workload w.
 std::uint64_t call_bytes(const WireWorkload& w);
-// How many timed calls of workload w get an output slot (every timed sample is handed over, so
+// How many timed samples of workload w get an output slot (every timed call is handed over, so
 // this is also the most samples the runner takes): for a timed workload of a timing job,
 // min(max_samples, max(min(min_samples, 3), min(verify_bytes / output bytes,
-// batch_bytes / call bytes - warm-ups))); for a replay, its replay_samples; else 0.
+// batch_bytes / call bytes - the most warm-ups))); for a replay, its replay_samples (calls); else 0.
+// The layout holds the most warm-ups' slots besides (timed_calls_slots).
 int timed_slots(const Job& job, std::size_t w);
+// Slots of timed calls (warm-ups first, then samples) in the layout of workload w: for a timed
+// workload of a timing job, the most warm-ups + timed_slots; for a replay, its replay_samples.
+int timed_call_slots(const Job& job, std::size_t w);
 
 // Where each output tensor lies in the output file: for every workload, every seed, every output
 // argument in order; then, for every timed workload, the outputs of each timed sample.
 struct Slot {
   std::size_t workload = 0;
-  int seed_index = 0;            // >= 0: correctness seed; -1 - i: timed sample i (timed_seed)
+  int seed_index = 0;            // >= 0: correctness seed; -1 - i: timed call i (warm-ups, then samples)
   std::size_t arg = 0;
   Dtype dtype = Dtype::f32;
   std::uint64_t count = 0;

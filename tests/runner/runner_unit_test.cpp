@@ -59,12 +59,14 @@ TEST_CASE("a job survives the wire and its output layout is aligned", "[runner][
   CHECK(to_json(back) == to_json(job));
 
   const Layout l = output_layout(job);
-  // One output per workload per seed, plus one per timed sample of a timed workload (odd_1m and
-  // single are `timed: false`); every timed sample is handed over, up to verify_bytes per workload.
+  // One output per workload per seed, plus one per timed call of a timed workload (odd_1m and
+  // single are `timed: false`): the most warm-ups (5) and the samples, up to verify_bytes per
+  // workload; every timed call is handed over.
   std::size_t timed = 0, timed_outputs = 0;
   for (std::size_t w = 0; w < job.workloads.size(); ++w) {
     timed += job.workloads[w].time ? 1 : 0;
-    timed_outputs += static_cast<std::size_t>(timed_slots(job, w));
+    timed_outputs += static_cast<std::size_t>(timed_call_slots(job, w));
+    CHECK(timed_call_slots(job, w) == (job.workloads[w].time ? timed_slots(job, w) + 5 : 0));
     CHECK((timed_slots(job, w) > 0) == job.workloads[w].time);
   }
   CHECK(timed == 3);
@@ -77,8 +79,8 @@ TEST_CASE("a job survives the wire and its output layout is aligned", "[runner][
   }
   CHECK(l.find(0, -1, 2) == nullptr);  // odd_1m is untimed
   CHECK(l.find(1, -1, 2) != nullptr);
-  CHECK(l.find(1, -4, 2) != nullptr);
-  CHECK(l.find(1, -5, 2) == nullptr);
+  CHECK(l.find(1, -9, 2) != nullptr);  // 5 warm-ups + 4 samples
+  CHECK(l.find(1, -10, 2) == nullptr);
   CHECK(l.find(0, 3, 2) == nullptr);
   Job untimed = job;
   untimed.timing.enabled = false;
@@ -472,8 +474,8 @@ TEST_CASE("timed calls get distinct seeds from the parent's key; sample counts f
   CHECK(timed_slots(job, 0) == 4);
   job.timing.verify_bytes = 1;  // never fewer than min(min_samples, 3) samples
   CHECK(timed_slots(job, 0) == 3);
-  job.timing.verify_bytes = 1ull << 40;  // the batch budget caps them: 16 GiB / 768 MiB - 3 warm-ups
-  CHECK(timed_slots(job, 0) == 18);
+  job.timing.verify_bytes = 1ull << 40;  // the batch budget caps them: 16 GiB / 768 MiB - 5 warm-ups at most
+  CHECK(timed_slots(job, 0) == 16);
   job.timing.batch_bytes = 1ull << 50;  // never more than max_samples
   CHECK(timed_slots(job, 0) == job.timing.max_samples);
   job.timing.enabled = false;
@@ -560,13 +562,43 @@ TEST_CASE("the tight bound with the batch: the per-call slack of a memory-bound 
   CHECK(flag_below_fraction(calls, batch / 2, o, batch, b) == 0);
 }
 
+TEST_CASE("class 1: the warm-up count is not in the job; the parent draws it per phase", "[runner][wire][threat]") {
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[1]};
+  const Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  const nlohmann::json j = to_json(job);
+  CHECK_FALSE(j.at("timing").contains("warmup"));  // only the most a key may ask for
+  CHECK(j.at("timing").at("max_warmup") == 5);
+  const Job runner_side = job_from_json(j);
+  CHECK(runner_side.timing.warmup == 0);  // the runner learns the count with the key only
+  CHECK(warmup_range(runner_side.timing) == std::make_pair(1, 5));
+  // The same layout on both ends: the most warm-ups' slots before the samples'.
+  CHECK(timed_call_slots(job, 0) == timed_slots(job, 0) + 5);
+  CHECK(timed_call_slots(runner_side, 0) == timed_call_slots(job, 0));
+  CHECK(output_layout(runner_side).total_bytes == output_layout(job).total_bytes);
+  // Draws cover the range [2, 5] for the default 3 and nothing outside it.
+  std::set<int> seen;
+  for (std::uint64_t r = 0; r < 64; ++r) {
+    const int w = draw_warmup(TimingSpec{}, r * 0x9E3779B97F4A7C15ull);
+    CHECK(w >= 2);
+    CHECK(w <= 5);
+    seen.insert(w);
+  }
+  CHECK(seen.size() == 4);
+  TimingSpec none;
+  none.warmup = 0;
+  CHECK(warmup_range(none) == std::make_pair(1, 2));
+  nlohmann::json bad = j;
+  bad["timing"]["max_warmup"] = -3;
+  CHECK_THROWS_AS(job_from_json(bad), WireError);
+}
+
 TEST_CASE("the timed batch: calls capped by the batch budget, the replay makes the same batch", "[runner][wire][threat]") {
   std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[1]};  // 64 Mi floats: 768 MiB per call
   Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
   CHECK(call_bytes(job.workloads[0]) == 3 * (64ull << 20) * 4);
   CHECK(timed_slots(job, 0) == 12);  // 3 GiB of outputs / 256 MiB
-  job.timing.batch_bytes = 8ull << 30;  // 10 calls' inputs and outputs fit: 3 warm-ups + 7 samples
-  CHECK(timed_slots(job, 0) == 7);
+  job.timing.batch_bytes = 8ull << 30;  // 10 calls' inputs and outputs fit: at most 5 warm-ups + 5 samples
+  CHECK(timed_slots(job, 0) == 5);
   job.timing.batch_bytes = 1;  // never below the floor
   CHECK(timed_slots(job, 0) == 3);
   job.workloads[0].replay_key = 5;
