@@ -78,6 +78,8 @@ struct RunOutcome {
   std::vector<std::string> protocol_flags;
   double wait_ready_s = 0, run_s = 0;
   double eof_s = -1;              // the result channel's end, since the job was sent
+  double result_t = -1;           // arrival of the result frame, since the job was sent
+  double last_work_t = -1;        // arrival of the last call or timing_end frame (agent code ran before it)
 };
 
 // GPU-resident hooks: `on_slots` runs when an owner's "slots" frame arrives (the loop waits for it);
@@ -165,6 +167,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       if (on_slots) on_slots(*o.proc, ev);
     } else if (name == "call") {
       ++o.calls;
+      o.last_work_t = ev.t;
     } else if (name == "timing_ready") {
       // Released only now: the inputs of this phase's calls did not exist before this line.
       const auto w = ev.body.at("workload").get<std::size_t>();
@@ -176,9 +179,11 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       o.timing_begin[w] = o.proc->send_line(json{{"key", key}, {"warmup", warmup}}.dump());
     } else if (name == "timing_end") {
       o.timing_end[ev.body.at("workload").get<std::size_t>()] = ev.t;
+      o.last_work_t = ev.t;
     } else if (name == "result") {
       try {
         o.result = result_from_json(ev.body);
+        o.result_t = ev.t;
         have_result = true;
       } catch (const WireError& e) {
         o.failure = "malformed";
@@ -294,6 +299,10 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
     if (job.timing.enabled && w.time) timed += 1;
   const double budget = cfg.budget_factor * *reference_s + cfg.budget_constant_s + timed * 2 * job.timing.time_cap_s;
   return std::min(cfg.job_timeout_s, budget);
+}
+
+double tail_allowance_s(double reference_exit_s, const ParentBound& bound) {
+  return bound.tail_fixed_s + bound.tail_factor * std::max(0.0, reference_exit_s);
 }
 
 double bound_slack_s(int calls, double per_call_overhead_s, double batch_s, const ParentBound& bound) {
@@ -862,6 +871,20 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
     }
+    // The tail (issue 23 item 4): from the candidate's last call or timing_end to its reap, only the
+    // runner's own end (SM clock, thread census, the result, CUDA teardown) is due. Agent code that
+    // runs there (a timer signal's handler, say) does work no window holds: bounded by the
+    // reference's own end (its result to its reap) and a constant.
+    if (timed > 0 && cand.last_work_t >= 0 && ref.result_t >= 0) {
+      res.phases.candidate_tail_s = std::max(0.0, cand.run_s - cand.last_work_t);
+      res.phases.tail_allowed_s = tail_allowance_s(ref.run_s - ref.result_t, config_.bound);
+      if (res.phases.candidate_tail_s > res.phases.tail_allowed_s) {
+        res.flags.push_back("tail_beyond_bound");
+        return finish(Outcome::flagged, "the candidate's runner took " + std::to_string(res.phases.candidate_tail_s) +
+                                            " s from its last call to its exit (at most " +
+                                            std::to_string(res.phases.tail_allowed_s) + " s allowed: work after the timed calls?)");
+      }
+    }
     if (timed > 0) res.time_s = std::exp(log_sum / timed);
   }
   return finish(Outcome::ok, "");
@@ -981,7 +1004,8 @@ json EvalResult::to_json() const {
           {"phases",
            {{"reference_s", phases.reference_s}, {"wait_ready_s", phases.wait_ready_s},
             {"candidate_s", phases.candidate_s}, {"compare_s", phases.compare_s}, {"total_s", phases.total_s},
-            {"candidate_tail_s", phases.candidate_tail_s}}},
+            {"candidate_tail_s", phases.candidate_tail_s},
+            {"tail_allowed_s", phases.tail_allowed_s}}},
           {"runner_output", runner_output},
           {"launches_error", launches_error}};
 }

@@ -45,6 +45,11 @@ struct ParentBound {
   double batch_rel_slack = 0.1;
   double call_slack_s = 20e-6;       // per call: scheduling
   double fixed_slack_s = 2e-3;       // per phase: the key's and timing_end's pipe hops and wake-ups
+  // The candidate's tail (its last call or timing_end to its reap) may take at most
+  // tail_fixed_s + tail_factor × the reference's end (its result frame to its reap); beyond it the
+  // evaluation is flagged (tail_beyond_bound). H200, 2026-12-01: tails of 0.06-0.15 s.
+  double tail_fixed_s = 0.25;
+  double tail_factor = 3;
 };
 
 struct EvalConfig {
@@ -132,7 +137,8 @@ struct PhaseTimes {
   double total_s = 0;
   // The parent's clock from the last timing_end to the candidate's reap (its process, CUDA context
   // and any GPU work it left are gone): work deferred past the timed phases would show here (measured, not yet bounded).
-  double candidate_tail_s = 0;
+  double candidate_tail_s = 0;  // the candidate's last call or timing_end to its reap (timed evaluations)
+  double tail_allowed_s = 0;    // its bound (tail_allowance_s)
 };
 
 struct EvalResult {
@@ -224,6 +230,8 @@ bool claim_below_parent_clock(const TimingResult& claimed, double window_s, doub
 double bound_slack_s(int calls, double per_call_overhead_s, double batch_s, const ParentBound& bound);
 double flag_below_fraction(int calls, double window_s, double per_call_overhead_s, double batch_s,
                            const ParentBound& bound);
+// The most the candidate's tail may take, given the reference's end (result frame to reap).
+double tail_allowance_s(double reference_exit_s, const ParentBound& bound);
 
 // The parent's outside check of one timed workload: true when the claimed time is far below what
 // the parent's clock allows. `outside_s` receives the per-sample bound.

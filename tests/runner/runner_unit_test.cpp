@@ -592,6 +592,15 @@ TEST_CASE("class 1: the warm-up count is not in the job; the parent draws it per
   CHECK_THROWS_AS(job_from_json(bad), WireError);
 }
 
+TEST_CASE("the tail after the last timed call is bounded by the reference's end", "[runner][bound][threat]") {
+  const ParentBound b;  // 0.25 s + 3 × the reference's result-to-reap
+  CHECK(tail_allowance_s(0.05, b) == Approx(0.25 + 3 * 0.05));
+  CHECK(tail_allowance_s(-1.0, b) == Approx(0.25));  // a clock step never lowers it below the constant
+  // H200, 2026-12-01: honest tails of 0.06-0.15 s; a handler spinning 90 % of the time multiplies it.
+  CHECK(0.15 <= tail_allowance_s(0.03, b));
+  CHECK(10 * 0.06 > tail_allowance_s(0.03, b));
+}
+
 TEST_CASE("the timed batch: calls capped by the batch budget, the replay makes the same batch", "[runner][wire][threat]") {
   std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[1]};  // 64 Mi floats: 768 MiB per call
   Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
