@@ -584,11 +584,13 @@ class Runner {
       }
     };
 
-    // Correctness: one fresh, poisoned call per seed (the first one's launches recorded on demand).
+    // Correctness: one fresh, poisoned call per seed (every call's launches recorded on demand and
+    // merged: issue 23, class 13).
     std::optional<std::vector<LaunchRecord>> launch_records;
+    std::vector<LaunchRecord> first_launches;
     for (std::size_t s = 0; s < job_.seeds.size(); ++s) {
       prepare(job_.seeds[s], job_.seeds[s]);
-      const bool record = s == 0 && recording_launches();
+      const bool record = recording_launches();
       std::string err;
       if (record && !launches_.begin(err)) result_.launches_error = err;
       call();
@@ -596,10 +598,14 @@ class Runner {
       const cudaError_t synced = cudaDeviceSynchronize();
       if (record && result_.launches_error.empty()) {
         std::vector<LaunchRecord> recs;
-        if (launches_.end(recs, err))
-          launch_records = std::move(recs);
-        else
+        if (!launches_.end(recs, err)) {
           result_.launches_error = err;
+        } else if (!launch_records) {
+          first_launches = recs;
+          launch_records = std::move(recs);
+        } else {
+          merge_call_launches(*launch_records, first_launches, recs);
+        }
       }
       RUNNER_CUDA(synced, runtime_error);
       RUNNER_CUDA(cudaGetLastError(), runtime_error);

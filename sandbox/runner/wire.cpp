@@ -228,6 +228,24 @@ int timed_slots(const Job& job, std::size_t w) {
                                                   std::max(floor, fit)));
 }
 
+bool same_launch(const LaunchRecord& a, const LaunchRecord& b) {
+  return a.kernel == b.kernel && a.grid_x == b.grid_x && a.grid_y == b.grid_y && a.grid_z == b.grid_z &&
+         a.block_x == b.block_x && a.block_y == b.block_y && a.block_z == b.block_z &&
+         a.registers_per_thread == b.registers_per_thread && a.static_shared_bytes == b.static_shared_bytes &&
+         a.dynamic_shared_bytes == b.dynamic_shared_bytes && a.local_bytes_per_thread == b.local_bytes_per_thread;
+}
+
+void merge_call_launches(std::vector<LaunchRecord>& merged, const std::vector<LaunchRecord>& first,
+                         const std::vector<LaunchRecord>& call) {
+  const bool same = call.size() == first.size() && std::equal(call.begin(), call.end(), first.begin(), same_launch);
+  if (same) return;
+  for (const auto& l : call) {
+    if (merged.size() >= kMaxLaunchRecords) return;
+    if (std::none_of(merged.begin(), merged.end(), [&](const LaunchRecord& m) { return same_launch(m, l); }))
+      merged.push_back(l);
+  }
+}
+
 std::pair<int, int> warmup_range(const TimingSpec& t) {
   if (t.max_warmup >= 0) return {std::min(1, t.max_warmup), t.max_warmup};
   const int base = std::max(t.warmup, 0);

@@ -108,7 +108,8 @@ struct Job {
   bool measure_overhead = true;  // time empty samples (before the .so is loaded) and report them
   std::vector<std::string> hide_paths;  // agent mode: made unreadable before the .so is loaded
   std::uint64_t host_memory_bytes = 8ull << 30;  // agent mode: extra address space after CUDA init
-  // Record every kernel launch of each workload's first correctness call (CUPTI activity records;
+  // Record every kernel launch of each workload's correctness calls (CUPTI activity records, merged:
+  // merge_call_launches;
   // d2k verify-tasks' resource properties). Off by default: it adds per-launch overhead.
   bool record_launches = false;
   SlotsRole gpu_slots = SlotsRole::none;
@@ -194,6 +195,13 @@ nlohmann::json to_json(const LaunchRecord& l);
 LaunchRecord launch_from_json(const nlohmann::json& j);  // throws WireError
 
 inline constexpr std::size_t kMaxLaunchRecords = 4096;  // per workload; more is an error
+bool same_launch(const LaunchRecord& a, const LaunchRecord& b);
+// Class 13 (issue 23): launches are recorded on every correctness call, not the first only. A
+// workload's list is its first recorded call's launches; each later call whose launches differ
+// from the first call's adds those of its launches not yet in the list (at most kMaxLaunchRecords),
+// so a kernel that behaves differently on some call shows that launch to the property checks.
+void merge_call_launches(std::vector<LaunchRecord>& merged, const std::vector<LaunchRecord>& first,
+                         const std::vector<LaunchRecord>& call);
 
 // One output tensor's comparison with the reference's: the parent's (sandbox/eval/compare.hpp) or
 // the GPU-resident owner's (sandbox/runner/gpu_slots.hpp), the same semantics.

@@ -601,6 +601,29 @@ TEST_CASE("the tail after the last timed call is bounded by the reference's end"
   CHECK(10 * 0.06 > tail_allowance_s(0.03, b));
 }
 
+TEST_CASE("class 13: launches of every correctness call are merged; a call that differs shows its launch",
+          "[runner][wire][threat]") {
+  LaunchRecord a;
+  a.kernel = "k";
+  a.grid_x = 132;
+  a.block_x = 256;
+  LaunchRecord big = a;
+  big.grid_x = 65536;  // sized to the machine on one call only
+  const std::vector<LaunchRecord> first = {a, a};  // two identical launches per call
+  std::vector<LaunchRecord> merged = first;
+  merge_call_launches(merged, first, {a, a});  // the same call again: nothing added, the count stays
+  CHECK(merged.size() == 2);
+  merge_call_launches(merged, first, {a, big});  // a call that differs: its new launch is seen
+  REQUIRE(merged.size() == 3);
+  CHECK(same_launch(merged[2], big));
+  merge_call_launches(merged, first, {big});  // already listed
+  CHECK(merged.size() == 3);
+  CHECK_FALSE(same_launch(a, big));
+  std::vector<LaunchRecord> full(kMaxLaunchRecords, a);
+  merge_call_launches(full, first, {big});  // never beyond the wire's cap
+  CHECK(full.size() == kMaxLaunchRecords);
+}
+
 TEST_CASE("the timed batch: calls capped by the batch budget, the replay makes the same batch", "[runner][wire][threat]") {
   std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[1]};  // 64 Mi floats: 768 MiB per call
   Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
