@@ -84,10 +84,10 @@ struct EvalConfig {
   // call's outputs there device to device, and the trusted runner compares them with the
   // reference's on the GPU after the agent runner has exited. Off: outputs go through host memfds
   // and are compared here on the CPU. Agent-mode candidates only (calibration keeps the CPU path).
-  // Off by default: on the H200 (2026-12-01 22:40Z, tests/README.md) it was correct everywhere, but 2
-  // of 13 honest evaluations of vector_add were flagged by the 2x outside bound on the first timed
-  // workload (a 5-26 ms fixed cost in that phase that the trusted overhead does not hold).
-  bool gpu_resident = false;
+  // On by default since 2026-12-02 (a separate commit, to be kept only if the H200 run of the exploit
+  // suite and d2k_runner_gpu_test passes on it): 20 of 20 honest evaluations ok at 23:29Z; the 2 of
+  // 13 flagged at 22:40Z preceded the pool hold and the NVML start-up fix.
+  bool gpu_resident = true;
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
   TrustedBuild build_trusted;
