@@ -711,9 +711,13 @@ Value Server::op_reset(const Request& request) {
   std::string id = sessions_.new_id();
   Session& session = sessions_.open(std::make_unique<Episode>(id, *task, r.layer, seed, b, r.label, wl));
   session.owner = request.client;  // with CURVE, only this key may act on the session or watch it
+  json observation = session.episode->observation();
+  // observe without a recorder starts from this one (fast_observe) instead of building it again:
+  // a few KB (the starter files), and the first observe of each of many sessions stays cheap.
+  if (!recorder_) observations_[id] = observation;
   return {{"session", id},
           {"instance", instance_},
-          {"observation", session.episode->observation()},
+          {"observation", std::move(observation)},
           {"info", session.episode->info()}};
 }
 
