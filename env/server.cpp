@@ -93,8 +93,8 @@ Error storage_error() {
 // on the state filesystem, a failed compile is the server's problem, not the agent's.
 constexpr std::uint64_t kCompileMinFreeBytes = 16ull << 20;
 
-// Requests of one session that may wait behind its workspace action (a client that pipelines
-// more gets `busy` for the rest): their bytes are held in memory until it lands.
+// Requests of one session that may wait behind its workspace action (their bytes are held in
+// memory until it lands); more are handled at once, as while a compile runs (handle).
 constexpr std::size_t kMaxHeldRequests = 8;
 
 bool says_disk_full(const std::string& text) {
@@ -508,12 +508,11 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
     if (envelope.op == "step" || envelope.op == "observe" || envelope.op == "close")
       request.session = protocol::parse_session(envelope);
     // Its session's workspace action runs on a worker: this request waits for that reply, so
-    // that it sees the action's effect and its reply goes out after that one (PROTOCOL.md).
+    // that it sees the action's effect and its reply goes out after that one (PROTOCOL.md). Past
+    // the limit it is handled now, as while a compile runs: a step gets busy, an observe the state
+    // before the action, a close closes the session once the action lands.
     if (!request.session.empty())
-      if (Session* s = sessions_.find(request.session); s && s->serial) {
-        if (s->held.size() >= kMaxHeldRequests)
-          throw Error(ErrorCode::busy, "the session has " + std::to_string(s->held.size()) +
-                                           " requests waiting behind its action in flight; wait for their replies");
+      if (Session* s = sessions_.find(request.session); s && s->serial && s->held.size() < kMaxHeldRequests) {
         s->held.push_back({route, std::string(payload), client, request.t});
         return;
       }
@@ -860,6 +859,7 @@ void Server::start_workspace_step(Session& s, const Request& request, const Rout
       if (stepped) {
         *session->episode = std::move(*copy);
         session->episode->touch();
+        if (session->closing) session->episode->end("closed");  // a close not held (past the limit)
       }
       session->serial = false;
       std::deque<HeldRequest> held = std::move(session->held);
