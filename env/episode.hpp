@@ -1,5 +1,7 @@
 // One agent's attempt at one task at one layer: workspace, budget, step count, last outcome, end.
-// Owned and mutated only by the server loop thread; long work runs on copies of its files.
+// Owned and mutated only by the server loop thread; long work runs on copies of its files, and a
+// workspace action (write_file, edit, patch) on a copy of the whole episode that the loop installs
+// when it lands (Server::start_workspace_step).
 #pragma once
 
 #include <chrono>

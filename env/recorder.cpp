@@ -458,8 +458,11 @@ void Recorder::drop_base(Active& a) {
 json Recorder::exchange_record(Active& a, std::uint64_t n, const json& request, const json& reply, double t_request,
                                double t_reply) {
   json record = {{"k", "exchange"}, {"n", n}, {"t_request", t_request}, {"t_reply", t_reply}, {"request", request}};
-  const bool observe = request.is_object() && request.value("op", "") == "observe";
-  if (observe && !a.base_reply.is_null()) {
+  const std::string op = request.is_object() ? request.value("op", "") : std::string();
+  // A step reply with an observation repeats the base's task, guidance and unchanged files (a
+  // compile or evaluate changes no file): logged as a patch too, and it becomes the next base.
+  const bool compact = op == "observe" || (op == "step" && reply.is_object() && reply.contains("observation"));
+  if (compact && !a.base_reply.is_null()) {
     // An observe reply repeats the latest observation but for a few fields (seconds_used, the
     // request id): logged as the RFC 6902 patch that turns the base reply into it.
     record["reply_base"] = a.base_n;

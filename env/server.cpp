@@ -93,6 +93,10 @@ Error storage_error() {
 // on the state filesystem, a failed compile is the server's problem, not the agent's.
 constexpr std::uint64_t kCompileMinFreeBytes = 16ull << 20;
 
+// Requests of one session that may wait behind its workspace action (their bytes are held in
+// memory until it lands); more are handled at once, as while a compile runs (handle).
+constexpr std::size_t kMaxHeldRequests = 8;
+
 bool says_disk_full(const std::string& text) {
   return text.find("No space left on device") != std::string::npos ||
          text.find("Disk quota exceeded") != std::string::npos;
@@ -189,6 +193,9 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
 
   auto on_worker_error = [](const std::string& what) { log_error("worker error: " + what); };
   compile_pool_ = std::make_unique<WorkerPool>("compile", config_.compile_workers, on_worker_error);
+  // Workspace actions are milliseconds each: two workers keep a client's 256 KiB patches off the
+  // loop without taking the cores from the loop and the compiles.
+  step_pool_ = std::make_unique<WorkerPool>("steps", 2, on_worker_error);
   for (std::size_t i = 0; i < gpu_info_.size(); ++i) {
     gpu_queues_.push_back(std::make_unique<WorkerPool>("gpu" + std::to_string(i), 1, on_worker_error));
     gpu_counters_.push_back(std::make_unique<GpuCounters>());
@@ -209,6 +216,7 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
 Server::~Server() {
   preparation_.reset();  // its parked continuations submit to the GPU queues
   compile_pool_.reset();
+  step_pool_.reset();
   gpu_queues_.clear();
   if (stop_fd_ >= 0) ::close(stop_fd_);
 }
@@ -449,6 +457,7 @@ void Server::run() {
     preparation_->stop();
   }
   compile_pool_->stop();
+  step_pool_->stop();
   for (auto& q : gpu_queues_) q->stop();
 }
 
@@ -482,10 +491,11 @@ void Server::send(const Route& route, const std::string& bytes) {
   }
 }
 
-void Server::handle(const Route& route, std::string_view payload, const std::string& client) {
-  ++requests_;
+void Server::handle(const Route& route, std::string_view payload, const std::string& client,
+                    std::optional<double> held_t) {
+  if (!held_t) ++requests_;
   Request request;
-  request.t = unix_now();
+  request.t = held_t ? *held_t : unix_now();
   request.client = client;
   std::optional<std::uint64_t> id;
   bool parsed = false;
@@ -502,6 +512,15 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
     if (stopping_) throw Error(ErrorCode::shutting_down, "the server is shutting down");
     if (envelope.op == "step" || envelope.op == "observe" || envelope.op == "close")
       request.session = protocol::parse_session(envelope);
+    // Its session's workspace action runs on a worker: this request waits for that reply, so
+    // that it sees the action's effect and its reply goes out after that one (PROTOCOL.md). Past
+    // the limit it is handled now, as while a compile runs: a step gets busy, an observe the state
+    // before the action, a close closes the session once the action lands.
+    if (!request.session.empty())
+      if (Session* s = sessions_.find(request.session); s && s->serial && s->held.size() < kMaxHeldRequests) {
+        s->held.push_back({route, std::string(payload), client, request.t});
+        return;
+      }
     // Retries of ops without a session are answered from the global cache.
     std::string global_key;
     // With CURVE the client is its key, not its connection: a retry from a new socket (or address)
@@ -696,9 +715,13 @@ Value Server::op_reset(const Request& request) {
   std::string id = sessions_.new_id();
   Session& session = sessions_.open(std::make_unique<Episode>(id, *task, r.layer, seed, b, r.label, wl));
   session.owner = request.client;  // with CURVE, only this key may act on the session or watch it
+  json observation = session.episode->observation();
+  // observe without a recorder starts from this one (fast_observe) instead of building it again:
+  // a few KB (the starter files), and the first observe of each of many sessions stays cheap.
+  if (!recorder_) observations_[id] = observation;
   return {{"session", id},
           {"instance", instance_},
-          {"observation", session.episode->observation()},
+          {"observation", std::move(observation)},
           {"info", session.episode->info()}};
 }
 
@@ -787,19 +810,83 @@ Server::Answer Server::op_step(const Route& route, const Request& request) {
     start_work(s, request, route, submit ? Work::submit : Work::evaluate);
     return {{}, nullptr, true};
   }
-  try {
-    if (auto* w = std::get_if<protocol::WriteFile>(&action)) {
-      ep.workspace().write(w->path, w->content);
-    } else if (auto* e = std::get_if<protocol::Edit>(&action)) {
-      ep.workspace().edit(e->path, e->old_text, e->new_text);
-    } else if (auto* p = std::get_if<protocol::Patch>(&action)) {
-      ep.workspace().patch(p->diff);
+  start_workspace_step(s, request, route, action);  // write_file, edit, patch
+  return {{}, nullptr, true};
+}
+
+void Server::start_workspace_step(Session& s, const Request& request, const Route& route, protocol::Action action) {
+  const std::uint64_t id = request.envelope.id;
+  s.in_flight = id;
+  s.in_flight_request = request.envelope.body;  // for the episode log, when the reply lands
+  s.in_flight_t = request.t;
+  s.serial = true;
+  ++deferred_in_flight_;
+  // The worker's own copy: the session's requests wait until it lands, so nothing else changes
+  // the episode meanwhile (an idle reap skips sessions in flight).
+  auto copy = std::make_shared<Episode>(*s.episode);
+  step_pool_->submit([this, copy, action = std::move(action), session_id = request.session, route, id]() mutable {
+    Value reply;
+    ReplyBytes bytes;
+    bool stepped = false;
+    try {
+      if (step_hook_) step_hook_(session_id);
+      Episode& ep = *copy;
+      json last = {{"action", std::string(protocol::action_name(action))}, {"ok", true}};
+      double reward = config_.step_reward.ok_step;
+      try {
+        if (auto* w = std::get_if<protocol::WriteFile>(&action)) {
+          ep.workspace().write(w->path, w->content);
+        } else if (auto* e = std::get_if<protocol::Edit>(&action)) {
+          ep.workspace().edit(e->path, e->old_text, e->new_text);
+        } else if (auto* p = std::get_if<protocol::Patch>(&action)) {
+          ep.workspace().patch(p->diff);
+        }
+      } catch (const Error& e) {
+        last["ok"] = false;
+        last["error"] = error_json(e);
+        reward = config_.step_reward.invalid_action;
+      }
+      ep.record_step(std::move(last), reward);
+      reply = protocol::make_ok_reply(id, step_reply(ep, reward));
+      bytes = std::make_shared<const std::string>(protocol::encode(reply));
+      stepped = true;
+    } catch (const std::exception& e) {  // out of memory, say: no step, the episode as it was
+      reply = error_reply(id, Error(ErrorCode::internal, std::string("internal error: ") + e.what()));
+      bytes = nullptr;
     }
-  } catch (const Error& e) {
-    fail(e, config_.step_reward.invalid_action);
+    mailbox_.post([this, copy, stepped, reply = std::move(reply), bytes, session_id, route, id]() mutable {
+      forget_observation(session_id);
+      Session* session = sessions_.find(session_id);
+      if (!session) {
+        --deferred_in_flight_;
+        return;
+      }
+      if (stepped) {
+        *session->episode = std::move(*copy);
+        session->episode->touch();
+        if (session->closing) session->episode->end("closed");  // a close not held (past the limit)
+      }
+      session->serial = false;
+      std::deque<HeldRequest> held = std::move(session->held);
+      session->held.clear();
+      finish_deferred(session_id, id, std::move(reply), route, bytes);
+      release_held(session_id, std::move(held));
+    });
+  });
+}
+
+void Server::release_held(const std::string& session_id, std::deque<HeldRequest> held) {
+  while (!held.empty()) {
+    HeldRequest h = std::move(held.front());
+    held.pop_front();
+    handle(h.route, h.payload, h.client, h.t);
+    // Another workspace action of the session went out to the workers: the rest waits for it.
+    if (Session* s = sessions_.find(session_id); s && s->serial) {
+      for (auto& r : s->held) held.push_back(std::move(r));
+      s->held = std::move(held);
+      return;
+    }
   }
-  ep.record_step(last, reward);
-  return finish(reward);
 }
 
 std::uint32_t Server::tool_cost(const protocol::Action& action) const {
@@ -1020,9 +1107,10 @@ void Server::land(const std::string& session_id, std::uint64_t id, const Route& 
   });
 }
 
-void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Value reply, const Route& route) {
+void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Value reply, const Route& route,
+                             ReplyBytes encoded) {
   --deferred_in_flight_;
-  auto bytes = std::make_shared<const std::string>(protocol::encode(reply));
+  ReplyBytes bytes = encoded ? std::move(encoded) : std::make_shared<const std::string>(protocol::encode(reply));
   Session* s = sessions_.find(session_id);
   if (!s) return;
   s->in_flight.reset();

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -65,6 +67,10 @@ class Server {
   // replies carry it, and every error reply (error.instance), so a client that gets
   // unknown_session for a session it opened under another instance knows the server restarted.
   const std::string& instance() const { return instance_; }
+  // For tests: runs on a step worker before each workspace action (write_file, edit, patch) of
+  // `session`; a hook that blocks holds that action (and its session) while others go on. Set
+  // before run().
+  void set_step_hook(std::function<void(const std::string& session)> hook) { step_hook_ = std::move(hook); }
 
  private:
   // A request as the parser typed it, and when it arrived.
@@ -103,7 +109,10 @@ class Server {
   };
 
   void on_frames(std::vector<zmq::message_t>& frames);
-  void handle(const Route& route, std::string_view payload, const std::string& client);
+  // `held_t`: the arrival time of a request that waited for its session's workspace action (set
+  // when release_held answers it; the request was already counted).
+  void handle(const Route& route, std::string_view payload, const std::string& client,
+              std::optional<double> held_t = std::nullopt);
   // CURVE: loads the key pair and the allowlist and binds the ZAP handler (before any CURVE socket).
   void setup_curve();
   // Re-reads the allowlist when its file changed (size, mtime or inode); a bad file keeps the old list.
@@ -137,8 +146,14 @@ class Server {
   void run_tool(const protocol::Action& action, sandbox::CompileOutcome outcome, ToolJob tool_job, std::uint32_t cost,
                 const std::string& session_id, const Route& route, std::uint64_t id);
   void land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed);
+  // `encoded`: the reply's bytes when a worker encoded them already (else encoded here).
   void finish_deferred(const std::string& session_id, std::uint64_t id, protocol::Value reply,
-                       const Route& route);
+                       const Route& route, ReplyBytes encoded = nullptr);
+  // write_file, edit and patch (issue 22.6): the action, its step reply and the reply's encoding
+  // run on the step pool on a copy of the episode; the loop installs the copy, logs and sends the
+  // reply, then answers the session's requests that arrived meanwhile (release_held), in order.
+  void start_workspace_step(Session& s, const Request& request, const Route& route, protocol::Action action);
+  void release_held(const std::string& session_id, std::deque<HeldRequest> held);
 
   void send(const Route& route, const std::string& bytes);
   // Logs the exchange; false when the disk refused it, so its reply must not go out as done (a
@@ -160,6 +175,8 @@ class Server {
   std::unique_ptr<Recorder> recorder_;
   Mailbox mailbox_;
   std::unique_ptr<WorkerPool> compile_pool_;
+  std::unique_ptr<WorkerPool> step_pool_;  // workspace actions and their replies (start_workspace_step)
+  std::function<void(const std::string&)> step_hook_;
   std::vector<std::unique_ptr<WorkerPool>> gpu_queues_;  // one per GPU: one timed run at a time
   std::vector<std::unique_ptr<GpuCounters>> gpu_counters_;
   std::unique_ptr<Preparation> preparation_;  // with a GPU backend: every task readied on every GPU

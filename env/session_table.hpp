@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +20,15 @@
 
 namespace d2k::env {
 
+// A request of a session that waits for the session's workspace action to land (issue 22.6): the
+// request's bytes as received, answered in arrival order after that action's reply.
+struct HeldRequest {
+  Route route;
+  std::string payload;
+  std::string client;  // CURVE key of the sender ("" without CURVE)
+  double t = 0;        // when it arrived (unix seconds)
+};
+
 struct Session {
   std::unique_ptr<Episode> episode;
   int gpu = 0;                             // the GPU its evaluations queue on (0 without GPUs)
@@ -28,6 +38,10 @@ struct Session {
   nlohmann::json in_flight_request;        // for the episode log, written when the reply lands
   double in_flight_t = 0;                  // when it arrived (unix seconds)
   std::string owner;                       // CURVE public key (Z85) of the client that opened it; "" without CURVE
+  // A workspace action (write_file, edit, patch) runs off the loop on a copy of the episode: until
+  // it lands, every later request of the session waits in `held`, so replies keep request order.
+  bool serial = false;
+  std::deque<HeldRequest> held;
 };
 
 class SessionTable {

@@ -506,6 +506,7 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
   spec.env = {{"PATH", "/usr/local/cuda/bin:/usr/bin:/bin"}, {"TMPDIR", "/tmp"}, {"HOME", "/tmp"}, {"LANG", "C"}, {"LC_ALL", "C"}};
   spec.cwd = kJob;
   spec.mounts.push_back({job.path(), kJob, true});
+  spec.mount_proc = false;  // no /proc/self/mountinfo naming the job dir's host path (issue 22)
   for (const auto& tool : {config_.nvcc, config_.host_compiler})
     if (!under_usr(tool)) spec.mounts.push_back({toolkit_root(tool), toolkit_root(tool), false});
   spec.hidden_paths = config_.hidden_paths;

@@ -179,7 +179,7 @@ std::vector<ViewOp> plan_file_view(const JailSpec& spec, const fs::path& root) {
   plan.add(ViewOp::make_symlink, "/proc/self/fd/1", "/dev/stdout");
   plan.add(ViewOp::make_symlink, "/proc/self/fd/2", "/dev/stderr");
   plan.ensure_dir("/proc");
-  plan.add(ViewOp::proc, {}, "/proc", spec.proc_pids_only ? "subset=pid" : "");
+  if (spec.mount_proc) plan.add(ViewOp::proc, {}, "/proc", spec.proc_pids_only ? "subset=pid" : "");
   plan.ensure_dir("/tmp");
   plan.add(ViewOp::tmpfs, {}, "/tmp", "mode=1777,size=" + std::to_string(spec.tmp_size_bytes));
   for (const Mount& m : spec.mounts) plan.bind(m.source, checked_jail_path(m.target), m.writable);

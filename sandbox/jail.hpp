@@ -48,6 +48,10 @@ struct JailSpec {
   // sys/kernel/random/boot_id or other host-wide files (issue 22.9; the toolchain needs only
   // /proc/self). false, or a kernel before 5.8: the whole procfs of the jail's pid namespace.
   bool proc_pids_only = true;
+  // false: no procfs at all in the view (/proc is an empty read-only directory). The compile view
+  // (issue 22): nvcc and the host compiler need none, and every process's /proc/self/mountinfo
+  // would name the host paths of the view's bind mounts (the job dir under the server's state dir).
+  bool mount_proc = true;
 };
 
 struct JailOutcome {

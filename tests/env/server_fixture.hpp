@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -43,8 +44,11 @@ inline env::Config test_config() {
 }
 
 struct TestServer {
-  explicit TestServer(env::Config config = test_config(), std::shared_ptr<env::GpuBackend> gpu = nullptr) {
+  // `setup` runs on the server before it binds and runs (test hooks such as Server::set_step_hook).
+  explicit TestServer(env::Config config = test_config(), std::shared_ptr<env::GpuBackend> gpu = nullptr,
+                      const std::function<void(env::Server&)>& setup = {}) {
     server = std::make_unique<env::Server>(config, tasks::load_tasks(config.tasks_dir), std::move(gpu));
+    if (setup) setup(*server);
     server->bind();
     endpoint = server->endpoint();
     thread = std::thread([this] { server->run(); });

@@ -10,9 +10,13 @@
 #include <cstring>
 #include <fstream>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "catch.hpp"
 #include "env/episode_log.hpp"
@@ -275,4 +279,142 @@ TEST_CASE("find_occurrences counts overlapping matches in linear time", "[tenant
   CHECK(first == 0);
   CHECK(count == 128 * 1024 + 1);
   CHECK(seconds < 1.0);
+}
+
+namespace {
+
+// Holds the workspace actions of the sessions it is told to hold, on the step worker that runs
+// them, until released: while one is held, the server loop must still answer everyone else.
+struct StepGate {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::set<std::string> held;  // sessions whose actions wait here
+  int entered = 0;             // held actions that reached the gate
+  void hook(const std::string& session) {
+    std::unique_lock lock(mutex);
+    if (!held.count(session)) return;
+    ++entered;
+    changed.notify_all();
+    changed.wait(lock, [&] { return !held.count(session); });
+  }
+  // Liveness, not timing: a generous bound so that a broken server fails instead of hanging.
+  bool wait_entered(int n) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, std::chrono::seconds(60), [&] { return entered >= n; });
+  }
+  void release(const std::string& session) {
+    std::lock_guard lock(mutex);
+    held.erase(session);
+    changed.notify_all();
+  }
+  // Declared after the server: whatever a failed check left held goes on, so the server can stop.
+  struct Opener {
+    StepGate& gate;
+    ~Opener() {
+      std::lock_guard lock(gate.mutex);
+      gate.held.clear();
+      gate.changed.notify_all();
+    }
+  };
+};
+
+}  // namespace
+
+TEST_CASE("a workspace action runs off the server loop: other sessions are answered while it is held",
+          "[tenants][fair]") {
+  // Issue 22.6: a step on a 256 KiB workspace held the loop for milliseconds, so four clients
+  // sending them delayed everyone's observe by 14-20 ms. The action now runs on a worker: with one
+  // held there indefinitely, another session's observe and its own workspace step are answered.
+  StepGate gate;
+  d2k::test::TestServer srv(d2k::test::test_config(), nullptr,
+                            [&](d2k::env::Server& s) { s.set_step_hook([&](const std::string& id) { gate.hook(id); }); });
+  StepGate::Opener opener{gate};
+  zmq::context_t ctx;
+  Dealer attacker(ctx, srv.endpoint, "");
+  Value r = attacker.call(req(1, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+  REQUIRE(r["ok"] == true);
+  const std::string a = r["session"].get<std::string>();
+  d2k::Client victim(srv.endpoint);
+  const std::string b = victim.reset("vector_add", 1, 7)["session"].get<std::string>();
+
+  const std::string big(256u << 10, 'x');
+  {
+    std::lock_guard lock(gate.mutex);
+    gate.held.insert(a);
+  }
+  attacker.send(req(10, "step", {{"session", a}, {"action", {{"type", "write_file"}, {"path", "big.h"}, {"content", big}}}}));
+  REQUIRE(gate.wait_entered(1));
+  // Pipelined behind the held action: answered after it, in order, and seeing its effect.
+  attacker.send(req(11, "observe", {{"session", a}}));
+  attacker.send(req(12, "step", {{"session", a}, {"action", {{"type", "write_file"}, {"path", "b.h"}, {"content", "y"}}}}));
+  attacker.send(req(13, "close", {{"session", a}}));
+
+  // The other client is served meanwhile: observe, and a workspace step of its own (the second worker).
+  Value o = victim.observe(b);
+  CHECK(o["observation"]["step"] == 0);
+  Value st = victim.step(b, {{"type", "write_file"}, {"path", "small.h"}, {"content", "z"}});
+  CHECK(st["observation"]["step"] == 1);
+  CHECK(st["observation"]["files"]["small.h"] == "z");
+  zmq::pollitem_t item{attacker.socket.handle(), 0, ZMQ_POLLIN, 0};
+  CHECK(zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 0);  // nothing of the held session yet
+
+  gate.release(a);
+  Value s10 = attacker.recv(), s11 = attacker.recv(), s12 = attacker.recv(), s13 = attacker.recv();
+  CHECK(s10["id"] == 10);
+  CHECK(s10["observation"]["step"] == 1);
+  CHECK(s10["observation"]["files"]["big.h"].get<std::string>().size() == big.size());
+  CHECK(s11["id"] == 11);
+  CHECK(s11["observation"]["step"] == 1);
+  CHECK(s11["observation"]["files"].contains("big.h"));
+  CHECK(s12["id"] == 12);
+  CHECK(s12["observation"]["step"] == 2);
+  CHECK(s12["observation"]["files"]["b.h"] == "y");
+  CHECK(s13["id"] == 13);
+  CHECK(s13["steps"] == 2);
+  // The close was answered last: the session is gone.
+  Value again = attacker.call(req(14, "observe", {{"session", a}}));
+  CHECK(again["error"]["code"] == "unknown_session");
+  victim.close(b);
+}
+
+TEST_CASE("requests pipelined behind a workspace action beyond the hold limit are handled at once", "[tenants][fair]") {
+  StepGate gate;
+  d2k::test::TestServer srv(d2k::test::test_config(), nullptr,
+                            [&](d2k::env::Server& s) { s.set_step_hook([&](const std::string& id) { gate.hook(id); }); });
+  StepGate::Opener opener{gate};
+  zmq::context_t ctx;
+  Dealer c(ctx, srv.endpoint, "");
+  Value r = c.call(req(1, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+  REQUIRE(r["ok"] == true);
+  const std::string a = r["session"].get<std::string>();
+  {
+    std::lock_guard lock(gate.mutex);
+    gate.held.insert(a);
+  }
+  c.send(req(10, "step", {{"session", a}, {"action", {{"type", "write_file"}, {"path", "x.h"}, {"content", "1"}}}}));
+  REQUIRE(gate.wait_entered(1));
+  constexpr int kSent = 12;  // more than the server holds (8)
+  for (int i = 0; i < kSent; ++i) c.send(req(100 + static_cast<std::uint64_t>(i), "observe", {{"session", a}}));
+  c.send(req(200, "step", {{"session", a}, {"action", {{"type", "write_file"}, {"path", "y.h"}, {"content", "2"}}}}));
+  // Those over the limit are handled while the action is still held, as during a compile: the
+  // observes show the state before it, a second step is busy (retryable, no effect).
+  std::vector<std::uint64_t> now;
+  for (int i = 0; i < kSent - 8; ++i) {
+    Value o = c.recv();
+    CHECK(o["ok"] == true);
+    CHECK(o["observation"]["step"] == 0);
+    now.push_back(o["id"].get<std::uint64_t>());
+  }
+  CHECK(now == std::vector<std::uint64_t>{108, 109, 110, 111});
+  Value busy = c.recv();
+  CHECK(busy["id"] == 200);
+  CHECK(busy["error"]["code"] == "busy");
+  gate.release(a);
+  Value s10 = c.recv();
+  CHECK(s10["id"] == 10);
+  for (int i = 0; i < 8; ++i) {
+    Value o = c.recv();
+    CHECK(o["id"] == 100 + i);
+    CHECK(o["observation"]["step"] == 1);
+  }
 }

@@ -497,6 +497,45 @@ TEST_CASE("Recorder: episode logs over their byte budget lose the oldest finishe
   fs::remove_all(dir);
 }
 
+TEST_CASE("Recorder: step replies that change no file are logged as small patches and read back exactly",
+          "[recorder]") {
+  // Issue 22 (d): a step reply carries the whole observation (a 100 KB workspace here); a compile
+  // or evaluate changes none of its files, so its record is a patch of the previous reply.
+  Fixture fx;
+  fs::path dir = temp_dir("d2k-rec");
+  RecorderConfig rc;
+  rc.log_dir = dir / "episodes";
+  rc.sync = false;
+  Recorder rec(rc);
+  Episode ep("s1", fx.task(), 1, 7, Budget{}, "", Workspace::Limits{});
+  ep.workspace().write("big.cu", std::string(100000, 'x'));
+  json reset_reply = {{"v", 1}, {"id", 1}, {"ok", true}, {"session", "s1"}, {"observation", ep.observation()}};
+  rec.begin(ep, reset_request(true), reset_reply, 10.0, 10.5);
+  std::vector<json> sent{reset_reply};
+  const fs::path path = rec.log_path("s1");
+  std::vector<std::uintmax_t> record_bytes;
+  for (std::uint64_t id = 2; id < 12; ++id) {
+    ep.record_step({{"action", "compile"}, {"ok", id % 2 == 0}, {"compile", {{"log", "line " + std::to_string(id)}}}}, 0.1);
+    json step = {{"v", 1}, {"id", id}, {"op", "step"}, {"session", "s1"}, {"action", {{"type", "compile"}}}};
+    json reply = {{"v", 1}, {"id", id}, {"ok", true}, {"observation", ep.observation()}, {"reward", 0.1},
+                  {"terminated", false}, {"truncated", false}, {"info", ep.info()}};
+    const auto before = fs::file_size(path);
+    rec.record(ep, step, reply, 11.0, 11.1);
+    record_bytes.push_back(fs::file_size(path) - before);
+    sent.push_back(reply);
+  }
+  ep.end("closed");
+  rec.end(ep, "closed");
+  for (auto b : record_bytes) CHECK(b < 4096);  // whole, each would be over 100 KB
+  EpisodeLog log = read_episode_log(path);
+  REQUIRE(log.exchanges.size() == sent.size());
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    INFO("exchange " << i);
+    CHECK(log.exchanges[i].reply == sent[i]);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("Recorder: observe replies are logged as patches of an earlier reply and read back exactly",
           "[recorder]") {
   // Issue 22.10: every observe was logged whole (~6.5 GB/h in the soak). An observe's reply now goes
@@ -522,7 +561,8 @@ TEST_CASE("Recorder: observe replies are logged as patches of an earlier reply a
   };
   for (int i = 0; i < 50; ++i) observe();
   const auto after_observes = fs::file_size(rec.log_path("s1"));
-  // A step changes the workspace: its reply is logged whole and becomes the base of later observes.
+  // A step changes the workspace: its reply is logged as a patch of the base and becomes the base
+  // of later observes (the reader rebuilds it first).
   ep.workspace().write("kernel.cu", "y");
   ep.record_step({{"action", "write_file"}, {"ok", true}}, 0.0);
   json step = {{"v", 1}, {"id", id}, {"op", "step"}, {"session", "s1"},
@@ -562,8 +602,9 @@ TEST_CASE("Recorder: observe replies are logged as patches of an earlier reply a
   REQUIRE(raw.size() == sent.size() + 2);  // header, exchanges, end
   CHECK(raw[2].value("reply_base", 99) == 0);
   CHECK_FALSE(raw[2].contains("reply"));
-  CHECK(raw[52].contains("reply"));  // the step: whole
-  CHECK(raw[53].value("reply_base", 99) == 51);
+  CHECK(raw[52].value("reply_base", 99) == 0);  // the step: a patch of the reset's reply
+  CHECK_FALSE(raw[52].contains("reply"));
+  CHECK(raw[53].value("reply_base", 99) == 51);  // and the base of the observes after it
   CHECK(raw[58].value("reply_base", 99) == 51);  // an error reply to an observe: a (small) patch too
 
   // A patch naming an exchange that is not in the file is damage, never a misread.

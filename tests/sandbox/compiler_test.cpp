@@ -159,6 +159,20 @@ TEST_CASE("compile: workspace headers work; other files cannot be included", "[c
       CHECK((contains(out.log, "cannot open source file") || contains(out.log, "No such file")));
     }
   }
+  SECTION("no /proc/self/mountinfo naming the job dir's host path (issue 22)") {
+    // The view's bind mounts show their source paths in mountinfo's root field: the job dir under
+    // the server's state dir. The compile view has no procfs, so there is nothing to read.
+    for (const char* file : {"/proc/self/mountinfo", "/proc/self/mounts", "/proc/1/mountinfo"}) {
+      INFO(file);
+      auto out = compiler.compile(request(std::string("#include \"") + file + "\"\nint v;\n"));
+      INFO(out.log);
+      CHECK_FALSE(out.ok);
+      CHECK_FALSE(out.timed_out);
+      CHECK_FALSE(contains(out.log, f.dir.path().string()));
+      CHECK_FALSE(contains(out.log, "scratch"));
+      CHECK((contains(out.log, "cannot open source file") || contains(out.log, "No such file")));
+    }
+  }
   SECTION("#include \"/dev/zero\" fails fast") {
     auto out = compiler.compile(request("#include \"/dev/zero\"\n"));
     INFO(out.log);

@@ -143,6 +143,23 @@ TEST_CASE("jail: allowlisted file view", "[jail][view]") {
     auto full = run_jailed(spec);
     CHECK(contains(full.output, "cpuinfo-present"));
   }
+  SECTION("mount_proc = false: no procfs, so no mountinfo naming the binds' host paths (the compile view)") {
+    TempDir dir;
+    std::filesystem::permissions(dir.path(), std::filesystem::perms::all);
+    const std::string probe = "cat /proc/self/mountinfo 2>&1; ls /proc 2>&1 | wc -l";
+    auto spec = shell(probe);
+    spec.mounts = {{dir.path(), "/job", true}};
+    auto with = run_jailed(spec);
+    REQUIRE(with.started);
+    CHECK(contains(with.output, dir.path().string()));  // what the default view shows: the source path
+    spec.mount_proc = false;
+    auto without = run_jailed(spec);
+    INFO(without.output);
+    REQUIRE(without.started);
+    CHECK_FALSE(contains(without.output, dir.path().string()));
+    CHECK(contains(without.output, "No such file"));
+    CHECK(contains(without.output, "\n0\n"));  // /proc is an empty directory
+  }
   SECTION("a spec may name other devices") {
     auto spec = shell("head -c 4 /dev/urandom | wc -c; test -e /dev/random || echo no-random");
     spec.devices = {"null", "urandom"};
