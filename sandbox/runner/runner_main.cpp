@@ -159,7 +159,9 @@ class Runner {
   int run(bool isolate, bool keep_net = false) {
     const auto t0 = Clock::now();
     try {
-      if (isolate) confine_step([keep_net] { enter_namespaces(!keep_net); });
+      // Under a tool (--keep-net) the tool host entered the namespaces: the tool's injection made
+      // this process multi-threaded before main, and unshare(CLONE_NEWUSER) would fail (EINVAL).
+      if (isolate) confine_step([keep_net] { keep_net ? adopt_tool_host_namespaces() : enter_namespaces(); });
       start_cuda();
     } catch (const Stop& s) {
       emit_.send({{"event", "result"}, {"status", sandbox::to_string(s.status)}, {"message", s.message}});
@@ -812,7 +814,7 @@ int main(int argc, char** argv) {
       std::strcmp(argv[3], "--") == 0)
     return d2k::runner::tool_host_main(argc - 4, argv + 4);
   bool agent = false, isolate = false, mode_given = false, probe_mode = false, bandwidth_mode = false;
-  bool keep_net = false;  // under tool-host: stay in its network namespace (loopback only)
+  bool keep_net = false;  // under tool-host: its namespaces (user, mount, loopback-only network, PID)
   int result_fd = 3, out_fd = 4, slots_fd = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

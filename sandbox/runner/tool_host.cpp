@@ -1,11 +1,14 @@
 #include "sandbox/runner/tool_host.hpp"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +17,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include "sandbox/runner/confine.hpp"
 
 namespace d2k::runner {
 namespace {
@@ -40,14 +45,17 @@ int tool_host_main(int argc, char** argv) {
   }
   const uid_t uid = ::getuid();
   const gid_t gid = ::getgid();
-  // A PID namespace too: the tool is its init, so when the tool dies (or this host, through the
-  // tool's parent-death signal) the kernel kills everything left in it, the runner included,
-  // whatever process group the tool put it in.
-  if (::unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID) != 0) return fail(70, "unshare(user, net, pid)");
+  // The agent runner's own namespaces (confine.hpp enter_namespaces), entered here because the
+  // runner under the tool is multi-threaded from its start. A PID namespace too: the tool is its
+  // init, so when the tool dies (or this host, through the tool's parent-death signal) the kernel
+  // kills everything left in it, the runner included, whatever process group the tool put it in.
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) != 0)
+    return fail(70, "unshare(user, mount, net, pid)");
   if (!write_file("/proc/self/setgroups", "deny") ||
-      !write_file("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1") ||
-      !write_file("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1"))
+      !write_file("/proc/self/uid_map", std::to_string(kInsideUid) + " " + std::to_string(uid) + " 1") ||
+      !write_file("/proc/self/gid_map", std::to_string(kInsideGid) + " " + std::to_string(gid) + " 1"))
     return fail(71, "id maps");
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail(71, "mount private");
   // The new namespace's loopback starts down; the tool's front end listens on it.
   const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) return fail(72, "socket");
@@ -57,6 +65,17 @@ int tool_host_main(int argc, char** argv) {
   ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
   if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) return fail(72, "SIOCSIFFLAGS lo");
   ::close(s);
+  // CAP_SYS_ADMIN of this user namespace, and nothing else, survives the execs down to the runner
+  // (uid kInsideUid is not root here: without an ambient capability execve clears them all).
+  for (int cap = 0; cap <= 63; ++cap)
+    if (cap != CAP_SYS_ADMIN && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+      return fail(73, "capability bounding set");
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct caps[2] = {};
+  if (::syscall(SYS_capget, &header, caps) != 0) return fail(73, "capget");
+  caps[CAP_TO_INDEX(CAP_SYS_ADMIN)].inheritable |= CAP_TO_MASK(CAP_SYS_ADMIN);
+  if (::syscall(SYS_capset, &header, caps) != 0) return fail(73, "capset");
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0) != 0) return fail(73, "ambient CAP_SYS_ADMIN");
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail(73, "no_new_privs");
   const pid_t child = ::fork();
   if (child < 0) return fail(73, "fork");

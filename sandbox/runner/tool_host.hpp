@@ -1,10 +1,16 @@
 // `d2k-runner --mode tool-host -- TOOL ARGS...`: the host of a GPU tool (ncu, compute-sanitizer)
-// that starts a confined agent runner under it (sandbox/tools, issue 20). Own user namespace
-// (identity-mapped: no privilege beyond the caller's), own network namespace with only the
-// loopback interface up (the tool's front end and its injection library in the runner talk over
-// 127.0.0.1; nothing else is reachable), own PID namespace whose init is the tool (when it ends,
-// everything under it ends); no_new_privs. The runner under the tool keeps this network namespace
-// (`--keep-net`) and takes every other confinement step as for evaluate.
+// that starts a confined agent runner under it (sandbox/tools, issue 20). It enters, while still
+// single-threaded, the namespaces the agent runner would enter itself under evaluate: user
+// (kInsideUid/kInsideGid mapped to the caller's ids: no privilege beyond the caller's), mount
+// (private), network (only loopback, brought up here: the tool's front end and its injection
+// library in the runner talk over an abstract unix socket, which is per network namespace) and
+// PID (the tool is its init: when it ends, everything under it ends); no_new_privs. The runner
+// cannot enter them under the tool: the tool's injection library, preloaded into it, has started
+// threads before its main, and unshare(CLONE_NEWUSER) refuses a multi-threaded process (EINVAL;
+// the H200, 2026-12-01: exit code 2). CAP_SYS_ADMIN in this user namespace (and no other
+// capability) is passed down as an ambient capability, so the runner under the tool (`--isolate
+// --keep-net`, confine.hpp adopt_tool_host_namespaces) can mount its masks; it drops it with every
+// other capability before agent code loads, as under evaluate.
 #pragma once
 
 namespace d2k::runner {
