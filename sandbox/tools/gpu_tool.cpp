@@ -1,12 +1,15 @@
 #include "sandbox/tools/gpu_tool.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <regex>
@@ -643,8 +646,19 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     return r;
   }
 
-  // The tool's private folder: its log (the CSV or the report) and TMPDIR.
+  // The tool's private folder: its log (the CSV or the report) and TMPDIR; outside every path the
+  // runner masks, since the tool's front end sees the runner's masks (tool_host.hpp).
   std::error_code ec;
+  const auto inside = [](const std::filesystem::path& p, const std::filesystem::path& root) {
+    const auto rel = p.lexically_normal().lexically_relative(root.lexically_normal());
+    return !rel.empty() && *rel.begin() != "..";
+  };
+  for (const auto& hidden : config.hidden_paths)
+    if (inside(std::filesystem::absolute(config.scratch_dir, ec), std::filesystem::absolute(hidden, ec))) {
+      r.message = "the tools' scratch folder " + config.scratch_dir.string() + " lies under the hidden path " +
+                  hidden.string() + ", which the runner masks from the tool too";
+      return r;
+    }
   std::filesystem::create_directories(config.scratch_dir, ec);
   std::string dir_template = (config.scratch_dir / "tool-XXXXXX").string();
   if (::mkdtemp(dir_template.data()) == nullptr) {
@@ -780,14 +794,25 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
   return r;
 }
 
+std::filesystem::path tool_scratch_root(const std::filesystem::path& temp_dir) {
+  const std::filesystem::path root = temp_dir / ("d2k-tools-" + std::to_string(::getuid()));
+  if (::mkdir(root.c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::runtime_error("cannot create " + root.string() + ": " + std::strerror(errno));
+  struct stat st{};
+  if (::lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
+    throw std::runtime_error(root.string() + " exists but is not a private folder of this user (mode 0700)");
+  return root;
+}
+
 GpuToolResult run_gpu_tool_for(runner::Evaluator& evaluator, const std::filesystem::path& nvcc, bool profile,
                                const ToolArgs& args) {
   GpuToolConfig c;
   const runner::EvalConfig& ec = evaluator.config();
   c.runner = ec.runner_path;
   c.isolate = ec.isolate;
-  c.hidden_paths = ec.hidden_paths;
-  c.scratch_dir = ec.state_dir / "tools";
+  c.hidden_paths = ec.hidden_paths;  // and, as evaluate hides them (evaluator.cpp), the task's and the state
+  if (args.task != nullptr) c.hidden_paths.push_back(args.task->dir);
+  c.hidden_paths.push_back(ec.state_dir);
   c.deadline_s = args.deadline_s;
   c.ready_timeout_s = std::max(ec.ready_timeout_s, 60.0);
   if (auto p = find_gpu_tool("ncu", nvcc)) c.ncu = *p;
@@ -803,6 +828,7 @@ GpuToolResult run_gpu_tool_for(runner::Evaluator& evaluator, const std::filesyst
   r.max_items = args.max_items;
   std::unique_lock<std::mutex> lock;
   try {
+    c.scratch_dir = tool_scratch_root();
     lock = evaluator.lock_gpu(args.gpu);
   } catch (const std::exception& e) {
     GpuToolResult bad;

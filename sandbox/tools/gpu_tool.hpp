@@ -108,7 +108,10 @@ struct GpuToolConfig {
   std::filesystem::path runner;           // d2k-runner
   std::filesystem::path ncu;              // empty: not available
   std::filesystem::path compute_sanitizer;
-  std::filesystem::path scratch_dir;      // per-run folders for the tools' files
+  // Per-run folders for the tools' files (their TMPDIR, the log). The tool's front end shares the
+  // runner's mount namespace (tool_host.hpp), so the runner's masks hide from it whatever they hide
+  // from agent code: this must lie outside every hidden path (run_gpu_tool refuses otherwise).
+  std::filesystem::path scratch_dir;
   bool isolate = true;
   std::vector<std::filesystem::path> hidden_paths;
   double deadline_s = 300;                // the whole run, tool start-up included
@@ -150,9 +153,14 @@ std::optional<std::filesystem::path> find_gpu_tool(const std::string& name, cons
 // Blocking. Never throws for the agent's kernel: every failure is a typed status.
 GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& request);
 
-// The server's entry: the evaluator's runner, namespaces and hidden paths, the tools found beside
-// `nvcc`, a scratch folder under the evaluator's state; holds the GPU's evaluation lock meanwhile,
-// so no tool runs during another session's timed samples.
+// The scratch root of the tools' runs: "<temp dir>/d2k-tools-<uid>", created 0700 (refused when it
+// exists as anything but a directory of ours that only we can enter). Throws std::runtime_error.
+std::filesystem::path tool_scratch_root(const std::filesystem::path& temp_dir = std::filesystem::temp_directory_path());
+
+// The server's entry: the evaluator's runner, namespaces and hidden paths (those of evaluate: the
+// configured ones, the task's folder and the evaluator's state), the tools found beside `nvcc`,
+// scratch folders under tool_scratch_root(); holds the GPU's evaluation lock meanwhile, so no tool
+// runs during another session's timed samples.
 struct ToolArgs {
   const tasks::Task* task = nullptr;
   std::filesystem::path so;

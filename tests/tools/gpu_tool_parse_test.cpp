@@ -368,6 +368,13 @@ TEST_CASE("run_gpu_tool end to end with a stand-in tool: the wire, the log, the 
   CHECK(ok.result["findings"][0]["line"] == 9);
   CHECK(fs::is_empty(c.scratch_dir));  // the tool's private folder is gone
 
+  // The tool's front end sees the runner's masks: a scratch folder under a hidden path is refused.
+  tools::GpuToolConfig under = c;
+  under.hidden_paths = {dir};
+  const auto refused = tools::run_gpu_tool(under, r);
+  CHECK(refused.status == sandbox::Outcome::internal_error);
+  CHECK(refused.message.find("lies under the hidden path") != std::string::npos);
+
   // Missing tool, unknown options: typed before anything runs.
   tools::GpuToolConfig none = c;
   none.compute_sanitizer.clear();
@@ -400,4 +407,19 @@ TEST_CASE("run_gpu_tool end to end with a stand-in tool: the wire, the log, the 
   }
   CHECK(gone);
   fs::remove_all(dir);
+}
+
+TEST_CASE("the tools' scratch root: a private folder of this user outside the server's state", "[tools][host]") {
+  const fs::path tmp = fs::temp_directory_path() / ("d2k-scratchroot-" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  const fs::path root = tools::tool_scratch_root(tmp);
+  CHECK(root == tmp / ("d2k-tools-" + std::to_string(::getuid())));
+  CHECK((fs::status(root).permissions() & fs::perms::all) == fs::perms::owner_all);
+  CHECK(tools::tool_scratch_root(tmp) == root);  // again: the same folder
+  fs::permissions(root, fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
+  CHECK_THROWS_WITH(tools::tool_scratch_root(tmp), Catch::Contains("not a private folder"));
+  fs::remove(root);
+  fs::create_directory_symlink(tmp, root);  // planted by someone else: never followed
+  CHECK_THROWS_WITH(tools::tool_scratch_root(tmp), Catch::Contains("not a private folder"));
+  fs::remove_all(tmp);
 }
