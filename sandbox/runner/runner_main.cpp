@@ -3,7 +3,8 @@
 //   d2k-runner --mode agent|trusted [--isolate] [--result-fd 3] [--out-fd 4]
 //
 // Started ahead of need by the parent's pool; the steps, in order:
-//   1. (--isolate) own user, mount and network namespaces (no network at all);
+//   1. (--isolate) own user, mount and network namespaces (no network at all); under a GPU tool
+//      (--keep-net) those the tool host entered for it, checked and adopted (tool_host.hpp);
 //   2. CUDA start-up on the one visible GPU, flush buffer, stream, events, NVML; "ready" event;
 //   3. read the job (one JSON line on stdin), open the .so, size the output file;
 //   4. time empty samples (before any foreign code is loaded);
