@@ -413,8 +413,8 @@ void restrict_files(const FileView& view) {
 }
 
 void drop_privileges() {
-  for (int cap = 0; cap <= 63; ++cap)
-    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+  for (int cap = 0; cap <= 63; ++cap)  // (one already out of the set needs no CAP_SETPCAP: under a tool host)
+    if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
       throw ConfineError(std::string("dropping the capability bounding set: ") + std::strerror(errno));
   prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};

@@ -46,11 +46,12 @@ int tool_host_main(int argc, char** argv) {
   const uid_t uid = ::getuid();
   const gid_t gid = ::getgid();
   // The agent runner's own namespaces (confine.hpp enter_namespaces), entered here because the
-  // runner under the tool is multi-threaded from its start. A PID namespace too: the tool is its
-  // init, so when the tool dies (or this host, through the tool's parent-death signal) the kernel
-  // kills everything left in it, the runner included, whatever process group the tool put it in.
-  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) != 0)
-    return fail(70, "unshare(user, mount, net, pid)");
+  // runner under the tool may be multi-threaded from its start. No PID namespace: under ncu and
+  // compute-sanitizer CUDA start-up fails in one (cudaErrorOperatingSystem; the H200, 2026-12-02,
+  // also with `unshare -p -f ncu` alone). What is left of the tool's tree when it ends, or when it
+  // is killed at the deadline, is found by this network namespace and killed by the server
+  // (gpu_tool.cpp kill_namespace_members).
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET) != 0) return fail(70, "unshare(user, mount, net)");
   if (!write_file("/proc/self/setgroups", "deny") ||
       !write_file("/proc/self/uid_map", std::to_string(kInsideUid) + " " + std::to_string(uid) + " 1") ||
       !write_file("/proc/self/gid_map", std::to_string(kInsideGid) + " " + std::to_string(gid) + " 1"))
@@ -65,23 +66,26 @@ int tool_host_main(int argc, char** argv) {
   ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
   if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) return fail(72, "SIOCSIFFLAGS lo");
   ::close(s);
-  // CAP_SYS_ADMIN of this user namespace, and nothing else, survives the execs down to the runner
-  // (uid kInsideUid is not root here: without an ambient capability execve clears them all).
+  // CAP_SYS_ADMIN (the runner's mounts) and CAP_SETPCAP (its drop of the bounding set) of this user
+  // namespace, and nothing else, survive the execs down to the runner (uid kInsideUid is not root
+  // here: without ambient capabilities execve clears them all).
+  constexpr int kKept[] = {CAP_SYS_ADMIN, CAP_SETPCAP};
   for (int cap = 0; cap <= 63; ++cap)
-    if (cap != CAP_SYS_ADMIN && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+    if (cap != CAP_SYS_ADMIN && cap != CAP_SETPCAP && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
       return fail(73, "capability bounding set");
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct caps[2] = {};
   if (::syscall(SYS_capget, &header, caps) != 0) return fail(73, "capget");
-  caps[CAP_TO_INDEX(CAP_SYS_ADMIN)].inheritable |= CAP_TO_MASK(CAP_SYS_ADMIN);
+  for (int cap : kKept) caps[CAP_TO_INDEX(cap)].inheritable |= CAP_TO_MASK(cap);
   if (::syscall(SYS_capset, &header, caps) != 0) return fail(73, "capset");
-  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SYS_ADMIN, 0, 0) != 0) return fail(73, "ambient CAP_SYS_ADMIN");
+  for (int cap : kKept)
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0) return fail(73, "ambient capabilities");
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return fail(73, "no_new_privs");
   const pid_t child = ::fork();
   if (child < 0) return fail(73, "fork");
   if (child == 0) {
     // Dies with this host; the host dies with the server (the spawn's parent-death signal) and by
-    // the parent's kill of its process group.
+    // the parent's kill of its process group; the rest of the tree by the namespace sweep.
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) _exit(73);
     ::execv(argv[0], argv);
     std::fprintf(stderr, "d2k-runner tool-host: execv %s: %s\n", argv[0], std::strerror(errno));

@@ -2,15 +2,17 @@
 // that starts a confined agent runner under it (sandbox/tools, issue 20). It enters, while still
 // single-threaded, the namespaces the agent runner would enter itself under evaluate: user
 // (kInsideUid/kInsideGid mapped to the caller's ids: no privilege beyond the caller's), mount
-// (private), network (only loopback, brought up here: the tool's front end and its injection
-// library in the runner talk over an abstract unix socket, which is per network namespace) and
-// PID (the tool is its init: when it ends, everything under it ends); no_new_privs. The runner
-// cannot enter them under the tool: the tool's injection library, preloaded into it, has started
-// threads before its main, and unshare(CLONE_NEWUSER) refuses a multi-threaded process (EINVAL;
-// the H200, 2026-12-01: exit code 2). CAP_SYS_ADMIN in this user namespace (and no other
-// capability) is passed down as an ambient capability, so the runner under the tool (`--isolate
-// --keep-net`, confine.hpp adopt_tool_host_namespaces) can mount its masks; it drops it with every
-// other capability before agent code loads, as under evaluate.
+// (private) and network (only loopback, brought up here: the tool's front end and the injection
+// library in the runner talk over it, which a network namespace of the runner's own would cut);
+// no_new_privs. No PID namespace: CUDA start-up fails in one under both tools (the H200,
+// 2026-12-02: cudaErrorOperatingSystem, also with `unshare -p -f ncu` and a plain CUDA program);
+// the server kills what is left of the tool's tree by this network namespace instead
+// (gpu_tool.cpp). The runner does not enter its namespaces itself under a tool: a preloaded
+// injection library may start threads before its main, and unshare(CLONE_NEWUSER) refuses a
+// multi-threaded process (EINVAL). CAP_SYS_ADMIN and CAP_SETPCAP of this user namespace (no other
+// capability) are passed down as ambient capabilities, so the runner under the tool (`--isolate
+// --keep-net`, confine.hpp adopt_tool_host_namespaces) can mount its masks and drop its bounding
+// set; it drops them with every other capability before agent code loads, as under evaluate.
 #pragma once
 
 namespace d2k::runner {

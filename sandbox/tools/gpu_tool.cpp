@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -711,6 +712,16 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     r.message = std::string("cannot start the tool: ") + e.what();
     return r;
   }
+  // The tool host's network namespace (it unshares at once; until then /proc shows ours): what is
+  // left in it after the run is killed, the runner under the tool included, whatever group it is in.
+  std::optional<NamespaceId> tool_ns;
+  const auto own_ns = net_namespace_of(::getpid());
+  for (int i = 0; i < 400 && own_ns && !tool_ns; ++i) {
+    const auto ns = net_namespace_of(p->pid());
+    if (!ns) break;  // gone already
+    if (!(ns == own_ns)) tool_ns = ns;
+    else ::usleep(5000);
+  }
   std::string kernel_status, kernel_message, start_error;
   bool timed_out = false;
   const auto ready = p->wait_ready(std::chrono::milliseconds(static_cast<long long>(
@@ -736,7 +747,26 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     start_error = p->error().substr(0, 500);  // the runner's own reason (confinement, CUDA start-up) when it gave one
   }
   if (timed_out) p->kill();
-  const runner::Exit exit = p->wait();  // the tool writes its log as it ends
+  // The tool writes its log as it ends: let the host end (draining its pipes meanwhile), then kill
+  // what is left in its network namespace (whatever holds its pipes open too), then reap it.
+  const auto host_ended = [&] {
+    std::ifstream in("/proc/" + std::to_string(p->pid()) + "/stat");
+    std::string stat;
+    std::getline(in, stat);
+    const auto paren = stat.rfind(')');
+    return stat.empty() || (paren != std::string::npos && paren + 2 < stat.size() &&
+                            (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X'));
+  };
+  const auto grace = std::max(deadline, Clock::now()) + std::chrono::seconds(10);
+  runner::Event drained;
+  while (!host_ended() && Clock::now() < grace) {
+    const auto got = p->next(drained, std::min(grace, Clock::now() + std::chrono::milliseconds(20)));
+    if (got != runner::RunnerProcess::Read::event && got != runner::RunnerProcess::Read::timeout)
+      ::usleep(10000);  // the result pipe is closed: only the host's exit is awaited
+  }
+  if (tool_ns) kill_namespace_members(*tool_ns);
+  if (!host_ended()) p->kill();
+  const runner::Exit exit = p->wait();
   const std::string output = p->output();
   const std::string text = read_capped(log, 32u << 20);
 
@@ -792,6 +822,33 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     r.status = sandbox::Outcome::ok;  // the tool ran; the kernel's own failure is in kernel_status
   }
   return r;
+}
+
+std::optional<NamespaceId> net_namespace_of(pid_t pid) {
+  struct stat st{};
+  if (::stat(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), &st) != 0) return std::nullopt;
+  return NamespaceId{st.st_dev, st.st_ino};
+}
+
+int kill_namespace_members(const NamespaceId& ns, int rounds) {
+  int kills = 0;
+  for (int round = 0; round < rounds; ++round) {
+    int found = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
+      if (pid == ::getpid()) continue;
+      const auto id = net_namespace_of(pid);
+      if (!id || !(*id == ns)) continue;
+      ++found;
+      if (::kill(pid, SIGKILL) == 0) ++kills;
+    }
+    if (found == 0) break;
+    ::usleep(20000);  // the killed exit (their zombies have no namespaces), then look again
+  }
+  return kills;
 }
 
 std::filesystem::path tool_scratch_root(const std::filesystem::path& temp_dir) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <sys/types.h>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -156,6 +157,19 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
 // The scratch root of the tools' runs: "<temp dir>/d2k-tools-<uid>", created 0700 (refused when it
 // exists as anything but a directory of ours that only we can enter). Throws std::runtime_error.
 std::filesystem::path tool_scratch_root(const std::filesystem::path& temp_dir = std::filesystem::temp_directory_path());
+
+// A namespace's identity: the device and inode of /proc/<pid>/ns/net. nullopt when unreadable.
+struct NamespaceId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const NamespaceId&) const = default;
+};
+std::optional<NamespaceId> net_namespace_of(pid_t pid);
+// SIGKILLs every process in network namespace `ns` (the tool host's: the tool, the runner and
+// anything they started, whatever process group or session they moved to; nothing can leave a
+// network namespace without privileges it lacks), rescanning until none is left (at most `rounds`
+// scans). Returns the number of kills sent.
+int kill_namespace_members(const NamespaceId& ns, int rounds = 50);
 
 // The server's entry: the evaluator's runner, namespaces and hidden paths (those of evaluate: the
 // configured ones, the task's folder and the evaluator's state), the tools found beside `nvcc`,

@@ -230,8 +230,8 @@ std::pair<int, std::string> shell(const std::string& cmd) {
 
 }  // namespace
 
-TEST_CASE("the tool host: the runner's user and mount namespaces, loopback-only network, own PID namespace, "
-          "only CAP_SYS_ADMIN passed down, no_new_privs", "[tools][host]") {
+TEST_CASE("the tool host: the runner's user and mount namespaces, loopback-only network, no PID namespace, "
+          "only CAP_SYS_ADMIN and CAP_SETPCAP passed down, no_new_privs", "[tools][host]") {
   if (::geteuid() != 0 && !fs::exists("/proc/sys/kernel/unprivileged_userns_clone")) {
     test::skip("user namespaces need root here");
     return;
@@ -243,12 +243,14 @@ TEST_CASE("the tool host: the runner's user and mount namespaces, loopback-only 
   INFO(text);
   REQUIRE(rc == 0);  // 70..73: a step failed (the reason is in the text)
   CHECK(text.find("IF lo\n") != std::string::npos);  // loopback and nothing else
-  CHECK(text.find("PID 1\n") != std::string::npos);  // the tool is its PID namespace's init
+  // No PID namespace: CUDA start-up fails in one under ncu and compute-sanitizer (the H200).
+  CHECK(text.find("PID 1\n") == std::string::npos);
   CHECK(text.find("NoNewPrivs:\t1") != std::string::npos);
-  // CAP_SYS_ADMIN (bit 21) of the tool host's user namespace, for the runner's mount steps; no other.
-  CHECK(text.find("CapAmb:\t0000000000200000") != std::string::npos);
-  CHECK(text.find("CapEff:\t0000000000200000") != std::string::npos);
-  CHECK(text.find("CapBnd:\t0000000000200000") != std::string::npos);
+  // CAP_SYS_ADMIN (bit 21, the runner's mounts) and CAP_SETPCAP (bit 8, its bounding-set drop) of
+  // the tool host's user namespace; no other.
+  CHECK(text.find("CapAmb:\t0000000000200100") != std::string::npos);
+  CHECK(text.find("CapEff:\t0000000000200100") != std::string::npos);
+  CHECK(text.find("CapBnd:\t0000000000200100") != std::string::npos);
   CHECK(text.find("\n0\n") != std::string::npos);  // no shared mount: nothing propagates out
   std::istringstream map(text.substr(text.rfind('\n', text.size() - 2) + 1));
   long inside = -1, outside = -1, count = 0;
@@ -392,7 +394,7 @@ TEST_CASE("run_gpu_tool end to end with a stand-in tool: the wire, the log, the 
   fs::remove(dir / "noresult");
 
   // A tool that hangs: timeout at the deadline, and nothing of it left behind, not even a
-  // grandchild in a process group of its own (the tool host's PID namespace ends with the tool).
+  // grandchild in a session of its own (killed by the sweep of the tool host's network namespace).
   std::ofstream(dir / "hang") << "";
   c.deadline_s = 3;
   const auto hung = tools::run_gpu_tool(c, r);
@@ -401,7 +403,7 @@ TEST_CASE("run_gpu_tool end to end with a stand-in tool: the wire, the log, the 
   std::ifstream(dir / "grandchild.pid") >> pid;
   REQUIRE_FALSE(pid.empty());
   bool gone = false;
-  for (int i = 0; i < 100 && !gone; ++i) {  // the kernel tears the namespace down asynchronously
+  for (int i = 0; i < 100 && !gone; ++i) {  // killed, then reaped by its new parent
     gone = !fs::exists("/proc/" + pid + "/status");
     if (!gone) ::usleep(50000);
   }
