@@ -61,6 +61,32 @@ void enter_namespaces(bool own_network) {
   g_private_mounts = true;
 }
 
+bool maps_only(const std::string& id_map, unsigned inside) {
+  unsigned long in = 0, out = 0, count = 0;
+  int used = 0;
+  if (std::sscanf(id_map.c_str(), " %lu %lu %lu %n", &in, &out, &count, &used) != 3) return false;
+  return in == inside && count == 1 && id_map.find_first_not_of(" \t\n", static_cast<std::size_t>(used)) == std::string::npos;
+}
+
+void adopt_tool_host_namespaces() {
+  std::string maps[2];
+  const char* files[2] = {"/proc/self/uid_map", "/proc/self/gid_map"};
+  for (int i = 0; i < 2; ++i) {
+    if (FILE* f = std::fopen(files[i], "re")) {
+      char buf[512];
+      const std::size_t n = std::fread(buf, 1, sizeof buf, f);
+      maps[i].assign(buf, n);
+      std::fclose(f);
+    }
+  }
+  if (!maps_only(maps[0], kInsideUid) || !maps_only(maps[1], kInsideGid))
+    throw ConfineError("not in the tool host's namespaces (uid_map '" + maps[0].substr(0, 80) + "')");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    throw ConfineError(std::string("mount private in the tool host's namespace (no CAP_SYS_ADMIN from it?): ") +
+                       std::strerror(errno));
+  g_private_mounts = true;
+}
+
 void hide_paths(const std::vector<std::string>& paths) {
   for (const auto& p : paths) {
     struct stat st{};
@@ -387,8 +413,8 @@ void restrict_files(const FileView& view) {
 }
 
 void drop_privileges() {
-  for (int cap = 0; cap <= 63; ++cap)
-    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+  for (int cap = 0; cap <= 63; ++cap)  // (one already out of the set needs no CAP_SETPCAP: under a tool host)
+    if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1 && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
       throw ConfineError(std::string("dropping the capability bounding set: ") + std::strerror(errno));
   prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};

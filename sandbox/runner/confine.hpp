@@ -29,7 +29,19 @@ struct ConfineError : std::runtime_error {
 // in the new namespace until drop_privileges (the mount steps need them).
 inline constexpr unsigned kInsideUid = 1000;
 inline constexpr unsigned kInsideGid = 1000;
-void enter_namespaces(bool own_network = true);  // false: under tool-host (loopback only)
+void enter_namespaces(bool own_network = true);
+
+// Under a GPU tool (tool_host.hpp): ncu's and compute-sanitizer's injection libraries are loaded
+// into the runner before main (LD_PRELOAD) and start threads there, and unshare(CLONE_NEWUSER)
+// refuses a multi-threaded process (EINVAL). So the tool host enters the runner's namespaces
+// (user with kInsideUid mapped to the server's uid, mount private, loopback-only network) before it
+// starts the tool, and passes CAP_SYS_ADMIN and CAP_SETPCAP of that user namespace down as ambient
+// capabilities for the mount steps and the bounding-set drop. This checks that the process is in such a namespace (`uid_map`: exactly
+// "kInsideUid <outside> 1", `gid_map` likewise) and can mount in it (makes "/" private again),
+// then lets the mount steps work as after enter_namespaces. Throws ConfineError otherwise.
+void adopt_tool_host_namespaces();
+// Pure: whether a /proc/self/{uid,gid}_map text maps exactly one id, `inside`, to one outside.
+bool maps_only(const std::string& id_map, unsigned inside);
 
 // Covers each existing path the way the jail hides paths (sandbox::mask_path).
 void hide_paths(const std::vector<std::string>& paths);

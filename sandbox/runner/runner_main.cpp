@@ -3,7 +3,8 @@
 //   d2k-runner --mode agent|trusted [--isolate] [--result-fd 3] [--out-fd 4]
 //
 // Started ahead of need by the parent's pool; the steps, in order:
-//   1. (--isolate) own user, mount and network namespaces (no network at all);
+//   1. (--isolate) own user, mount and network namespaces (no network at all); under a GPU tool
+//      (--keep-net) those the tool host entered for it, checked and adopted (tool_host.hpp);
 //   2. CUDA start-up on the one visible GPU, flush buffer, stream, events, NVML; "ready" event;
 //   3. read the job (one JSON line on stdin), open the .so, size the output file;
 //   4. time empty samples (before any foreign code is loaded);
@@ -159,7 +160,9 @@ class Runner {
   int run(bool isolate, bool keep_net = false) {
     const auto t0 = Clock::now();
     try {
-      if (isolate) confine_step([keep_net] { enter_namespaces(!keep_net); });
+      // Under a tool (--keep-net) the tool host entered the namespaces: the tool's injection made
+      // this process multi-threaded before main, and unshare(CLONE_NEWUSER) would fail (EINVAL).
+      if (isolate) confine_step([keep_net] { keep_net ? adopt_tool_host_namespaces() : enter_namespaces(); });
       start_cuda();
     } catch (const Stop& s) {
       emit_.send({{"event", "result"}, {"status", sandbox::to_string(s.status)}, {"message", s.message}});
@@ -912,7 +915,7 @@ int main(int argc, char** argv) {
       std::strcmp(argv[3], "--") == 0)
     return d2k::runner::tool_host_main(argc - 4, argv + 4);
   bool agent = false, isolate = false, mode_given = false, probe_mode = false, bandwidth_mode = false;
-  bool keep_net = false;  // under tool-host: stay in its network namespace (loopback only)
+  bool keep_net = false;  // under tool-host: its namespaces (user, mount, loopback-only network, PID)
   int result_fd = 3, out_fd = 4, slots_fd = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

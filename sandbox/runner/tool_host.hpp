@@ -1,10 +1,18 @@
 // `d2k-runner --mode tool-host -- TOOL ARGS...`: the host of a GPU tool (ncu, compute-sanitizer)
-// that starts a confined agent runner under it (sandbox/tools, issue 20). Own user namespace
-// (identity-mapped: no privilege beyond the caller's), own network namespace with only the
-// loopback interface up (the tool's front end and its injection library in the runner talk over
-// 127.0.0.1; nothing else is reachable), own PID namespace whose init is the tool (when it ends,
-// everything under it ends); no_new_privs. The runner under the tool keeps this network namespace
-// (`--keep-net`) and takes every other confinement step as for evaluate.
+// that starts a confined agent runner under it (sandbox/tools, issue 20). It enters, while still
+// single-threaded, the namespaces the agent runner would enter itself under evaluate: user
+// (kInsideUid/kInsideGid mapped to the caller's ids: no privilege beyond the caller's), mount
+// (private) and network (only loopback, brought up here: the tool's front end and the injection
+// library in the runner talk over it, which a network namespace of the runner's own would cut);
+// no_new_privs. No PID namespace: CUDA start-up fails in one under both tools (the H200,
+// 2026-12-02: cudaErrorOperatingSystem, also with `unshare -p -f ncu` and a plain CUDA program);
+// the server kills what is left of the tool's tree by this network namespace instead
+// (gpu_tool.cpp). The runner does not enter its namespaces itself under a tool: a preloaded
+// injection library may start threads before its main, and unshare(CLONE_NEWUSER) refuses a
+// multi-threaded process (EINVAL). CAP_SYS_ADMIN and CAP_SETPCAP of this user namespace (no other
+// capability) are passed down as ambient capabilities, so the runner under the tool (`--isolate
+// --keep-net`, confine.hpp adopt_tool_host_namespaces) can mount its masks and drop its bounding
+// set; it drops them with every other capability before agent code loads, as under evaluate.
 #pragma once
 
 namespace d2k::runner {

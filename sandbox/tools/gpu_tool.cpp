@@ -1,12 +1,16 @@
 #include "sandbox/tools/gpu_tool.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <regex>
@@ -643,8 +647,19 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     return r;
   }
 
-  // The tool's private folder: its log (the CSV or the report) and TMPDIR.
+  // The tool's private folder: its log (the CSV or the report) and TMPDIR; outside every path the
+  // runner masks, since the tool's front end sees the runner's masks (tool_host.hpp).
   std::error_code ec;
+  const auto inside = [](const std::filesystem::path& p, const std::filesystem::path& root) {
+    const auto rel = p.lexically_normal().lexically_relative(root.lexically_normal());
+    return !rel.empty() && *rel.begin() != "..";
+  };
+  for (const auto& hidden : config.hidden_paths)
+    if (inside(std::filesystem::absolute(config.scratch_dir, ec), std::filesystem::absolute(hidden, ec))) {
+      r.message = "the tools' scratch folder " + config.scratch_dir.string() + " lies under the hidden path " +
+                  hidden.string() + ", which the runner masks from the tool too";
+      return r;
+    }
   std::filesystem::create_directories(config.scratch_dir, ec);
   std::string dir_template = (config.scratch_dir / "tool-XXXXXX").string();
   if (::mkdtemp(dir_template.data()) == nullptr) {
@@ -697,6 +712,16 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     r.message = std::string("cannot start the tool: ") + e.what();
     return r;
   }
+  // The tool host's network namespace (it unshares at once; until then /proc shows ours): what is
+  // left in it after the run is killed, the runner under the tool included, whatever group it is in.
+  std::optional<NamespaceId> tool_ns;
+  const auto own_ns = net_namespace_of(::getpid());
+  for (int i = 0; i < 400 && own_ns && !tool_ns; ++i) {
+    const auto ns = net_namespace_of(p->pid());
+    if (!ns) break;  // gone already
+    if (!(ns == own_ns)) tool_ns = ns;
+    else ::usleep(5000);
+  }
   std::string kernel_status, kernel_message, start_error;
   bool timed_out = false;
   const auto ready = p->wait_ready(std::chrono::milliseconds(static_cast<long long>(
@@ -722,7 +747,26 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     start_error = p->error().substr(0, 500);  // the runner's own reason (confinement, CUDA start-up) when it gave one
   }
   if (timed_out) p->kill();
-  const runner::Exit exit = p->wait();  // the tool writes its log as it ends
+  // The tool writes its log as it ends: let the host end (draining its pipes meanwhile), then kill
+  // what is left in its network namespace (whatever holds its pipes open too), then reap it.
+  const auto host_ended = [&] {
+    std::ifstream in("/proc/" + std::to_string(p->pid()) + "/stat");
+    std::string stat;
+    std::getline(in, stat);
+    const auto paren = stat.rfind(')');
+    return stat.empty() || (paren != std::string::npos && paren + 2 < stat.size() &&
+                            (stat[paren + 2] == 'Z' || stat[paren + 2] == 'X'));
+  };
+  const auto grace = std::max(deadline, Clock::now()) + std::chrono::seconds(10);
+  runner::Event drained;
+  while (!host_ended() && Clock::now() < grace) {
+    const auto got = p->next(drained, std::min(grace, Clock::now() + std::chrono::milliseconds(20)));
+    if (got != runner::RunnerProcess::Read::event && got != runner::RunnerProcess::Read::timeout)
+      ::usleep(10000);  // the result pipe is closed: only the host's exit is awaited
+  }
+  if (tool_ns) kill_namespace_members(*tool_ns);
+  if (!host_ended()) p->kill();
+  const runner::Exit exit = p->wait();
   const std::string output = p->output();
   const std::string text = read_capped(log, 32u << 20);
 
@@ -780,14 +824,52 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
   return r;
 }
 
+std::optional<NamespaceId> net_namespace_of(pid_t pid) {
+  struct stat st{};
+  if (::stat(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), &st) != 0) return std::nullopt;
+  return NamespaceId{st.st_dev, st.st_ino};
+}
+
+int kill_namespace_members(const NamespaceId& ns, int rounds) {
+  int kills = 0;
+  for (int round = 0; round < rounds; ++round) {
+    int found = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
+      if (pid == ::getpid()) continue;
+      const auto id = net_namespace_of(pid);
+      if (!id || !(*id == ns)) continue;
+      ++found;
+      if (::kill(pid, SIGKILL) == 0) ++kills;
+    }
+    if (found == 0) break;
+    ::usleep(20000);  // the killed exit (their zombies have no namespaces), then look again
+  }
+  return kills;
+}
+
+std::filesystem::path tool_scratch_root(const std::filesystem::path& temp_dir) {
+  const std::filesystem::path root = temp_dir / ("d2k-tools-" + std::to_string(::getuid()));
+  if (::mkdir(root.c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::runtime_error("cannot create " + root.string() + ": " + std::strerror(errno));
+  struct stat st{};
+  if (::lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
+    throw std::runtime_error(root.string() + " exists but is not a private folder of this user (mode 0700)");
+  return root;
+}
+
 GpuToolResult run_gpu_tool_for(runner::Evaluator& evaluator, const std::filesystem::path& nvcc, bool profile,
                                const ToolArgs& args) {
   GpuToolConfig c;
   const runner::EvalConfig& ec = evaluator.config();
   c.runner = ec.runner_path;
   c.isolate = ec.isolate;
-  c.hidden_paths = ec.hidden_paths;
-  c.scratch_dir = ec.state_dir / "tools";
+  c.hidden_paths = ec.hidden_paths;  // and, as evaluate hides them (evaluator.cpp), the task's and the state
+  if (args.task != nullptr) c.hidden_paths.push_back(args.task->dir);
+  c.hidden_paths.push_back(ec.state_dir);
   c.deadline_s = args.deadline_s;
   c.ready_timeout_s = std::max(ec.ready_timeout_s, 60.0);
   if (auto p = find_gpu_tool("ncu", nvcc)) c.ncu = *p;
@@ -803,6 +885,7 @@ GpuToolResult run_gpu_tool_for(runner::Evaluator& evaluator, const std::filesyst
   r.max_items = args.max_items;
   std::unique_lock<std::mutex> lock;
   try {
+    c.scratch_dir = tool_scratch_root();
     lock = evaluator.lock_gpu(args.gpu);
   } catch (const std::exception& e) {
     GpuToolResult bad;

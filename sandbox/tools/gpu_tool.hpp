@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <sys/types.h>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,7 +109,10 @@ struct GpuToolConfig {
   std::filesystem::path runner;           // d2k-runner
   std::filesystem::path ncu;              // empty: not available
   std::filesystem::path compute_sanitizer;
-  std::filesystem::path scratch_dir;      // per-run folders for the tools' files
+  // Per-run folders for the tools' files (their TMPDIR, the log). The tool's front end shares the
+  // runner's mount namespace (tool_host.hpp), so the runner's masks hide from it whatever they hide
+  // from agent code: this must lie outside every hidden path (run_gpu_tool refuses otherwise).
+  std::filesystem::path scratch_dir;
   bool isolate = true;
   std::vector<std::filesystem::path> hidden_paths;
   double deadline_s = 300;                // the whole run, tool start-up included
@@ -150,9 +154,27 @@ std::optional<std::filesystem::path> find_gpu_tool(const std::string& name, cons
 // Blocking. Never throws for the agent's kernel: every failure is a typed status.
 GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& request);
 
-// The server's entry: the evaluator's runner, namespaces and hidden paths, the tools found beside
-// `nvcc`, a scratch folder under the evaluator's state; holds the GPU's evaluation lock meanwhile,
-// so no tool runs during another session's timed samples.
+// The scratch root of the tools' runs: "<temp dir>/d2k-tools-<uid>", created 0700 (refused when it
+// exists as anything but a directory of ours that only we can enter). Throws std::runtime_error.
+std::filesystem::path tool_scratch_root(const std::filesystem::path& temp_dir = std::filesystem::temp_directory_path());
+
+// A namespace's identity: the device and inode of /proc/<pid>/ns/net. nullopt when unreadable.
+struct NamespaceId {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const NamespaceId&) const = default;
+};
+std::optional<NamespaceId> net_namespace_of(pid_t pid);
+// SIGKILLs every process in network namespace `ns` (the tool host's: the tool, the runner and
+// anything they started, whatever process group or session they moved to; nothing can leave a
+// network namespace without privileges it lacks), rescanning until none is left (at most `rounds`
+// scans). Returns the number of kills sent.
+int kill_namespace_members(const NamespaceId& ns, int rounds = 50);
+
+// The server's entry: the evaluator's runner, namespaces and hidden paths (those of evaluate: the
+// configured ones, the task's folder and the evaluator's state), the tools found beside `nvcc`,
+// scratch folders under tool_scratch_root(); holds the GPU's evaluation lock meanwhile, so no tool
+// runs during another session's timed samples.
 struct ToolArgs {
   const tasks::Task* task = nullptr;
   std::filesystem::path so;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "catch.hpp"
+#include "sandbox/runner/confine.hpp"
 #include "sandbox/tools/gpu_tool.hpp"
 #include "tasks/loader/task.hpp"
 #include "skip.hpp"
@@ -215,30 +216,94 @@ TEST_CASE("counter permission is read from the driver's parameters", "[tools][pr
   fs::remove(p);
 }
 
-TEST_CASE("the tool host: own network namespace with only loopback up, own PID namespace, identity ids, no_new_privs", "[tools][host]") {
+namespace {
+
+// Runs `cmd` through /bin/sh with its output (stdout and stderr) in a file; returns {status, output}.
+std::pair<int, std::string> shell(const std::string& cmd) {
+  const fs::path out = fs::temp_directory_path() / ("d2k-toolhost-" + std::to_string(::getpid()));
+  const int rc = std::system(("{ " + cmd + "; } > \"" + out.string() + "\" 2>&1").c_str());
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  fs::remove(out);
+  return {rc, text};
+}
+
+}  // namespace
+
+TEST_CASE("the tool host: the runner's user and mount namespaces, loopback-only network, no PID namespace, "
+          "only CAP_SYS_ADMIN and CAP_SETPCAP passed down, no_new_privs", "[tools][host]") {
   if (::geteuid() != 0 && !fs::exists("/proc/sys/kernel/unprivileged_userns_clone")) {
     test::skip("user namespaces need root here");
     return;
   }
-  const fs::path out = fs::temp_directory_path() / ("d2k-toolhost-" + std::to_string(::getpid()));
-  const std::string cmd = std::string("\"") + D2K_RUNNER + "\" --mode tool-host -- /bin/sh -c "
-                          "'echo PID $$; echo IF $(tail -n +3 /proc/self/net/dev | cut -d: -f1); grep NoNewPrivs /proc/self/status; "
-                          "cat /proc/self/uid_map' > \"" + out.string() + "\" 2>&1";
-  const int rc = std::system(cmd.c_str());  // 72: loopback could not be brought up
-  std::ifstream in(out);
-  const std::string text((std::istreambuf_iterator<char>(in)), {});
-  fs::remove(out);
+  const auto [rc, text] = shell(std::string("\"") + D2K_RUNNER + "\" --mode tool-host -- /bin/sh -c "
+                                "'echo PID $$; echo IF $(tail -n +3 /proc/self/net/dev | cut -d: -f1); "
+                                "grep -E \"^(NoNewPrivs|CapAmb|CapEff|CapBnd)\" /proc/self/status; "
+                                "grep -c \" shared:\" /proc/self/mountinfo; cat /proc/self/uid_map'");
   INFO(text);
-  REQUIRE(rc == 0);
+  REQUIRE(rc == 0);  // 70..73: a step failed (the reason is in the text)
   CHECK(text.find("IF lo\n") != std::string::npos);  // loopback and nothing else
-  CHECK(text.find("PID 1\n") != std::string::npos);  // the tool is its PID namespace's init
+  // No PID namespace: CUDA start-up fails in one under ncu and compute-sanitizer (the H200).
+  CHECK(text.find("PID 1\n") == std::string::npos);
   CHECK(text.find("NoNewPrivs:\t1") != std::string::npos);
-  std::istringstream map(text.substr(text.find('\n', text.find("NoNewPrivs")) + 1));
+  // CAP_SYS_ADMIN (bit 21, the runner's mounts) and CAP_SETPCAP (bit 8, its bounding-set drop) of
+  // the tool host's user namespace; no other.
+  CHECK(text.find("CapAmb:\t0000000000200100") != std::string::npos);
+  CHECK(text.find("CapEff:\t0000000000200100") != std::string::npos);
+  CHECK(text.find("CapBnd:\t0000000000200100") != std::string::npos);
+  CHECK(text.find("\n0\n") != std::string::npos);  // no shared mount: nothing propagates out
+  std::istringstream map(text.substr(text.rfind('\n', text.size() - 2) + 1));
   long inside = -1, outside = -1, count = 0;
   map >> inside >> outside >> count;
-  CHECK(inside == static_cast<long>(::getuid()));  // identity-mapped: no privilege gained
+  CHECK(inside == 1000);  // the runner's uid (confine.hpp kInsideUid), never 0 inside
   CHECK(outside == static_cast<long>(::getuid()));
   CHECK(count == 1);
+}
+
+// The H200, 2026-12-01: under ncu the agent runner exited with code 2 before reporting. ncu's
+// injection library, preloaded into the runner, starts a thread before main, and the runner's own
+// unshare(CLONE_NEWUSER) refuses a multi-threaded process. A preloaded library that starts a thread
+// shows it here without a GPU: on its own the runner fails its namespace step; under the tool host
+// it adopts the host's namespaces and goes on to CUDA start-up (ready on a GPU, a CUDA error here).
+TEST_CASE("an agent runner made multi-threaded before main (a tool's injection) still confines itself under the tool host",
+          "[tools][host]") {
+  if (::geteuid() != 0 && !fs::exists("/proc/sys/kernel/unprivileged_userns_clone")) {
+    test::skip("user namespaces need root here");
+    return;
+  }
+  const std::string runner = std::string("\"") + D2K_RUNNER + "\"";
+  const std::string preload = std::string("LD_PRELOAD=\"") + D2K_THREAD_PRELOAD + "\"";
+  // Alone, as before the fix: the stand-in injection breaks the runner's own namespace step.
+  const auto [alone_rc, alone] = shell(preload + " " + runner + " --mode agent --isolate --result-fd 3 3>&1 </dev/null");
+  INFO(alone);
+  CHECK(alone.find("\"status\":\"setup_error\"") != std::string::npos);
+  CHECK(alone.find("unshare: Invalid argument") != std::string::npos);
+
+  // Under the tool host (`sh` as the tool, preloading the stand-in as ncu preloads its injection).
+  const auto [rc, text] = shell(runner + " --mode tool-host -- /bin/sh -c '" + preload + " exec " + runner +
+                                " --mode agent --isolate --keep-net --result-fd 3 3>&1 </dev/null'");
+  INFO(text);
+  CHECK(text.find("unshare") == std::string::npos);
+  CHECK(text.find("tool host's namespace") == std::string::npos);
+  CHECK(text.find("mount") == std::string::npos);
+  // Past the namespaces: CUDA start-up (ready with a GPU, then "no job on stdin"; a CUDA error without).
+  const bool ready = text.find("\"event\":\"ready\"") != std::string::npos;
+  const bool cuda_error = text.find("\"message\":\"cuda") != std::string::npos;
+  CHECK((ready || cuda_error));
+
+  // The runner checks the namespaces it adopts: outside a tool host, --keep-net is refused.
+  const auto [plain_rc, plain] = shell(runner + " --mode agent --isolate --keep-net --result-fd 3 3>&1 </dev/null");
+  INFO(plain);
+  CHECK(plain.find("not in the tool host's namespaces") != std::string::npos);
+}
+
+TEST_CASE("maps_only: exactly one id, the runner's, mapped", "[tools][host]") {
+  CHECK(runner::maps_only("      1000          0          1\n", 1000));
+  CHECK(runner::maps_only("1000 4242 1", 1000));
+  CHECK_FALSE(runner::maps_only("         0          0 4294967295\n", 1000));  // the initial namespace
+  CHECK_FALSE(runner::maps_only("1000 0 2\n", 1000));
+  CHECK_FALSE(runner::maps_only("1000 0 1\n1001 5 1\n", 1000));
+  CHECK_FALSE(runner::maps_only("", 1000));
 }
 
 namespace {
@@ -305,6 +370,13 @@ TEST_CASE("run_gpu_tool end to end with a stand-in tool: the wire, the log, the 
   CHECK(ok.result["findings"][0]["line"] == 9);
   CHECK(fs::is_empty(c.scratch_dir));  // the tool's private folder is gone
 
+  // The tool's front end sees the runner's masks: a scratch folder under a hidden path is refused.
+  tools::GpuToolConfig under = c;
+  under.hidden_paths = {dir};
+  const auto refused = tools::run_gpu_tool(under, r);
+  CHECK(refused.status == sandbox::Outcome::internal_error);
+  CHECK(refused.message.find("lies under the hidden path") != std::string::npos);
+
   // Missing tool, unknown options: typed before anything runs.
   tools::GpuToolConfig none = c;
   none.compute_sanitizer.clear();
@@ -322,7 +394,7 @@ TEST_CASE("run_gpu_tool end to end with a stand-in tool: the wire, the log, the 
   fs::remove(dir / "noresult");
 
   // A tool that hangs: timeout at the deadline, and nothing of it left behind, not even a
-  // grandchild in a process group of its own (the tool host's PID namespace ends with the tool).
+  // grandchild in a session of its own (killed by the sweep of the tool host's network namespace).
   std::ofstream(dir / "hang") << "";
   c.deadline_s = 3;
   const auto hung = tools::run_gpu_tool(c, r);
@@ -331,10 +403,25 @@ TEST_CASE("run_gpu_tool end to end with a stand-in tool: the wire, the log, the 
   std::ifstream(dir / "grandchild.pid") >> pid;
   REQUIRE_FALSE(pid.empty());
   bool gone = false;
-  for (int i = 0; i < 100 && !gone; ++i) {  // the kernel tears the namespace down asynchronously
+  for (int i = 0; i < 100 && !gone; ++i) {  // killed, then reaped by its new parent
     gone = !fs::exists("/proc/" + pid + "/status");
     if (!gone) ::usleep(50000);
   }
   CHECK(gone);
   fs::remove_all(dir);
+}
+
+TEST_CASE("the tools' scratch root: a private folder of this user outside the server's state", "[tools][host]") {
+  const fs::path tmp = fs::temp_directory_path() / ("d2k-scratchroot-" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  const fs::path root = tools::tool_scratch_root(tmp);
+  CHECK(root == tmp / ("d2k-tools-" + std::to_string(::getuid())));
+  CHECK((fs::status(root).permissions() & fs::perms::all) == fs::perms::owner_all);
+  CHECK(tools::tool_scratch_root(tmp) == root);  // again: the same folder
+  fs::permissions(root, fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
+  CHECK_THROWS_WITH(tools::tool_scratch_root(tmp), Catch::Contains("not a private folder"));
+  fs::remove(root);
+  fs::create_directory_symlink(tmp, root);  // planted by someone else: never followed
+  CHECK_THROWS_WITH(tools::tool_scratch_root(tmp), Catch::Contains("not a private folder"));
+  fs::remove_all(tmp);
 }
