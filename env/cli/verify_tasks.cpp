@@ -37,7 +37,7 @@ struct Options {
   int gpu = 0;
   std::string results_dir;
   std::string state;
-  bool gpu_resident = false;  // evaluate on the GPU-resident path (EvalConfig::gpu_resident)
+  bool gpu_resident = env::Config{}.gpu_resident;  // the path a server evaluates on by default
   int jobs = 0;               // parallel compiles before the evaluations (0: one per CPU, at most 16)
   std::vector<std::string> kernels;  // empty: baseline, L1, L2, L3
   double time_budget_s = 0;          // 0: none
@@ -643,9 +643,11 @@ void add_verify_tasks(CLI::App& app, Runner& run) {
                   "Kernels compiled in parallel before the evaluations, which run one at a time (default: one per "
                   "CPU, at most 16)")
       ->check(CLI::Range(1, 256));
-  cmd->add_flag("--gpu-resident", o->gpu_resident,
-                "Evaluate on the GPU-resident path (outputs stay on the GPU and are compared there, as `d2k serve` "
-                "does with gpu_resident = true; docs/timing-protocol.md); default: the host path");
+  cmd->add_flag("--gpu-resident,!--host-path", o->gpu_resident,
+                std::string("Evaluate on the GPU-resident path (outputs stay on the GPU and are compared there) or, with "
+                            "--host-path, through host memory with the compare on the CPU (docs/timing-protocol.md); "
+                            "default: the server's default, ") +
+                    (env::Config{}.gpu_resident ? "the GPU-resident path" : "the host path"));
   cmd->add_option("--kernels", o->kernels,
                   "Only these kernels (comma-separated from baseline, L1, L2, L3; e.g. L3 for the speed-of-light "
                   "and library yardstick rows alone). A partial run updates the suite table, not the tasks' reports; "
@@ -661,7 +663,7 @@ void add_verify_tasks(CLI::App& app, Runner& run) {
     if (!o->tasks_dir.empty()) command += " --tasks " + o->tasks_dir;
     for (const auto& t : o->only) command += " --task " + t;
     command += " --seeds " + std::to_string(o->seeds);
-    if (o->gpu_resident) command += " --gpu-resident";
+    command += o->gpu_resident ? " --gpu-resident" : " --host-path";
     if (!o->kernels.empty()) {
       command += " --kernels ";
       for (std::size_t i = 0; i < o->kernels.size(); ++i) command += (i ? "," : "") + o->kernels[i];
