@@ -186,7 +186,7 @@ TEST_CASE("gpu-resident: an owner sends slots before any call and never a timing
 }
 
 TEST_CASE("gpu-resident: the switch is off by default (until its bound is proven on the H200)", "[runner][resident]") {
-  CHECK(EvalConfig{}.gpu_resident);  // on by default (a separate commit: the lead may drop it)
+  CHECK_FALSE(EvalConfig{}.gpu_resident);
 }
 
 TEST_CASE("gpu-resident: a pool's wait_started waits for spares still starting, bounded by its deadline", "[runner][resident][process]") {
