@@ -83,6 +83,21 @@ struct Tools {
   double left_s() const { return budget_s > 0 ? budget_s - since(start) : 1e18; }
 };
 
+// A kernel's file in its task folder, by its label (baseline, L1, L2, L3).
+fs::path kernel_file(const std::string& label) {
+  return label == "baseline" ? fs::path("baseline.cu") : fs::path("experts") / (label + ".cu");
+}
+
+// The agents' compile request for one of the task's kernels: the task's main file and flags. Throws
+// when the file cannot be read.
+sandbox::CompileRequest compile_request(const tasks::Task& task, const fs::path& rel) {
+  sandbox::CompileRequest r;
+  r.main_file = task.main_file;
+  r.flags = task.compile_flags;
+  r.files[task.main_file] = tasks::read_task_file(task.dir, rel);
+  return r;
+}
+
 // One kernel of a task through the agents' path: sandboxed compile with the task's flags, an
 // agent-mode evaluation on every workload, then its design properties on its own code.
 KernelVerdict verify_kernel(const tasks::Task& task, const std::string& label, const fs::path& rel, Tools& tools,
@@ -93,10 +108,8 @@ KernelVerdict verify_kernel(const tasks::Task& task, const std::string& label, c
   std::printf("  compiling %s/%s ...\n", task.id.c_str(), k.file.c_str());
   std::fflush(stdout);
   sandbox::CompileRequest creq;
-  creq.main_file = task.main_file;
-  creq.flags = task.compile_flags;
   try {
-    creq.files[task.main_file] = tasks::read_task_file(task.dir, rel);
+    creq = compile_request(task, rel);
   } catch (const std::exception& e) {
     k.status = "missing";
     k.message = e.what();
@@ -334,19 +347,12 @@ void precompile(const std::vector<const tasks::Task*>& chosen, const std::vector
                 sandbox::Compiler& compiler, int jobs) {
   std::vector<sandbox::CompileRequest> work;
   for (const tasks::Task* t : chosen) {
-    std::vector<fs::path> files;
-    for (const auto& label : labels)
-      files.push_back(label == "baseline" ? fs::path("baseline.cu") : fs::path("experts") / (label + ".cu"));
-    for (const auto& rel : files) {
-      sandbox::CompileRequest r;
-      r.main_file = t->main_file;
-      r.flags = t->compile_flags;
+    for (const auto& label : labels) {
       try {
-        r.files[t->main_file] = tasks::read_task_file(t->dir, rel);
+        work.push_back(compile_request(*t, kernel_file(label)));
       } catch (const std::exception&) {
         continue;  // verify_kernel reports the missing file
       }
-      work.push_back(std::move(r));
     }
   }
   if (work.size() < 2 || jobs < 2) return;
@@ -412,8 +418,7 @@ TaskVerdict verify_task(const tasks::Task& task, Tools& tools, const std::vector
       v.partial += (v.partial.empty() ? "" : "; ") + std::string("time budget spent before ") + label;
       break;
     }
-    const fs::path rel = layer == 0 ? fs::path("baseline.cu") : fs::path("experts") / (label + ".cu");
-    v.kernels.push_back(verify_kernel(task, label, rel, tools, baseline_times));
+    v.kernels.push_back(verify_kernel(task, label, kernel_file(label), tools, baseline_times));
     if (layer == 0) baseline_times = v.kernels.back().times;
   }
   // Ladder steps between adjacent layers that both ran.
