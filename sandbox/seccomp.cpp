@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 
@@ -166,7 +167,9 @@ constexpr std::uint32_t kNrFchmodat2 = __NR_fchmodat2;
 #else
 constexpr std::uint32_t kNrFchmodat2 = 452;  // x86-64, Linux 6.6
 #endif
-std::vector<sock_filter> build_gate_program() {
+// tool_mode (FilterOptions): SECCOMP_RET_TRAP where it kills (a foreign architecture still kills).
+std::vector<sock_filter> build_gate_program(bool tool_mode = false) {
+  const std::uint32_t kill = tool_mode ? SECCOMP_RET_TRAP : SECCOMP_RET_KILL_PROCESS;
   std::vector<sock_filter> p;
   auto stmt = [&](std::uint16_t code, std::uint32_t k) { p.push_back(BPF_STMT(code, k)); };
   auto jeq_ret = [&](std::uint32_t value, std::uint32_t ret) {  // if A == value: return ret
@@ -183,13 +186,13 @@ std::vector<sock_filter> build_gate_program() {
   p.push_back(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1));  // x32 system calls
   stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
   // No filter of the agent's own (it could trap or delay the harness's system calls).
-  jeq_ret(__NR_seccomp, SECCOMP_RET_KILL_PROCESS);
+  jeq_ret(__NR_seccomp, kill);
   // prctl: the option is an int (the kernel reads the low half only).
   const std::uint32_t block = 2 + 2 * (kGatePrctlKilledCount + kGatePrctlAllowedCount);
   p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_prctl, 0, static_cast<std::uint8_t>(block)));
   stmt(BPF_LD | BPF_W | BPF_ABS, kArg0);
   for (unsigned i = 0; i < kGatePrctlKilledCount; ++i)
-    jeq_ret(static_cast<std::uint32_t>(kGatePrctlKilled[i]), SECCOMP_RET_KILL_PROCESS);
+    jeq_ret(static_cast<std::uint32_t>(kGatePrctlKilled[i]), kill);
   for (unsigned i = 0; i < kGatePrctlAllowedCount; ++i)
     jeq_ret(static_cast<std::uint32_t>(kGatePrctlAllowed[i]), SECCOMP_RET_ALLOW);
   stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
@@ -208,7 +211,7 @@ std::vector<sock_filter> build_gate_program() {
   stmt(BPF_LD | BPF_W | BPF_ABS, kArg3);
   p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MAP_ANONYMOUS | MAP_SHARED, 1, 0));
   stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  stmt(BPF_RET | BPF_K, kill);
   // No change of a file's mode: the output file's mode is what keeps it from being reopened for
   // reading and mapped (confine.hpp, make_write_only). By number: fchmodat2 (Linux 6.6) is newer
   // than some libseccomp name tables.
@@ -219,7 +222,7 @@ std::vector<sock_filter> build_gate_program() {
     p.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 4));
     stmt(BPF_LD | BPF_W | BPF_ABS, kArg2);
     p.push_back(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, PROT_EXEC, 0, 1));
-    stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+    stmt(BPF_RET | BPF_K, kill);
     stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
   }
   stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
@@ -258,9 +261,23 @@ void check(int rc, const std::string& what) {
 }
 
 // Adds a table's rules; a syscall this kernel/arch does not know is skipped (nothing to deny).
+// The rules of runner_agent_layer that FilterOptions::tool_mode leaves out: "no new files", and
+// the network ones a loopback connection to the tool's front end needs.
+bool relaxed_for_tools(const Rule& r) {
+  for (const char* n : {"connect", "socket"})
+    if (std::strcmp(r.name, n) == 0)  // socket: the families other than AF_UNIX (AF_UNIX keeps its EPERM)
+      return std::strcmp(n, "connect") == 0 || r.arg.op == Arg::ne;
+  static constexpr const char* kNames[] = {"creat",  "mkdir",    "mkdirat",   "open",   "openat", "rename",
+                                           "renameat", "renameat2", "unlink", "unlinkat", "rmdir"};
+  for (const char* n : kNames)
+    if (std::strcmp(r.name, n) == 0) return std::strncmp(n, "open", 4) != 0 || r.arg.mask == O_CREAT;
+  return false;
+}
+
 template <std::size_t N>
-void add_rules(scmp_filter_ctx ctx, const Rule (&rules)[N], pid_t self) {
+void add_rules(scmp_filter_ctx ctx, const Rule (&rules)[N], pid_t self, bool tool_mode = false) {
   for (const Rule& r : rules) {
+    if (tool_mode && relaxed_for_tools(r)) continue;
     const int nr = seccomp_syscall_resolve_name(r.name);
     if (nr == __NR_SCMP_ERROR) continue;
     const auto cmp = [&](const Arg& a) {
@@ -275,12 +292,13 @@ void add_rules(scmp_filter_ctx ctx, const Rule (&rules)[N], pid_t self) {
       return SCMP_CMP(0, SCMP_CMP_EQ, 0);  // not reached: callers skip `none`
     };
     int rc = 0;
+    const uint32_t action = tool_mode && r.act == Act::kill ? SCMP_ACT_TRAP : action_of(r.act);
     if (r.arg.op == Arg::none)
-      rc = seccomp_rule_add(ctx, action_of(r.act), nr, 0);
+      rc = seccomp_rule_add(ctx, action, nr, 0);
     else if (r.arg2.op == Arg::none)
-      rc = seccomp_rule_add(ctx, action_of(r.act), nr, 1, cmp(r.arg));
+      rc = seccomp_rule_add(ctx, action, nr, 1, cmp(r.arg));
     else
-      rc = seccomp_rule_add(ctx, action_of(r.act), nr, 2, cmp(r.arg), cmp(r.arg2));
+      rc = seccomp_rule_add(ctx, action, nr, 2, cmp(r.arg), cmp(r.arg2));
     check(rc, std::string("rule ") + r.name);
   }
 }
@@ -298,10 +316,12 @@ Ctx build_ctx(SeccompProfile profile, const FilterOptions& options) {
     case SeccompProfile::none: break;
     case SeccompProfile::compiler: add_rules(ctx.get(), kCompilerRules, self); break;
     case SeccompProfile::runner:
-      add_rules(ctx.get(), kCompilerRules, self);
-      add_rules(ctx.get(), kRunnerRules, self);
+      add_rules(ctx.get(), kCompilerRules, self, options.tool_mode);
+      add_rules(ctx.get(), kRunnerRules, self, options.tool_mode);
       break;
-    case SeccompProfile::runner_agent_layer: add_rules(ctx.get(), kRunnerAgentLayerRules, self); break;
+    case SeccompProfile::runner_agent_layer:
+      add_rules(ctx.get(), kRunnerAgentLayerRules, self, options.tool_mode);
+      break;
     case SeccompProfile::runner_agent_gate: break;  // hand-built: build_gate_program
   }
   return ctx;
@@ -340,7 +360,7 @@ const char* to_string(SeccompProfile profile) {
 
 std::vector<sock_filter> build_seccomp_program(SeccompProfile profile, const FilterOptions& options) {
   if (profile == SeccompProfile::none) return {};
-  if (profile == SeccompProfile::runner_agent_gate) return build_gate_program();
+  if (profile == SeccompProfile::runner_agent_gate) return build_gate_program(options.tool_mode);
   Ctx ctx = build_ctx(profile, options);
   int fd = memfd_create("d2k-seccomp", MFD_CLOEXEC);
   if (fd < 0) throw std::runtime_error("seccomp: memfd_create failed");
@@ -369,7 +389,7 @@ std::string load_seccomp(SeccompProfile profile, const FilterOptions& options) {
   if (profile == SeccompProfile::none) return {};
   try {
     if (profile == SeccompProfile::runner_agent_gate) {
-      const auto program = build_gate_program();
+      const auto program = build_gate_program(options.tool_mode);
       if (const int err = load_program(program.data(), static_cast<unsigned short>(program.size()), options.all_threads))
         return std::string("loading the gate: ") + strerror(err);
       return {};

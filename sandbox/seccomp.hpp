@@ -24,6 +24,15 @@ enum class SeccompProfile {
 struct FilterOptions {
   pid_t self_pid = 0;  // runner: the only pid kill/tgkill may target (0: getpid() when built)
   bool all_threads = true;  // in-process load: apply to every thread (SECCOMP_FILTER_FLAG_TSYNC)
+  // An agent runner under a GPU tool (runner/tool_host.hpp), whose Landlock view grants file
+  // creation in one private tmpfs only and whose network namespace holds only loopback:
+  //  - runner_agent_layer leaves out its "no new files" rules (creat, O_CREAT opens, mkdir, rename,
+  //    unlink, rmdir; links, symlinks, device nodes and truncate stay refused) and lets AF_INET and
+  //    AF_INET6 sockets connect (the tool's injection library reaches its front end over
+  //    127.0.0.1; bind, listen and accept stay refused);
+  //  - every profile traps (SIGSYS to the thread, the call not made) where it would kill, so the
+  //    runner can name the refused call (runner_main.cpp) instead of dying silently under the tool.
+  bool tool_mode = false;
 };
 
 // prctl options the agent gate allows (reads, and settings that only restrict the caller), and

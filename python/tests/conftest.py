@@ -1,6 +1,7 @@
 """Starts a real ``d2k serve`` for the tests.
 
-Binary: $D2K_BIN, default <repo>/build/bin/d2k. Tasks: <repo>/tasks (or $D2K_TASKS_DIR).
+Binary: $D2K_BIN, default <repo>/build/bin/d2k. Tasks: <repo>/tasks (or $D2K_TASKS_DIR). More
+``d2k serve`` options: $D2K_SERVE_ARGS (split at spaces; e.g. ``--no-prepare`` on a GPU machine).
 Without the binary the server tests are skipped, unless D2K_REQUIRE_SERVER=1 (CI), where they
 fail instead.
 """
@@ -47,7 +48,8 @@ class Server:
         env = dict(os.environ, XDG_CACHE_HOME=str(workdir / "cache"))
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [str(binary), "serve", "--endpoint", self.endpoint, "--tasks", str(tasks_dir())],
+            [str(binary), "serve", "--endpoint", self.endpoint, "--tasks", str(tasks_dir()),
+             *os.environ.get("D2K_SERVE_ARGS", "").split()],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.hello = self._wait_ready()
 

@@ -23,6 +23,20 @@ extern "C" int d2k_vector_add(const float* a, const float* b, float* y, int64_t 
 """
 
 
+# Writes 256 elements past the end of y: memcheck must find it (written here, not in the repository).
+OUT_OF_BOUNDS = """#include <cstdint>
+#include <cuda_runtime.h>
+__global__ void oob_kernel(const float* a, const float* b, float* y, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n + 256) y[i] = a[i < n ? i : 0] + b[i < n ? i : 0];
+}
+extern "C" int d2k_vector_add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) {
+  oob_kernel<<<(unsigned)((n + 256 + 255) / 256), 256, 0, s>>>(a, b, y, n);
+  return (int)cudaGetLastError();
+}
+"""
+
+
 def test_builders_and_normalize():
     assert actions.profile() == {"type": "profile"}
     assert actions.profile("pow2_64m", ["memory", "occupancy"]) == {
@@ -88,5 +102,34 @@ def test_profile_and_sanitize_without_gpu(server, task_id):
                 session.step(actions.sanitize())
             with pytest.raises(d2k.InvalidAction):
                 session.step({"type": "disassemble", "ptx": "yes"})
+        finally:
+            session.close()
+
+
+def test_profile_and_sanitize_on_gpu(server, task_id):
+    """On a GPU machine (the H200: tests/tools/README.md): profile reports the agent's own kernel and
+    only it, sanitize finds an out-of-bounds write, both as steps of an episode from the Python client."""
+    if not server.has_gpu:
+        pytest.skip("no GPU on this server")
+    if task_id != "vector_add":
+        pytest.skip("the kernels here are vector_add's")
+    with d2k.Client(server.endpoint, timeout=300) as client:
+        session = client.reset(task_id, layer=1, max_steps=20)
+        try:
+            session.step(d2k.actions.write_file("kernel.cu", VECTOR_ADD))
+            last = session.step(actions.profile("odd_1m")).observation["last"]
+            assert last["action"] == "profile" and last["ok"] is True, last
+            p = last["profile"]
+            assert p["workload"] == "odd_1m" and p["kernel_status"] == "ok"
+            assert p["launches_total"] >= 1
+            assert all(launch["kernel"].startswith("add_kernel") for launch in p["launches"]), p["launches"]
+            assert p["launches"][0]["speed_of_light"]["dram_pct"] > 0
+
+            session.step(d2k.actions.write_file("kernel.cu", OUT_OF_BOUNDS))
+            last = session.step(actions.sanitize("memcheck")).observation["last"]
+            assert last["action"] == "sanitize" and last["ok"] is True, last
+            z = last["sanitize"]
+            assert z["clean"] is False and z["findings"], z
+            assert z["findings"][0]["kind"] == "invalid_access" and z["findings"][0]["access"] == "write"
         finally:
             session.close()

@@ -407,6 +407,15 @@ void restrict_files(const FileView& view) {
     add(fd.get(), LANDLOCK_ACCESS_FS_READ_FILE | kFileWrite, p);
   }
   for (int fd : view.read_fds) add(fd, kFileRead, "fd " + std::to_string(fd));
+  for (const std::string& p : view.scratch_dirs) {
+    const sandbox::Fd fd(::open(p.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) throw ConfineError("scratch folder " + p + ": " + std::strerror(errno));
+    std::uint64_t rights = kFileRead | kFileWrite | LANDLOCK_ACCESS_FS_READ_DIR | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+                           LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG;
+    if (abi >= 2) rights |= LANDLOCK_ACCESS_FS_REFER;
+    if (abi >= 3) rights |= LANDLOCK_ACCESS_FS_TRUNCATE;
+    add(fd.get(), rights, p);
+  }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) throw ConfineError(std::string("no_new_privs: ") + std::strerror(errno));
   if (landlock(SYS_landlock_restrict_self, ruleset.get(), 0, 0) != 0)
     throw ConfineError(std::string("landlock_restrict_self: ") + std::strerror(errno));

@@ -121,6 +121,8 @@ struct FileView {
   std::vector<std::string> read;        // directories or files: read (and map executable)
   std::vector<std::string> read_write;  // files: read and write (device nodes)
   std::vector<int> read_fds;            // already open files: read and map executable (the .so)
+  std::vector<std::string> scratch_dirs; // directories: read, write, create and remove beneath (only
+                                         // a GPU tool's private tmpfs, runner/tool_host.hpp)
 };
 // The view for the agent: system libraries, /etc/ld.so.*, /sys, this process's own /proc entry and
 // the driver's /proc files, /dev/{null,zero,random,urandom} and /dev/nvidia* (masked ones resolve

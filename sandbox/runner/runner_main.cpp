@@ -20,12 +20,16 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -35,6 +39,7 @@
 
 #include <cuda_runtime_api.h>
 #include <ffi.h>
+#include <nvtx3/nvToolsExt.h>
 #include <nlohmann/json.hpp>
 
 #include "sandbox/outcome.hpp"
@@ -163,6 +168,8 @@ class Runner {
       // Under a tool (--keep-net) the tool host entered the namespaces: the tool's injection made
       // this process multi-threaded before main, and unshare(CLONE_NEWUSER) would fail (EINVAL).
       if (isolate) confine_step([keep_net] { keep_net ? adopt_tool_host_namespaces() : enter_namespaces(); });
+      under_tool_ = keep_net;
+      if (under_tool_) tool_scratch_ = tool_scratch_dir();
       start_cuda();
     } catch (const Stop& s) {
       emit_.send({{"event", "result"}, {"status", sandbox::to_string(s.status)}, {"message", s.message}});
@@ -221,6 +228,25 @@ class Runner {
     // One launch of our own so module loading is off the measured path.
     RUNNER_CUDA(l2_flush(gpu_.flush, gpu_.flush_bytes, 0, gpu_.stream), setup_error);
     RUNNER_CUDA(cudaDeviceSynchronize(), setup_error);
+    // Under a tool: NVTX loads the tool's injection now, before Landlock and seccomp (tool_host.hpp).
+    if (under_tool_) {
+      nvtxRangePushA("d2k_runner_start");
+      nvtxRangePop();
+    }
+  }
+
+  // ncu's lock folder as the server named it and the tool host mounted it (tool_host.hpp): an
+  // absolute path to a directory, not a link, on a tmpfs; anything else is ignored (the profile
+  // then fails typed).
+  static std::string tool_scratch_dir() {
+    const char* p = std::getenv(kToolScratchEnv);
+    if (p == nullptr || p[0] != '/') return {};
+    struct stat st{};
+    struct statfs fs{};
+    if (::lstat(p, &st) != 0 || !S_ISDIR(st.st_mode) || ::statfs(p, &fs) != 0 ||
+        static_cast<unsigned long>(fs.f_type) != TMPFS_MAGIC)
+      return {};
+    return p;
   }
 
   void read_job() {
@@ -302,11 +328,15 @@ class Runner {
     confine_step([&] { set_agent_limits(layout_.total_bytes, job_.host_memory_bytes); });
     confine_step([] { limit_pids(kMaxThreads); });  // a pids cgroup where the host allows one
     confine_step([&] { if (out_fd_ >= 0) make_write_only(out_fd_); });
-    confine_step([&] { restrict_files(agent_file_view(so_fd)); });
+    confine_step([&] {
+      FileView view = agent_file_view(so_fd);
+      if (!tool_scratch_.empty()) view.scratch_dirs.push_back(tool_scratch_);
+      restrict_files(view);
+    });
     confine_step([] { drop_privileges(); });
     confine_step([] { seal_runner_image(); });
     try {
-      install_agent_filter();
+      install_agent_filter(under_tool_);
     } catch (const std::exception& e) {
       throw Stop{Outcome::setup_error, e.what()};
     }
@@ -471,7 +501,11 @@ class Runner {
                      job_.returns_int ? &ffi_type_sint : &ffi_type_void, types.data()) != FFI_OK)
       throw Stop{Outcome::setup_error, "ffi_prep_cif failed"};
     ffi_arg ret = 0;
-    auto call = [&] { ffi_call(&cif, entry_, &ret, values.data()); };
+    auto call = [&] {
+      if (under_tool_) nvtxRangePushA(kAgentNvtxRange);  // what ncu profiles (tool_host.hpp)
+      ffi_call(&cif, entry_, &ret, values.data());
+      if (under_tool_) nvtxRangePop();
+    };
     auto check_ret = [&] {
       const int rc = static_cast<int>(static_cast<std::int64_t>(ret));
       if (job_.returns_int && rc != 0)
@@ -680,6 +714,8 @@ class Runner {
   }
 
   bool agent_;
+  bool under_tool_ = false;  // under a tool host (--keep-net): NVTX ranges, ncu's lock folder
+  std::string tool_scratch_;
   Emitter emit_;
   int out_fd_;
   int slots_fd_;

@@ -8,7 +8,11 @@
 
 namespace d2k::runner {
 
-// Throws std::runtime_error when a filter cannot be built or loaded.
-void install_agent_filter();
+// Throws std::runtime_error when a filter cannot be built or loaded. `tool_mode`: under a tool host
+// (tool_host.hpp; sandbox/seccomp.hpp FilterOptions::tool_mode): file creation (Landlock confines
+// it to the tool's tmpfs) and loopback connections are let through, and what would kill traps
+// instead: a SIGSYS handler (installed here) writes "d2k-runner: refused system call N" to stderr
+// and makes the call fail with EPERM, so the tool's report names what the sandbox refused.
+void install_agent_filter(bool tool_mode = false);
 
 }  // namespace d2k::runner

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -57,6 +58,12 @@ int tool_host_main(int argc, char** argv) {
       !write_file("/proc/self/gid_map", std::to_string(kInsideGid) + " " + std::to_string(gid) + " 1"))
     return fail(71, "id maps");
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return fail(71, "mount private");
+  // ncu's lock folder as a small tmpfs (tool_host.hpp kToolScratchEnv), seen by the tool and the runner.
+  if (const char* scratch = std::getenv(kToolScratchEnv); scratch != nullptr && scratch[0] == '/') {
+    const std::string options = "size=" + std::to_string(kToolScratchBytes) + ",nr_inodes=64,mode=0700";
+    if (::mount("d2k-tool-scratch", scratch, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options.c_str()) != 0)
+      return fail(71, "mount tmpfs on the tool's scratch folder");
+  }
   // The new namespace's loopback starts down; the tool's front end listens on it.
   const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) return fail(72, "socket");

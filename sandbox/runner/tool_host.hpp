@@ -17,6 +17,23 @@
 
 namespace d2k::runner {
 
+// Under ncu the runner brackets each call of the agent's entry point in an NVTX push/pop range of
+// this name, and ncu profiles only kernels inside it (`--nvtx --nvtx-include "d2k_agent/"`): the
+// runner's own kernels (the L2 flush, input generation, poison) stay out of the reply.
+inline constexpr const char* kAgentNvtxRange = "d2k_agent";
+// The one place the profiled runner may create files: ncu's lock folder. The injection library in
+// the runner opens (O_CREAT) <TMPDIR>/nvidia/nsight_compute/lock for every kernel it profiles; the
+// agent runner's seccomp layer refuses every O_CREAT and its Landlock view every write, so under
+// ncu the profile failed ("Failed to open/create lock file", the H200, 2026-12-02). The server names
+// <TMPDIR>/nvidia (an empty folder of the run's own) in this variable; the tool host mounts a tmpfs
+// of kToolScratchBytes there (in its private mount namespace, which the front end and the runner
+// share); the runner, only under a tool host (--keep-net) and only when that folder is a tmpfs,
+// adds it to its Landlock view with create/write/remove rights and drops the seccomp rules against
+// creating files, which Landlock then confines to that tmpfs (nowhere else grants them). Agent code
+// gets the same: at most kToolScratchBytes of memory in a mount that ends with the run.
+inline constexpr const char* kToolScratchEnv = "D2K_TOOL_SCRATCH_DIR";
+inline constexpr unsigned long kToolScratchBytes = 1ul << 20;
+
 // argv: the tool's path and arguments (after "--"). Returns the tool's exit status (128 + signal
 // when killed), or 70..73 when a step failed (the reason on stderr).
 int tool_host_main(int argc, char** argv);

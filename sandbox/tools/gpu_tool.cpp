@@ -20,6 +20,8 @@
 
 #include "sandbox/eval/evaluator.hpp"
 #include "sandbox/eval/runner_process.hpp"
+#include "sandbox/runner/tool_host.hpp"
+#include "sandbox/seccomp.hpp"
 #include "sandbox/tools/text.hpp"
 
 namespace d2k::tools {
@@ -38,14 +40,17 @@ std::string read_capped(const std::filesystem::path& p, std::size_t cap) {
   return s;
 }
 
-// Scale of a unit of `ncu --print-units base` (and the prefixed ones, should a version print them).
-double unit_scale(std::string_view unit) {
+// Scale of a unit of `ncu --print-units base` (and the prefixed and short ones, should a version
+// print them); nullopt for a unit not listed (percentages, counts: taken as they are).
+std::optional<double> unit_scale(std::string_view unit) {
   static const std::map<std::string, double, std::less<>> k = {
-      {"nsecond", 1e-9}, {"usecond", 1e-6}, {"msecond", 1e-3}, {"second", 1},    {"byte", 1},
+      {"nsecond", 1e-9}, {"usecond", 1e-6}, {"msecond", 1e-3}, {"second", 1},    {"ns", 1e-9},
+      {"us", 1e-6},      {"ms", 1e-3},      {"s", 1},          {"byte", 1},      {"B", 1},
       {"Kbyte", 1e3},    {"Mbyte", 1e6},    {"Gbyte", 1e9},    {"Tbyte", 1e12},  {"KB", 1024},
       {"MB", 1048576},   {"GB", 1073741824}};
   auto it = k.find(unit);
-  return it == k.end() ? 1.0 : it->second;
+  if (it == k.end()) return std::nullopt;
+  return it->second;
 }
 
 }  // namespace
@@ -75,6 +80,8 @@ std::vector<std::string> ncu_arguments(const std::vector<std::string>& sections,
                                 "--replay-mode",      "kernel",
                                 "--kernel-name-base", "demangled",
                                 "--launch-count",     std::to_string(launch_count),
+                                // only the agent's kernels: the runner brackets its calls (tool_host.hpp)
+                                "--nvtx",             "--nvtx-include", std::string(runner::kAgentNvtxRange) + "/",
                                 "--print-units",      "base",
                                 "--csv",              "--page", "raw",
                                 "--log-file",         log_file};
@@ -162,7 +169,14 @@ struct Row {
     for (std::size_t i = 0; i < t.columns.size(); ++i)
       if (t.columns[i] == col) {
         auto v = parse_ncu_number(r[i]);
-        if (v && i < t.units.size()) *v *= unit_scale(t.units[i]);
+        if (!v) return v;
+        if (auto scale = unit_scale(i < t.units.size() ? t.units[i] : std::string_view())) {
+          *v *= *scale;
+        } else if (col.rfind("gpu__time_duration", 0) == 0) {
+          // No unit row, or a unit name not listed: under --print-units base a duration is in its
+          // base unit, nanoseconds (the H200, 2026-12-02: 5,090 for a 5 µs kernel came back as seconds).
+          *v *= 1e-9;
+        }
         return v;
       }
     return std::nullopt;
@@ -591,12 +605,32 @@ GpuToolResult unavailable(std::string message) {
   return r;
 }
 
-// The tool's own complaints worth passing on (==ERROR== / ==WARNING== lines), without paths of ours.
+}  // namespace
+
 std::vector<std::string> tool_messages(const std::string& text, const std::string& scratch) {
   std::vector<std::string> out;
+  // First what the agent runner's seccomp filter refused under the tool (runner_seccomp.hpp).
+  std::set<int> refused;
+  for_each_line(text, [&](std::string_view l) {
+    constexpr std::string_view kRefused = "d2k-runner: refused system call ";
+    const std::string_view t = trim(l);
+    if (t.rfind(kRefused, 0) != 0 || refused.size() >= 8) return;
+    int nr = 0;
+    bool digits = t.size() > kRefused.size();
+    for (char c : t.substr(kRefused.size())) {
+      if (c < '0' || c > '9' || nr > 100000) {
+        digits = false;
+        break;
+      }
+      nr = nr * 10 + (c - '0');
+    }
+    if (digits && refused.insert(nr).second)
+      out.push_back("the sandbox refused " + sandbox::syscall_name(nr) +
+                    " in the profiled process (the tool's library or the kernel's code); it failed with EPERM");
+  });
   for_each_line(text, [&](std::string_view l) {
     const std::string_view t = trim(l);
-    if (out.size() < 5 && (t.rfind("==ERROR==", 0) == 0 || t.rfind("==WARNING==", 0) == 0)) {
+    if (out.size() < refused.size() + 5 && (t.rfind("==ERROR==", 0) == 0 || t.rfind("==WARNING==", 0) == 0)) {
       std::string s(t.substr(0, 300));
       for (auto p = s.find(scratch); !scratch.empty() && p != std::string::npos; p = s.find(scratch)) s.replace(p, scratch.size(), "…");
       out.push_back(std::move(s));
@@ -604,8 +638,6 @@ std::vector<std::string> tool_messages(const std::string& text, const std::strin
   });
   return out;
 }
-
-}  // namespace
 
 GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& request) {
   const bool profile = request.kind == GpuToolKind::profile;
@@ -675,6 +707,16 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
     }
   } cleanup{dir};
   const std::string log = (dir / (profile ? "profile.csv" : "sanitizer.log")).string();
+  // ncu's lock folder (<TMPDIR>/nvidia): the tool host mounts a small tmpfs on it, the only place
+  // the profiled runner may create files (runner/tool_host.hpp kToolScratchEnv).
+  std::string scratch;
+  if (profile) {
+    scratch = (dir / "nvidia").string();
+    if (!std::filesystem::create_directory(scratch, ec) || ec) {
+      r.message = "cannot create the profiler's lock folder in " + dir.string() + ": " + ec.message();
+      return r;
+    }
+  }
 
   runner::Job job;
   try {
@@ -699,6 +741,7 @@ GpuToolResult run_gpu_tool(const GpuToolConfig& config, const GpuToolRequest& re
   spec.keep_net = true;
   spec.max_output_bytes = 256u << 10;
   spec.extra_env = {{"TMPDIR", dir.string()}, {"HOME", dir.string()}};  // the tools' caches and locks
+  if (!scratch.empty()) spec.extra_env[runner::kToolScratchEnv] = scratch;
   spec.wrapper = {config.runner.string(), "--mode", "tool-host", "--", tool.string()};
   const auto args = profile ? ncu_arguments(sections, log, 64) : sanitizer_arguments(request.sanitizer_tool, log, 1000);
   spec.wrapper.insert(spec.wrapper.end(), args.begin(), args.end());

@@ -45,6 +45,12 @@ inline constexpr ProfileSection kProfileSections[] = {
 // Throws std::invalid_argument naming the bad section and the list. Empty: every section.
 std::vector<std::string> validate_sections(const std::vector<std::string>& sections);
 
+// What of a tool run's output is passed on to the agent: the system calls the profiled runner's
+// seccomp filter refused (its "d2k-runner: refused system call N" lines, by name, at most 8), then
+// the tool's own complaints (==ERROR== / ==WARNING== lines, at most 5), with `scratch` (the run's
+// private folder) replaced by "…".
+std::vector<std::string> tool_messages(const std::string& text, const std::string& scratch);
+
 // ncu's arguments (after the ncu path) for these sections, writing its CSV to `log_file`.
 std::vector<std::string> ncu_arguments(const std::vector<std::string>& sections, const std::string& log_file,
                                        int launch_count);

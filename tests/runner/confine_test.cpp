@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -274,6 +275,34 @@ TEST_CASE("class 6/3: the agent's file view is read-only and minimal", "[runner]
     if (can_open("/proc/1/environ", O_RDONLY)) return 24;        // other processes
     if (can_open("/proc/1/root/etc/hostname", O_RDONLY)) return 25;  // through another's root
     if (can_open("/usr/lib/os-release", O_RDWR)) return 26;      // system files stay read-only
+    return 0;
+  });
+  CHECK(rc == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("under a GPU tool the view adds one scratch folder: create and write there, nowhere else", "[runner][confine]") {
+  // The tool run's folder: the tool's log beside the scratch folder (runner/tool_host.hpp).
+  const auto dir = std::filesystem::temp_directory_path() / ("d2k-scratch-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir / "nvidia");
+  std::ofstream(dir / "profile.csv") << "ID,Kernel Name\n";
+  const int rc = in_child([&] {
+    auto view = d2k::runner::agent_file_view(-1);
+    view.scratch_dirs.push_back((dir / "nvidia").string());
+    d2k::runner::restrict_files(view);
+    const auto lock = dir / "nvidia" / "nsight_compute" / "lock";
+    if (::mkdir((dir / "nvidia" / "nsight_compute").c_str(), 0700) != 0) return 10;
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return 11;
+    const bool wrote = ::write(fd, "x", 1) == 1;
+    ::close(fd);
+    if (!wrote) return 12;
+    if (::unlink(lock.c_str()) != 0) return 13;
+    if (can_open((dir / "profile.csv").c_str(), O_WRONLY)) return 20;  // the tool's log: never
+    const int forged = ::open((dir / "forged").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (forged >= 0) return 21;  // nothing created beside the scratch folder
+    if (::symlink("/etc/passwd", (dir / "nvidia" / "link").c_str()) == 0) return 22;  // no symlinks in it
+    if (can_open("/usr/lib/os-release", O_RDWR)) return 23;
     return 0;
   });
   CHECK(rc == 0);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -206,6 +207,20 @@ int in_child(SeccompProfile profile, int (*body)()) {
 // 0: the call succeeded; 1: EPERM; 2: another failure.
 int outcome(long rc) { return rc == 0 ? 0 : errno == EPERM ? 1 : 2; }
 
+int in_child(SeccompProfile profile, const FilterOptions& options, int (*body)()) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (!load_seccomp(profile, options).empty()) _exit(200);
+    _exit(body());
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+std::string g_dir;  // the folder of the file-creation test (set before each fork)
+
 }  // namespace
 
 TEST_CASE("the agent gate allows prctl reads, kills attack options, refuses the rest", "[seccomp]") {
@@ -334,4 +349,73 @@ TEST_CASE("the agent gate kills writable-and-executable file mappings and refuse
   };
   CHECK(in_child(gate, chmods) == 4);
   CHECK(in_child(SeccompProfile::none, chmods) == 0);
+}
+
+TEST_CASE("the agent layer refuses new files and the network; under a GPU tool (tool_mode) creation and connect pass, kills trap", "[seccomp]") {
+  constexpr auto layer = SeccompProfile::runner_agent_layer;
+  g_dir = "/tmp/d2k-seccomp-create-" + std::to_string(getpid());
+  REQUIRE(mkdir(g_dir.c_str(), 0700) == 0);
+  {
+    const int fd = open((g_dir + "/existing").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    REQUIRE(fd >= 0);
+    close(fd);
+  }
+  const FilterOptions plain{getpid(), false};
+  FilterOptions tool{getpid(), false};
+  tool.tool_mode = true;
+  auto create = [] {
+    const std::string f = g_dir + "/new";
+    const int fd = open(f.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return errno == EPERM ? 1 : 2;
+    close(fd);
+    return unlink(f.c_str()) == 0 ? 0 : 3;
+  };
+  auto make_dir = [] {
+    const std::string d = g_dir + "/sub";
+    if (mkdir(d.c_str(), 0700) != 0) return errno == EPERM ? 1 : 2;
+    return rmdir(d.c_str()) == 0 ? 0 : 3;
+  };
+  auto reopen_existing = [] {  // O_CREAT on a file that exists, as ncu opens its lock file
+    const int fd = open((g_dir + "/existing").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return errno == EPERM ? 1 : 2;
+    close(fd);
+    return 0;
+  };
+  auto inet_socket = [] {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return errno == EPERM ? 1 : 2;
+    close(fd);
+    return 0;
+  };
+  // A trap runs this handler (exit 42); a kill ends the process with SIGSYS before it can.
+  auto ptrace_with_handler = [] {
+    signal(SIGSYS, [](int) { _exit(42); });
+    return outcome(syscall(SYS_ptrace, 0 /* PTRACE_TRACEME */, 0, 0, 0));
+  };
+  CHECK(in_child(layer, plain, create) == 1);
+  CHECK(in_child(layer, plain, make_dir) == 1);
+  CHECK(in_child(layer, plain, reopen_existing) == 1);
+  CHECK(in_child(layer, plain, inet_socket) == -SIGSYS);
+  CHECK(in_child(layer, plain, ptrace_with_handler) == -SIGSYS);
+  CHECK(in_child(layer, tool, create) == 0);
+  CHECK(in_child(layer, tool, make_dir) == 0);
+  CHECK(in_child(layer, tool, reopen_existing) == 0);
+  CHECK(in_child(layer, tool, inet_socket) == 0);
+  CHECK(in_child(layer, tool, ptrace_with_handler) == 42);
+  // The base runner profile answers EACCES to other families; under a tool it lets them through too.
+  CHECK(in_child(SeccompProfile::runner, tool, inet_socket) == 0);
+  CHECK(in_child(SeccompProfile::runner, plain, inet_socket) == 2);
+  // What stays refused under a tool: links, symlinks, device nodes, truncate by path, listening.
+  CHECK(in_child(layer, tool, [] { return outcome(symlink("x", (g_dir + "/l").c_str())); }) == 1);
+  CHECK(in_child(layer, tool, [] { return outcome(link((g_dir + "/existing").c_str(), (g_dir + "/h").c_str())); }) == 1);
+  CHECK(in_child(layer, tool, [] { return outcome(truncate((g_dir + "/existing").c_str(), 0)); }) == 1);
+  CHECK(in_child(layer, tool, [] { return outcome(mknod((g_dir + "/n").c_str(), S_IFIFO | 0600, 0)); }) == 1);
+  CHECK(in_child(layer, tool, [] { return outcome(listen(0, 1)); }) == 1);
+  // The gate traps too (a writable and executable mapping), with the handler.
+  CHECK(in_child(SeccompProfile::runner_agent_gate, tool, [] {
+          signal(SIGSYS, [](int) { _exit(42); });
+          void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          return p == MAP_FAILED ? 2 : 0;
+        }) == 42);
+  std::filesystem::remove_all(g_dir);
 }

@@ -11,6 +11,7 @@
 
 #include "catch.hpp"
 #include "sandbox/runner/confine.hpp"
+#include "sandbox/runner/tool_host.hpp"
 #include "sandbox/tools/gpu_tool.hpp"
 #include "tasks/loader/task.hpp"
 #include "skip.hpp"
@@ -109,6 +110,42 @@ TEST_CASE("profile sections come from a fixed list; ncu's command line is ours",
   CHECK_FALSE(has("SpeedOfLight"));
   CHECK(has("none"));  // --clock-control none: the card as it runs
   CHECK(has("application-only"));
+  // Only the agent's kernels: the runner's NVTX range around each call of the entry point.
+  CHECK(has("--nvtx"));
+  const auto inc = std::find(a.begin(), a.end(), "--nvtx-include");
+  REQUIRE(inc != a.end());
+  REQUIRE(inc + 1 != a.end());
+  CHECK(*(inc + 1) == std::string(d2k::runner::kAgentNvtxRange) + "/");
+}
+
+TEST_CASE("durations are seconds whatever unit row ncu prints: base (nanoseconds), short names, none", "[tools][profile]") {
+  tools::ProfileContext ctx;
+  ctx.task_bytes = 12e6;
+  const std::string header = "\"ID\",\"Kernel Name\",\"gpu__time_duration.sum\",\"dram__bytes_read.sum\"\n";
+  const std::string row = "\"0\",\"add2_kernel\",\"5,090\",\"8,006,912\"\n";
+  for (const std::string& units : {std::string("\"\",\"\",\"nsecond\",\"byte\"\n"),
+                                   std::string("\"\",\"\",\"ns\",\"B\"\n"), std::string()}) {
+    const json p = tools::curate_profile(tools::parse_ncu_csv(header + units + row), ctx);
+    INFO(units);
+    REQUIRE(p["launches"].size() == 1);
+    CHECK(p["launches"][0]["duration_s"].get<double>() == Approx(5.09e-6));
+    CHECK(p["call"]["dram_bytes"].get<double>() == Approx(8006912.0));
+  }
+  // A microsecond unit row is honoured.
+  const json us = tools::curate_profile(tools::parse_ncu_csv(header + "\"\",\"\",\"usecond\",\"byte\"\n" + row), ctx);
+  CHECK(us["launches"][0]["duration_s"].get<double>() == Approx(5.09e-3));
+}
+
+TEST_CASE("tool messages: refused system calls by name first, then the tool's errors without our paths", "[tools]") {
+  const std::string text = "probe output\n==WARNING== Note: clocks\nd2k-runner: refused system call 41\n"
+                           "d2k-runner: refused system call 41\nd2k-runner: refused system call 9x\n"
+                           "==ERROR== Failed to open /scratch/tool-1/x\nd2k-runner: refused system call 101\n";
+  const auto m = tools::tool_messages(text, "/scratch/tool-1");
+  REQUIRE(m.size() == 4);
+  CHECK(m[0].find("syscall 41 (socket)") != std::string::npos);  // once, by name
+  CHECK(m[1].find("syscall 101 (ptrace)") != std::string::npos);
+  CHECK(m[2] == "==WARNING== Note: clocks");
+  CHECK(m[3] == "==ERROR== Failed to open …/x");
 }
 
 TEST_CASE("memcheck reports in the formats of several compute-sanitizer versions fold into typed findings", "[tools][sanitize]") {
@@ -258,6 +295,31 @@ TEST_CASE("the tool host: the runner's user and mount namespaces, loopback-only 
   CHECK(inside == 1000);  // the runner's uid (confine.hpp kInsideUid), never 0 inside
   CHECK(outside == static_cast<long>(::getuid()));
   CHECK(count == 1);
+}
+
+TEST_CASE("the tool host mounts a small tmpfs on the scratch folder it is given (ncu's lock folder), seen by the tool",
+          "[tools][host]") {
+  if (::geteuid() != 0 && !fs::exists("/proc/sys/kernel/unprivileged_userns_clone")) {
+    test::skip("user namespaces need root here");
+    return;
+  }
+  const fs::path dir = fs::temp_directory_path() / ("d2k-scratch-host-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "nvidia");
+  const auto [rc, text] = shell(std::string(d2k::runner::kToolScratchEnv) + "=" + (dir / "nvidia").string() + " \"" +
+                                D2K_RUNNER + "\" --mode tool-host -- /bin/sh -c "
+                                "'grep \" $" + d2k::runner::kToolScratchEnv + " \" /proc/self/mountinfo; "
+                                "mkdir -p $" + d2k::runner::kToolScratchEnv + "/nsight_compute && "
+                                "touch $" + d2k::runner::kToolScratchEnv + "/nsight_compute/lock && echo LOCK OK; "
+                                "head -c 2000000 /dev/zero > $" + d2k::runner::kToolScratchEnv + "/big || echo FULL'");
+  INFO(text);
+  REQUIRE(rc == 0);
+  CHECK(text.find(" - tmpfs d2k-tool-scratch ") != std::string::npos);
+  CHECK(text.find("size=1024k") != std::string::npos);
+  CHECK(text.find("nosuid,nodev,noexec") != std::string::npos);
+  CHECK(text.find("LOCK OK") != std::string::npos);
+  CHECK(text.find("FULL") != std::string::npos);  // 1 MiB, no more
+  CHECK(fs::is_empty(dir / "nvidia"));             // nothing lands in the real folder
+  fs::remove_all(dir);
 }
 
 // The H200, 2026-12-01: under ncu the agent runner exited with code 2 before reporting. ncu's

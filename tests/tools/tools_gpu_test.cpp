@@ -55,6 +55,11 @@ TEST_CASE("profile: the L3 expert on the largest visible workload is memory-boun
   CHECK(r.result["workload"] == "pow2_64m");
   CHECK(r.result["kernel_status"] == "ok");
   REQUIRE(r.result["launches_total"].get<int>() >= 1);
+  for (const auto& launch : r.result["launches"]) {  // the agent's kernels only, not the runner's
+    const std::string name = launch["kernel"].get<std::string>();
+    CHECK(name.find("vector_add") != std::string::npos);
+    CHECK(name.find("flush") == std::string::npos);
+  }
   const json& l = r.result["launches"][0];
   CHECK(l["speed_of_light"]["dram_pct"].get<double>() > 50);  // a memory-bound kernel
   CHECK(l["occupancy"].contains("achieved_pct"));
@@ -80,6 +85,21 @@ TEST_CASE("profile: 400 launches per call are capped in the reply; sections sele
   CHECK(r.result["truncated"] == true);
   CHECK(r.result["launches"][0].contains("launch"));
   CHECK_FALSE(r.result["launches"][0].contains("speed_of_light"));
+}
+
+TEST_CASE("profile: agent code cannot write the tool's folder (forge ncu's log, add files); only ncu's lock", "[gpu][tools][profile][adversarial]") {
+  if (!test::have_gpu("profile escape")) return;
+  tools::ToolArgs a;
+  a.workload = "odd_1m";
+  const auto r = run(true, kernel("escape_scratch"), a);
+  if (r.unavailable) {
+    test::skip("GPU counters are restricted on this host");
+    return;
+  }
+  REQUIRE(r.status == sandbox::Outcome::ok);
+  CHECK(r.result["kernel_status"] == "ok");  // `incorrect`: one of the opens succeeded
+  REQUIRE(r.result["launches"].size() >= 1);
+  CHECK(r.result["launches"][0]["kernel"].get<std::string>().find("escape_add") != std::string::npos);
 }
 
 TEST_CASE("sanitize: memcheck finds the out-of-bounds write at its line; the expert is clean", "[gpu][tools][sanitize]") {

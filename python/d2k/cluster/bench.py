@@ -19,6 +19,7 @@ in the background; the evaluated task jumps that queue (env/prepare.hpp, demand 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import tempfile
@@ -61,12 +62,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="--evaluate: seconds to wait for the evaluations (exit 2 past it)")
     parser.add_argument("--progress", type=float, default=5.0,
                         help="--evaluate: seconds between progress lines")
+    parser.add_argument("--gpu-resident", action="store_true",
+                        help="--evaluate: the server evaluates on the GPU-resident path (config gpu_resident: "
+                             "outputs stay on the GPU; docs/timing-protocol.md)")
     parser.add_argument("--only-task", action="store_true",
                         help="--evaluate: the server gets a copy of --task only (nothing else to prepare)")
     args = parser.parse_args(argv)
     if args.evaluate:
         return evaluate_through_router(args.task, args.evaluate, timeout_s=args.timeout,
-                                       progress_s=args.progress, only_task=args.only_task)
+                                       progress_s=args.progress, only_task=args.only_task,
+                                       gpu_resident=args.gpu_resident)
     state = tempfile.mkdtemp(prefix="d2k-router-bench-")
     router_kw: dict[str, Any] = {}
     client_kw: dict[str, str] = {}
@@ -146,7 +151,7 @@ def describe_progress(stats: dict[str, Any], waiting: dict[str, Any] | None) -> 
 
 
 def evaluate_through_router(task: str, n: int, *, timeout_s: float = 240.0, progress_s: float = 5.0,
-                            only_task: bool = False) -> int:
+                            only_task: bool = False, gpu_resident: bool = False) -> int:
     from pathlib import Path
 
     from ..registration import default_tasks_dir
@@ -163,7 +168,13 @@ def evaluate_through_router(task: str, n: int, *, timeout_s: float = 240.0, prog
     if only_task:
         tasks_dir = f"{state}/tasks"
         shutil.copytree(tasks / task, f"{tasks_dir}/{task}")
-    server = ServerProcess("127.0.0.1", state_dir=state, tasks_dir=tasks_dir, extra_args=["--no-record"])
+    extra = ["--no-record"]
+    if gpu_resident:
+        config = f"{state}/config.json"
+        with open(config, "w") as f:
+            json.dump({"gpu_resident": True}, f)
+        extra += ["--config", config]
+    server = ServerProcess("127.0.0.1", state_dir=state, tasks_dir=tasks_dir, extra_args=extra)
     try:
         gpus = server.hello.get("gpus") or []
         print(f"{stamp()} server: {len(gpus)} GPU(s) {[g.get('name') for g in gpus]} (log {server.log_path})",
