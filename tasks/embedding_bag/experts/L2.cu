@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kThreads = 256;               // 8 warps per block, each on its own (bag, slice)
 constexpr int kWarps = kThreads / 32;
-constexpr int kCols = 2;                    // columns per lane: a warp slice is 64 columns (128 bytes)
+constexpr int kCols = 2;                    // columns per lane: a warp slice is 32 kCols columns (64 kCols bytes)
 constexpr int kSlice = 32 * kCols;
 constexpr int kRowsInFlight = 8;
 
