@@ -16,7 +16,7 @@ constexpr int kThreads = 256;               // 8 warps per block, each on its ow
 constexpr int kWarps = kThreads / 32;
 constexpr int kCols = 2;                    // columns per lane: a warp slice is 32 kCols columns (64 kCols bytes)
 constexpr int kSlice = 32 * kCols;
-constexpr int kRowsInFlight = 8;
+constexpr int kRowsInFlight = 4;
 
 __global__ void __launch_bounds__(kThreads)
 embedding_bag_warp_slice(const int* __restrict__ offsets, const int* __restrict__ indices,

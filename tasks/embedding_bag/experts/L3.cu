@@ -17,7 +17,7 @@ constexpr int kThreads = 256;               // 8 warps per block, each on its ow
 constexpr int kWarps = kThreads / 32;
 constexpr int kCols = 2;                    // columns per lane: a warp slice is 32 kCols columns (64 kCols bytes)
 constexpr int kSlice = 32 * kCols;
-constexpr int kRowsInFlight = 8;  // layer 2's kernel (the fallback)
+constexpr int kRowsInFlight = 4;  // layer 2's kernel (the fallback)
 
 __global__ void __launch_bounds__(kThreads)
 embedding_bag_warp_slice(const int* __restrict__ offsets, const int* __restrict__ indices,
@@ -65,7 +65,7 @@ void launch_warp_slice(const int* offsets, const int* indices, const __nv_bfloat
                                                                                     rows, dim, slices);
 }
 
-constexpr int kVecRowsOneChunk = 8;  // rows per step in the 128-bit kernel when a lane owns one chunk of a row
+constexpr int kVecRowsOneChunk = 4;  // rows per step in the 128-bit kernel when a lane owns one chunk of a row
 constexpr int kVecRowsTwoChunks = 4;  // ... and when it owns two (4096 columns)
 
 __device__ __forceinline__ float lo_of(uint32_t w) { return __uint_as_float(w << 16); }
