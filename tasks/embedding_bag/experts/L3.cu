@@ -1,81 +1,72 @@
-// embedding_bag expert, layer 3 (low level): layer 2's dataflow (a bag's sums in registers for the
-// whole bag, indices loaded 32 at a time per warp and broadcast with shuffles, four rows in flight)
-// with 128-bit accesses and a group of lanes sized to the row: a lane owns V 16-byte chunks (8
-// columns each) of every looked-up row; LPB lanes serve a bag (16 for 128 columns, 16 bags per
-// block; 128 for 1024; the whole 256-thread block for 2048 and, with two chunks per lane, 4096).
-// Groups narrower than a warp read their indices directly (two bags share a warp, so their loops
-// differ and cannot shuffle). dim not a multiple of 8, misaligned pointers or dim over 4096 take
-// layer 2's kernels.
+// embedding_bag expert, layer 3 (low level): layer 2's dataflow (the sums of a bag's columns in
+// registers for the whole bag, indices loaded 32 at a time per warp and broadcast with shuffles,
+// several rows in flight) with 128-bit accesses and a group of lanes sized to the row: a lane owns
+// V 16-byte chunks (8 columns each) of every looked-up row; LPB lanes serve a bag (16 for 128
+// columns, 16 bags per block; 128 for 1024; the whole 256-thread block for 2048 and, with two
+// chunks per lane, 4096). Rows per step: kVecRowsOneChunk with one chunk per lane,
+// kVecRowsTwoChunks with two. Groups narrower than a warp read their indices directly (two bags
+// share a warp, so their loops differ and cannot shuffle). dim not a multiple of 8, misaligned
+// pointers or dim over 4096 take layer 2's kernel (warp per bag and column slice).
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kRowsInFlight = 4;
-constexpr int kMaxColsPerThread = 16;  // dim up to 4096 in registers
+constexpr int kThreads = 256;               // 8 warps per block, each on its own (bag, slice)
+constexpr int kWarps = kThreads / 32;
+constexpr int kCols = 2;                    // columns per lane: a warp slice is 32 kCols columns (64 kCols bytes)
+constexpr int kSlice = 32 * kCols;
+constexpr int kRowsInFlight = 4;  // layer 2's kernel (the fallback)
 
-template <int NV>
 __global__ void __launch_bounds__(kThreads)
-embedding_bag_registers(const int* __restrict__ offsets, const int* __restrict__ indices,
-                        const __nv_bfloat16* __restrict__ table, __nv_bfloat16* __restrict__ out, int dim) {
-  const int64_t b = blockIdx.x;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int lane = tid & 31;
+embedding_bag_warp_slice(const int* __restrict__ offsets, const int* __restrict__ indices,
+                         const __nv_bfloat16* __restrict__ table, __nv_bfloat16* __restrict__ out, int64_t rows,
+                         int64_t dim, int64_t slices) {
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (item >= rows * slices) return;  // a whole warp leaves together: the shuffles stay uniform
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t b = item / slices;
+  const int64_t c0 = (item - b * slices) * kSlice + lane;
   const int begin = offsets[b], end = offsets[b + 1];
-  float acc[NV];
+  bool in[kCols];
+  float acc[kCols];
 #pragma unroll
-  for (int k = 0; k < NV; ++k) acc[k] = 0.0f;
-
+  for (int k = 0; k < kCols; ++k) {
+    in[k] = c0 + 32 * k < dim;
+    acc[k] = 0.0f;
+  }
   for (int j0 = begin; j0 < end; j0 += 32) {
-    const int n = end - j0 < 32 ? end - j0 : 32;  // the same for every lane: the shuffles are uniform
+    const int n = end - j0 < 32 ? end - j0 : 32;  // the same for every lane
     const int mine = lane < n ? indices[j0 + lane] : 0;
     for (int i = 0; i < n; i += kRowsInFlight) {
-      float v[kRowsInFlight][NV];
+      float v[kRowsInFlight][kCols];
 #pragma unroll
       for (int u = 0; u < kRowsInFlight; ++u) {
         const int64_t row = __shfl_sync(0xffffffffu, mine, (i + u) & 31);
-        const __nv_bfloat16* r = table + row * dim;
+        const __nv_bfloat16* r = table + row * dim + c0;
 #pragma unroll
-        for (int k = 0; k < NV; ++k) {
-          const int d = tid + k * kThreads;
-          v[u][k] = (i + u < n && d < dim) ? __bfloat162float(r[d]) : 0.0f;
-        }
+        for (int k = 0; k < kCols; ++k) v[u][k] = (i + u < n && in[k]) ? __bfloat162float(r[32 * k]) : 0.0f;
       }
 #pragma unroll
       for (int u = 0; u < kRowsInFlight; ++u)
 #pragma unroll
-        for (int k = 0; k < NV; ++k) acc[k] += v[u][k];
+        for (int k = 0; k < kCols; ++k) acc[k] += v[u][k];  // rows past the bag's end add 0
     }
   }
 #pragma unroll
-  for (int k = 0; k < NV; ++k) {
-    const int d = tid + k * kThreads;
-    if (d < dim) out[b * dim + d] = __float2bfloat16(acc[k]);
-  }
+  for (int k = 0; k < kCols; ++k)
+    if (in[k]) out[b * dim + c0 + 32 * k] = __float2bfloat16(acc[k]);
 }
 
-// Rows wider than 4096 columns: layer 1's kernel.
-__global__ void __launch_bounds__(kThreads)
-embedding_bag_block_per_bag(const int* __restrict__ offsets, const int* __restrict__ indices,
-                            const __nv_bfloat16* __restrict__ table, __nv_bfloat16* __restrict__ out,
-                            int64_t dim) {
-  const int64_t b = blockIdx.x;
-  const int begin = offsets[b], end = offsets[b + 1];
-  for (int64_t d = threadIdx.x; d < dim; d += kThreads) {
-    float sum = 0.0f;
-    for (int j = begin; j < end; ++j) sum += __bfloat162float(table[static_cast<int64_t>(indices[j]) * dim + d]);
-    out[b * dim + d] = __float2bfloat16(sum);
-  }
+void launch_warp_slice(const int* offsets, const int* indices, const __nv_bfloat16* table, __nv_bfloat16* out,
+                       int64_t rows, int64_t dim, int64_t slices, int64_t blocks, cudaStream_t stream) {
+  embedding_bag_warp_slice<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(offsets, indices, table, out,
+                                                                                    rows, dim, slices);
 }
 
-template <int NV>
-void launch(const int* offsets, const int* indices, const __nv_bfloat16* table, __nv_bfloat16* out,
-            int64_t rows, int dim, cudaStream_t stream) {
-  embedding_bag_registers<NV><<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(offsets, indices, table, out, dim);
-}
-
+constexpr int kVecRowsOneChunk = 4;  // rows per step in the 128-bit kernel when a lane owns one chunk of a row
+constexpr int kVecRowsTwoChunks = 4;  // ... and when it owns two (4096 columns)
 
 __device__ __forceinline__ float lo_of(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float hi_of(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
@@ -96,6 +87,7 @@ template <int V, int LPB>
 __global__ void __launch_bounds__(kThreads)
 embedding_bag_vec8(const int* __restrict__ offsets, const int* __restrict__ indices,
                    const uint4* __restrict__ table, uint4* __restrict__ out, int64_t rows, int chunks) {
+  constexpr int kVecRows = V == 1 ? kVecRowsOneChunk : kVecRowsTwoChunks;  // 16-byte loads in flight per lane: kVecRows x V
   constexpr int kBagsPerBlock = kThreads / LPB;
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
@@ -113,10 +105,10 @@ embedding_bag_vec8(const int* __restrict__ offsets, const int* __restrict__ indi
     for (int j0 = begin; j0 < end; j0 += 32) {
       const int n = end - j0 < 32 ? end - j0 : 32;  // the same for the whole warp
       const int mine = lane < n ? indices[j0 + lane] : 0;
-      for (int i = 0; i < n; i += kRowsInFlight) {
-        uint4 r[kRowsInFlight][V];
+      for (int i = 0; i < n; i += kVecRows) {
+        uint4 r[kVecRows][V];
 #pragma unroll
-        for (int u = 0; u < kRowsInFlight; ++u) {
+        for (int u = 0; u < kVecRows; ++u) {
           const int64_t row = __shfl_sync(0xffffffffu, mine, (i + u) & 31);
 #pragma unroll
           for (int v = 0; v < V; ++v) {
@@ -125,16 +117,16 @@ embedding_bag_vec8(const int* __restrict__ offsets, const int* __restrict__ indi
           }
         }
 #pragma unroll
-        for (int u = 0; u < kRowsInFlight; ++u)
+        for (int u = 0; u < kVecRows; ++u)
 #pragma unroll
           for (int v = 0; v < V; ++v) add8(acc[v], r[u][v]);  // zeros past the bag add nothing
       }
     }
   } else {
-    for (int j = begin; j < end; j += kRowsInFlight) {
-      uint4 r[kRowsInFlight][V];
+    for (int j = begin; j < end; j += kVecRows) {
+      uint4 r[kVecRows][V];
 #pragma unroll
-      for (int u = 0; u < kRowsInFlight; ++u) {
+      for (int u = 0; u < kVecRows; ++u) {
         const bool in = j + u < end;
         const int64_t row = in ? indices[j + u] : 0;
 #pragma unroll
@@ -144,7 +136,7 @@ embedding_bag_vec8(const int* __restrict__ offsets, const int* __restrict__ indi
         }
       }
 #pragma unroll
-      for (int u = 0; u < kRowsInFlight; ++u)
+      for (int u = 0; u < kVecRows; ++u)
 #pragma unroll
         for (int v = 0; v < V; ++v) add8(acc[v], r[u][v]);
     }
@@ -187,15 +179,10 @@ extern "C" int d2k_embedding_bag(const int* offsets, const int* indices, const _
     else launch_vec8<2, 256>(offsets, indices, table, out, rows, chunks, stream);
     return static_cast<int>(cudaGetLastError());
   }
-  // Layer 2's kernels for the other shapes.
-  const int64_t nv = (dim + kThreads - 1) / kThreads;
-  const int d = static_cast<int>(dim < 0x7fffffff ? dim : 0x7fffffff);
-  if (nv > kMaxColsPerThread)
-    embedding_bag_block_per_bag<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(offsets, indices, table, out, dim);
-  else if (nv <= 1) launch<1>(offsets, indices, table, out, rows, d, stream);
-  else if (nv <= 2) launch<2>(offsets, indices, table, out, rows, d, stream);
-  else if (nv <= 4) launch<4>(offsets, indices, table, out, rows, d, stream);
-  else if (nv <= 8) launch<8>(offsets, indices, table, out, rows, d, stream);
-  else launch<16>(offsets, indices, table, out, rows, d, stream);
+  // Layer 2's kernel for the other shapes (dim not a multiple of 8, misaligned, or over 4096).
+  const int64_t slices = (dim + kSlice - 1) / kSlice;
+  const int64_t blocks = (rows * slices + kWarps - 1) / kWarps;
+  if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
+  launch_warp_slice(offsets, indices, table, out, rows, dim, slices, blocks, stream);
   return static_cast<int>(cudaGetLastError());
 }

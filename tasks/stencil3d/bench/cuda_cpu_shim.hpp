@@ -1,4 +1,4 @@
-// CPU emulation of the CUDA subset used by the stencil3d and moe_permute kernels: a check of their
+// CPU emulation of the CUDA subset used by the stencil3d, moe_permute and embedding_bag kernels: a check of their
 // index logic, halos, boundaries and warp/block collectives without a GPU. Blocks run one after
 // another; the threads of a block are real threads (barriers are std::barrier, warp collectives go
 // through per-warp slots), `__shared__` becomes a function-local static (shared by the block's
@@ -41,6 +41,9 @@ typedef bf16 __nv_bfloat16;
 inline float __bfloat162float(bf16 b) { uint32_t u = uint32_t(b.v) << 16; float f; std::memcpy(&f, &u, 4); return f; }
 inline bf16 __float2bfloat16(float f) { uint32_t u; std::memcpy(&u, &f, 4); u += 0x7fff + ((u >> 16) & 1); return bf16{uint16_t(u >> 16)}; }
 inline bf16 __double2bfloat16(double d) { return __float2bfloat16(float(d)); }  // test data: exact in float
+struct __nv_bfloat162 { bf16 x, y; };
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16(a), __float2bfloat16(b)}; }
+inline float __uint_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 #define __global__
 #define __device__
@@ -69,6 +72,15 @@ template <typename T> T __shfl_up_sync(unsigned, T v, int d) {
   g_block->slots[w][lane] = x;
   __syncwarp();
   long long y = lane >= d ? g_block->slots[w][lane - d] : x;
+  __syncwarp();
+  T r; std::memcpy(&r, &y, sizeof(T)); return r;
+}
+template <typename T> T __shfl_sync(unsigned, T v, int src) {
+  const int w = t_linear / 32;
+  long long x = 0; std::memcpy(&x, &v, sizeof(T));
+  g_block->slots[w][t_linear % 32] = x;
+  __syncwarp();
+  long long y = g_block->slots[w][src & 31];
   __syncwarp();
   T r; std::memcpy(&r, &y, sizeof(T)); return r;
 }

@@ -1,12 +1,15 @@
 // stencil3d expert, layer 2 (dataflow): 2.5D blocking. A block of 32 x 8 threads owns a 32 x 8
 // tile of the x-y plane and marches through a range of z planes. Each thread keeps its column's
 // cells of planes z-1, z and z+1 in registers (the z neighbours never come from memory twice) and
-// two planes ahead in flight: the load of plane z+3 is issued before computing plane z, while plane
-// z+2's is still on its way, so two DRAM loads per thread are in flight behind the arithmetic. The current plane goes to shared memory with a one-cell halo (the
-// edge threads of the tile load it, also one plane ahead, so no load is waited for before a
-// barrier) and the x/y neighbours are read from there. The z range per
-// block is chosen so that the grid fills whole waves of 8 resident blocks per SM (march_grid): each
-// block re-reads only two planes (the one below and the one above its range).
+// kAhead planes ahead in flight: the load of plane z+kAhead+1 is issued before computing plane z,
+// so kAhead DRAM loads per thread are always in flight behind the arithmetic (8 KB of reads per
+// SM per plane ahead at 8 blocks of 256 threads; the DRAM latency at the copy rate needs about
+// 35 KB). No plane past the block's range (and the one above it) is read. The current plane goes
+// to shared memory with a one-cell halo (the edge threads of the tile load it, one plane ahead, so
+// no load is waited for before a barrier) and the x/y neighbours are read from there. The z range
+// per block is chosen so that the grid fills whole waves of 8 resident blocks per SM (march_grid):
+// each block re-reads only two planes (the one below and the one above its range). Offsets are
+// 32-bit: the grid has fewer than 2^31 cells.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -14,6 +17,7 @@ namespace {
 
 constexpr int kTx = 32;
 constexpr int kTy = 8;
+constexpr int kAhead = 4;  // planes z+2 .. z+kAhead+1 in flight while plane z is computed
 
 __global__ void __launch_bounds__(kTx * kTy, 8)  // 32 registers: 8 blocks of 256 threads per SM
 stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
@@ -23,10 +27,12 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
   const int y = static_cast<int>(blockIdx.y) * kTy + ty;
   const int z0 = static_cast<int>(blockIdx.z) * zchunk;
   const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // the same for the whole block: barriers are uniform
+  const int zlim = z1 < nz ? z1 + 1 : nz;  // planes z0-1 .. zlim-1 are read: nothing past the range's "above"
   const bool in_xy = x < nx && y < ny;
   const bool interior_xy = in_xy && x > 0 && x < nx - 1 && y > 0 && y < ny - 1;
-  const int64_t plane = static_cast<int64_t>(nx) * ny;
-  const int64_t xy = static_cast<int64_t>(y) * nx + x;
+  // 32-bit offsets: the grid has fewer than 2^31 cells, and only threads inside it load or store.
+  const int plane = nx * ny;
+  const int xy = in_xy ? y * nx + x : 0;
   // Halo cells this thread loads besides its own (edge threads of the tile only; a thread is on
   // at most one x edge and one y edge), one plane ahead like its own cells.
   const bool left = tx == 0 && in_xy && x > 0;
@@ -34,24 +40,28 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
   const bool down = ty == 0 && in_xy && y > 0;
   const bool up = ty == kTy - 1 && y + 1 < ny && x < nx;
   const bool has_hx = left || right, has_hy = down || up;
-  const int64_t hx_off = left ? -1 : 1;
-  const int64_t hy_off = down ? -static_cast<int64_t>(nx) : nx;
+  const int hx_off = left ? -1 : 1;
+  const int hy_off = down ? -nx : nx;
   const int hx_col = left ? 0 : kTx + 1;
   const int hy_row = down ? 0 : kTy + 1;
 
-  float below = (in_xy && z0 > 0) ? in[(z0 - 1) * plane + xy] : 0.0f;
-  float cur = in_xy ? in[z0 * plane + xy] : 0.0f;
-  float above = (in_xy && z0 + 1 < nz) ? in[(z0 + 1) * plane + xy] : 0.0f;
-  float ahead = (in_xy && z0 + 2 < nz) ? in[(z0 + 2) * plane + xy] : 0.0f;
+  // The column: q[0] = plane z-1, q[1] = z, q[2] = z+1, q[3 ..] = the planes in flight.
+  float q[kAhead + 2];
+#pragma unroll
+  for (int k = 0; k < kAhead + 2; ++k) {
+    const int zk = z0 - 1 + k;
+    q[k] = (in_xy && zk >= 0 && zk < zlim) ? in[zk * plane + xy] : 0.0f;
+  }
   float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
   float hy = has_hy ? in[z0 * plane + xy + hy_off] : 0.0f;
   for (int z = z0; z < z1; ++z) {
-    const int64_t base = z * plane + xy;
-    // Issued now, used one to three planes later: in flight while plane z (and z+1) is computed.
-    const float next = (in_xy && z + 3 < nz) ? in[base + 3 * plane] : 0.0f;
+    const int base = z * plane + xy;
+    // Issued now, used kAhead planes later: in flight behind the planes being computed.
+    const float next = (in_xy && z + kAhead + 1 < zlim) ? in[base + (kAhead + 1) * plane] : 0.0f;
     const bool more = z + 1 < z1;
     const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
     const float hy_next = (has_hy && more) ? in[base + plane + hy_off] : 0.0f;
+    const float cur = q[1];
     s[ty + 1][tx + 1] = cur;
     if (has_hx) s[ty + 1][hx_col] = hx;
     if (has_hy) s[hy_row][tx + 1] = hy;
@@ -60,14 +70,13 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
       float r = cur;
       if (interior_xy && z > 0 && z < nz - 1)
         r = 0.25f * cur + 0.125f * (((s[ty + 1][tx] + s[ty + 1][tx + 2]) + (s[ty][tx + 1] + s[ty + 2][tx + 1])) +
-                                    (below + above));
+                                    (q[0] + q[2]));
       out[base] = r;
     }
     __syncthreads();  // the plane in shared memory is overwritten next
-    below = cur;
-    cur = above;
-    above = ahead;
-    ahead = next;
+#pragma unroll
+    for (int k = 0; k < kAhead + 1; ++k) q[k] = q[k + 1];
+    q[kAhead + 1] = next;
     hx = hx_next;
     hy = hy_next;
   }

@@ -1,14 +1,14 @@
 // stencil3d expert, layer 3 (low level): layer 2's dataflow (2.5D blocking: a block owns an x-y
-// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, planes z+2
-// and z+3 in flight, the current plane in shared memory with a halo) with 128-bit accesses: a
-// thread owns 4 consecutive cells along x, so a block of 32 x 8 threads covers a 128 x 8 tile
-// (16 x 16 or 8 x 32 threads where that leaves fewer lanes past the row's end, e.g. nx = 36),
-// every global load and store of a cell moves 16 bytes (4x the bytes in flight per instruction),
-// and the y neighbours are read from shared memory as one 16-byte vector; only the x neighbours
-// of the first and last cell of the four are scalar shared loads. The plane's rows in shared
-// memory start 4 floats in, so the vectors are 16-byte aligned and the x halo sits in the word
-// before and after. Results are stored with a streaming hint (evict first: the output is not read
-// again), the input with the default policy (the halo rows are read again by the neighbouring
+// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, kAheadV planes
+// in flight, nothing read past the range, the current plane in shared memory with a halo) with
+// 128-bit accesses: a thread owns 4 consecutive cells along x, so a block of 32 x 8 threads covers
+// a 128 x 8 tile (16 x 16 or 8 x 32 threads where that leaves fewer lanes past the row's end, e.g.
+// nx = 36), every global load and store of a cell moves 16 bytes (4x the bytes in flight per
+// instruction), and the y neighbours are read from shared memory as one 16-byte vector; only the x
+// neighbours of the first and last cell of the four are scalar shared loads. The plane's rows in
+// shared memory start 4 floats in, so the vectors are 16-byte aligned and the x halo sits in the
+// word before and after. Results are stored with a streaming hint (evict first: the output is not
+// read again), the input with the default policy (the halo rows are read again by the neighbouring
 // tiles, from L2). The z split fills whole waves of as many blocks as the occupancy API says fit
 // (the vector kernel needs more registers than layer 2's, so fewer than 8 of its blocks fit on an
 // SM). Grids whose nx is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kTx = 32;
 constexpr int kTy = 8;
+constexpr int kAhead = 4;  // planes z+2 .. z+kAhead+1 in flight while plane z is computed
 
 __global__ void __launch_bounds__(kTx * kTy, 8)  // 32 registers: 8 blocks of 256 threads per SM
 stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
@@ -28,10 +29,12 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
   const int y = static_cast<int>(blockIdx.y) * kTy + ty;
   const int z0 = static_cast<int>(blockIdx.z) * zchunk;
   const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // the same for the whole block: barriers are uniform
+  const int zlim = z1 < nz ? z1 + 1 : nz;  // planes z0-1 .. zlim-1 are read: nothing past the range's "above"
   const bool in_xy = x < nx && y < ny;
   const bool interior_xy = in_xy && x > 0 && x < nx - 1 && y > 0 && y < ny - 1;
-  const int64_t plane = static_cast<int64_t>(nx) * ny;
-  const int64_t xy = static_cast<int64_t>(y) * nx + x;
+  // 32-bit offsets: the grid has fewer than 2^31 cells, and only threads inside it load or store.
+  const int plane = nx * ny;
+  const int xy = in_xy ? y * nx + x : 0;
   // Halo cells this thread loads besides its own (edge threads of the tile only; a thread is on
   // at most one x edge and one y edge), one plane ahead like its own cells.
   const bool left = tx == 0 && in_xy && x > 0;
@@ -39,24 +42,28 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
   const bool down = ty == 0 && in_xy && y > 0;
   const bool up = ty == kTy - 1 && y + 1 < ny && x < nx;
   const bool has_hx = left || right, has_hy = down || up;
-  const int64_t hx_off = left ? -1 : 1;
-  const int64_t hy_off = down ? -static_cast<int64_t>(nx) : nx;
+  const int hx_off = left ? -1 : 1;
+  const int hy_off = down ? -nx : nx;
   const int hx_col = left ? 0 : kTx + 1;
   const int hy_row = down ? 0 : kTy + 1;
 
-  float below = (in_xy && z0 > 0) ? in[(z0 - 1) * plane + xy] : 0.0f;
-  float cur = in_xy ? in[z0 * plane + xy] : 0.0f;
-  float above = (in_xy && z0 + 1 < nz) ? in[(z0 + 1) * plane + xy] : 0.0f;
-  float ahead = (in_xy && z0 + 2 < nz) ? in[(z0 + 2) * plane + xy] : 0.0f;
+  // The column: q[0] = plane z-1, q[1] = z, q[2] = z+1, q[3 ..] = the planes in flight.
+  float q[kAhead + 2];
+#pragma unroll
+  for (int k = 0; k < kAhead + 2; ++k) {
+    const int zk = z0 - 1 + k;
+    q[k] = (in_xy && zk >= 0 && zk < zlim) ? in[zk * plane + xy] : 0.0f;
+  }
   float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
   float hy = has_hy ? in[z0 * plane + xy + hy_off] : 0.0f;
   for (int z = z0; z < z1; ++z) {
-    const int64_t base = z * plane + xy;
-    // Issued now, used one to three planes later: in flight while plane z (and z+1) is computed.
-    const float next = (in_xy && z + 3 < nz) ? in[base + 3 * plane] : 0.0f;
+    const int base = z * plane + xy;
+    // Issued now, used kAhead planes later: in flight behind the planes being computed.
+    const float next = (in_xy && z + kAhead + 1 < zlim) ? in[base + (kAhead + 1) * plane] : 0.0f;
     const bool more = z + 1 < z1;
     const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
     const float hy_next = (has_hy && more) ? in[base + plane + hy_off] : 0.0f;
+    const float cur = q[1];
     s[ty + 1][tx + 1] = cur;
     if (has_hx) s[ty + 1][hx_col] = hx;
     if (has_hy) s[hy_row][tx + 1] = hy;
@@ -65,14 +72,13 @@ stencil3d_march(const float* __restrict__ in, float* __restrict__ out, int nx, i
       float r = cur;
       if (interior_xy && z > 0 && z < nz - 1)
         r = 0.25f * cur + 0.125f * (((s[ty + 1][tx] + s[ty + 1][tx + 2]) + (s[ty][tx + 1] + s[ty + 2][tx + 1])) +
-                                    (below + above));
+                                    (q[0] + q[2]));
       out[base] = r;
     }
     __syncthreads();  // the plane in shared memory is overwritten next
-    below = cur;
-    cur = above;
-    above = ahead;
-    ahead = next;
+#pragma unroll
+    for (int k = 0; k < kAhead + 1; ++k) q[k] = q[k + 1];
+    q[kAhead + 1] = next;
     hx = hx_next;
     hy = hy_next;
   }
@@ -120,6 +126,7 @@ bool march_grid(int64_t gx, int64_t gy, int64_t nz, int blocks_per_sm, dim3& gri
 
 
 constexpr int kVx = 4;   // cells per thread along x
+constexpr int kAheadV = 4;  // vector planes in flight (16 bytes each per thread)
 constexpr int kPad = 4;  // floats before the row (16-byte aligned vectors)
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
@@ -139,35 +146,40 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
   const int y = static_cast<int>(blockIdx.y) * kTyv + ty;
   const int z0 = static_cast<int>(blockIdx.z) * zchunk;
   const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // uniform over the block
+  const int zlim = z1 < nz ? z1 + 1 : nz;              // planes z0-1 .. zlim-1 are read
   const bool in_xy = x < nx && y < ny;                 // nx % 4 == 0: all four cells or none
   const bool interior_y = y > 0 && y < ny - 1;
-  const int64_t plane = static_cast<int64_t>(nx) * ny;
-  const int64_t xy = static_cast<int64_t>(y) * nx + x;
+  const int plane = nx * ny;               // 32-bit offsets: fewer than 2^31 cells
+  const int xy = in_xy ? y * nx + x : 0;   // only threads inside the grid load or store
   const bool left = tx == 0 && in_xy && x > 0;
   const bool right = tx == kTxv - 1 && x + kVx < nx && y < ny;
   const bool down = ty == 0 && in_xy && y > 0;
   const bool up = ty == kTyv - 1 && y + 1 < ny && x < nx;
   const bool has_hx = left || right, has_hy = down || up;
-  const int64_t hx_off = left ? -1 : kVx;
-  const int64_t hy_off = down ? -static_cast<int64_t>(nx) : nx;
+  const int hx_off = left ? -1 : kVx;
+  const int hy_off = down ? -nx : nx;
   const int c = kPad + tx * kVx;  // the thread's column in the shared rows
   const int hx_col = left ? c - 1 : c + kVx;
   const int hy_row = down ? 0 : kTyv + 1;
   const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
-  float4 below = (in_xy && z0 > 0) ? ld4(in + (z0 - 1) * plane + xy) : zero;
-  float4 cur = in_xy ? ld4(in + z0 * plane + xy) : zero;
-  float4 above = (in_xy && z0 + 1 < nz) ? ld4(in + (z0 + 1) * plane + xy) : zero;
-  float4 ahead = (in_xy && z0 + 2 < nz) ? ld4(in + (z0 + 2) * plane + xy) : zero;
+  // The column: q[0] = plane z-1, q[1] = z, q[2] = z+1, q[3 ..] = the planes in flight.
+  float4 q[kAheadV + 2];
+#pragma unroll
+  for (int k = 0; k < kAheadV + 2; ++k) {
+    const int zk = z0 - 1 + k;
+    q[k] = (in_xy && zk >= 0 && zk < zlim) ? ld4(in + zk * plane + xy) : zero;
+  }
   float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
   float4 hy = has_hy ? ld4(in + z0 * plane + xy + hy_off) : zero;
   for (int z = z0; z < z1; ++z) {
-    const int64_t base = z * plane + xy;
-    // Issued now, used one to three planes later (in flight while plane z is computed).
-    const float4 next = (in_xy && z + 3 < nz) ? ld4(in + base + 3 * plane) : zero;
+    const int base = z * plane + xy;
+    // Issued now, used kAheadV planes later (in flight behind the planes being computed).
+    const float4 next = (in_xy && z + kAheadV + 1 < zlim) ? ld4(in + base + (kAheadV + 1) * plane) : zero;
     const bool more = z + 1 < z1;
     const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
     const float4 hy_next = (has_hy && more) ? ld4(in + base + plane + hy_off) : zero;
+    const float4 cur = q[1], below = q[0], above = q[2];
     *reinterpret_cast<float4*>(&s[ty + 1][c]) = cur;
     if (has_hx) s[ty + 1][hx_col] = hx;
     if (has_hy) *reinterpret_cast<float4*>(&s[hy_row][c]) = hy;
@@ -189,10 +201,9 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
       __stcs(reinterpret_cast<float4*>(out + base), r);
     }
     __syncthreads();
-    below = cur;
-    cur = above;
-    above = ahead;
-    ahead = next;
+#pragma unroll
+    for (int k = 0; k < kAheadV + 1; ++k) q[k] = q[k + 1];
+    q[kAheadV + 1] = next;
     hx = hx_next;
     hy = hy_next;
   }
