@@ -1,12 +1,13 @@
 // fp8_quant expert, layer 3 (low level): rows moved as 128-bit vectors (8 bf16 per load, 8 codes
 // per 64-bit store), the largest magnitude taken on packed bf16 pairs (bit-mask absolute value and
-// a paired max), a row group sized to the row (LPR lanes of about 2 vectors each: 16 lanes and 16
-// rows per block for a 128-column KV-cache head, the whole 256-thread block for 4096 columns and
-// up), a persistent grid whose blocks walk the rows with a grid stride, and the next row's loads
-// issued before the current row's reduction, barrier and stores (software pipelined, so DRAM never
-// waits on the barrier). Rows that do not start on an 8-element boundary (cols not a multiple of
-// 8) peel up to 7 head and 7 tail elements as scalars: x element e and q byte e share their offset
-// modulo 8, so one peel aligns both (x 16-byte, q 8-byte).
+// a paired max), and a row group sized to the row so that every lane carries about 64 bytes of x:
+// LPR lanes per row holding V chunks each (128 lanes x 4 chunks for 4096 columns, 256 x 4 for
+// 7168 and 8192) and, for short rows, R rows per group at once (16 lanes x 4 rows for a 128-column
+// KV-cache head: 64 rows per 256-thread block instead of one row per block with 240 threads idle).
+// Every load of a lane is issued before any is used; one block per batch of rows, no loop.
+// Rows that do not start on an 8-element boundary (cols not a multiple of 8) peel up to 7 head and
+// 7 tail elements as scalars: x element e and q byte e share their offset modulo 8, so one peel
+// aligns both (x 16-byte, q 8-byte).
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -72,62 +73,73 @@ __device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, in
   e = ec >= 0 ? __bfloat162float(x[start + ec]) : 0.0f;
 }
 
-// A row group of LPR lanes (16 .. 256, a power of two) owns a row; each lane holds V chunks of 8
-// elements (chunk k = t + j LPR of the row's aligned part). A block works on 256 / LPR rows at a
-// time and walks the rows with a grid stride; every group of the block goes through the same trip
-// count (inactive rows included), so the barriers of groups wider than a warp stay uniform.
-template <int V, int LPR>
+// A row group of LPR lanes (16 .. 256, a power of two) owns R rows at a time; each lane holds V
+// chunks of 8 elements of each (chunk k = t + j LPR of the row's aligned part): R V chunks, about
+// 64 bytes of x, all loaded before any is used. The block's G = 256 / LPR groups take rows
+// block_base + r G + group (r < R), so a warp's loads and the scales of a block are contiguous.
+// Groups wider than a warp (R = 1) combine their warps' maxima through shared memory with one
+// barrier; a block lives for one batch of rows (no loop: a finished block frees its place for the
+// next one, whose loads start while this one's stores drain).
+template <int V, int LPR, int R>
 __global__ void __launch_bounds__(kThreads)
 fp8_quant_vec8(const __nv_bfloat16* __restrict__ x, uint8_t* __restrict__ q,
                float* __restrict__ scale, int64_t rows, int cols) {
-  constexpr int kRowsPerIter = kThreads / LPR;
+  static_assert(LPR <= 32 || R == 1, "a group wider than a warp holds one row");
+  constexpr int kGroups = kThreads / LPR;
   constexpr int kWarpsPerRow = LPR > 32 ? LPR / 32 : 1;
   constexpr int kShuffleWidth = LPR < 32 ? LPR : 32;
-  __shared__ float red[2][kWarps];  // double-buffered warp maxima: one barrier per row
+  __shared__ float red[kWarps];
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
   const int t = tid % LPR;     // lane within the row group
   const int slot = tid / LPR;  // row group within the block
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRowsPerIter;
-  int parity = 0;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kGroups * R + slot;
 
-  int64_t base = static_cast<int64_t>(blockIdx.x) * kRowsPerIter;
-  uint4 v[V];
-  float e = 0.0f;
-  if (base + slot < rows) load_row<V, LPR>(x, base + slot, cols, t, v, e);
-  for (; base < rows; base += stride) {
-    const int64_t row = base + slot;
-    const bool active = row < rows;
-    // Issue the next row's loads first: they fly during this row's reduction and stores.
-    uint4 nv[V];
-    float ne = 0.0f;
-    if (row + stride < rows) load_row<V, LPR>(x, row + stride, cols, t, nv, ne);
+  uint4 v[R][V];
+  float e[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = base + static_cast<int64_t>(r) * kGroups;
+    if (row < rows) {
+      load_row<V, LPR>(x, row, cols, t, v[r], e[r]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[r][j] = make_uint4(0u, 0u, 0u, 0u);
+      e[r] = 0.0f;
+    }
+  }
 
+  float m[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
     __nv_bfloat162 pm = __floats2bfloat162_rn(0.0f, 0.0f);
-    if (active) {
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        pm = absmax2(pm, v[j].x);
-        pm = absmax2(pm, v[j].y);
-        pm = absmax2(pm, v[j].z);
-        pm = absmax2(pm, v[j].w);
-      }
+    for (int j = 0; j < V; ++j) {
+      pm = absmax2(pm, v[r][j].x);
+      pm = absmax2(pm, v[r][j].y);
+      pm = absmax2(pm, v[r][j].z);
+      pm = absmax2(pm, v[r][j].w);
     }
-    float m = active ? fmaxf(fabsf(e), fmaxf(__low2float(pm), __high2float(pm))) : 0.0f;
+    m[r] = fmaxf(fabsf(e[r]), fmaxf(__low2float(pm), __high2float(pm)));
+  }
 #pragma unroll
-    for (int offset = kShuffleWidth / 2; offset > 0; offset /= 2)
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    if (kWarpsPerRow > 1) {
-      if (lane == 0) red[parity][tid >> 5] = m;
-      __syncthreads();
-      m = red[parity][slot * kWarpsPerRow];
+  for (int offset = kShuffleWidth / 2; offset > 0; offset /= 2) {
 #pragma unroll
-      for (int g = 1; g < kWarpsPerRow; ++g) m = fmaxf(m, red[parity][slot * kWarpsPerRow + g]);
-      parity ^= 1;
-    }
+    for (int r = 0; r < R; ++r) m[r] = fmaxf(m[r], __shfl_xor_sync(0xffffffffu, m[r], offset));
+  }
+  if (kWarpsPerRow > 1) {
+    if (lane == 0) red[tid >> 5] = m[0];
+    __syncthreads();
+    m[0] = red[slot * kWarpsPerRow];
+#pragma unroll
+    for (int g = 1; g < kWarpsPerRow; ++g) m[0] = fmaxf(m[0], red[slot * kWarpsPerRow + g]);
+  }
 
-    if (active) {
-      const float a = fmaxf(m, 1e-12f);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = base + static_cast<int64_t>(r) * kGroups;
+    if (row < rows) {
+      const float a = fmaxf(m[r], 1e-12f);
       const float inv = 448.0f / a;
       if (t == 0) scale[row] = a / 448.0f;
       const int64_t start = row * cols;
@@ -136,15 +148,11 @@ fp8_quant_vec8(const __nv_bfloat16* __restrict__ x, uint8_t* __restrict__ q,
 #pragma unroll
       for (int j = 0; j < V; ++j) {
         const int k = t + j * LPR;
-        if (k < s.nvec) qv[k] = make_uint2(e4m3x4(v[j].x, v[j].y, inv), e4m3x4(v[j].z, v[j].w, inv));
+        if (k < s.nvec) qv[k] = make_uint2(e4m3x4(v[r][j].x, v[r][j].y, inv), e4m3x4(v[r][j].z, v[r][j].w, inv));
       }
       const int ec = scalar_col(s, t);
-      if (ec >= 0) q[start + ec] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(e * inv, __NV_SATFINITE, __NV_E4M3));
+      if (ec >= 0) q[start + ec] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(e[r] * inv, __NV_SATFINITE, __NV_E4M3));
     }
-
-#pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = nv[j];
-    e = ne;
   }
 }
 
@@ -174,27 +182,12 @@ fp8_quant_two_pass(const __nv_bfloat16* __restrict__ x, uint8_t* __restrict__ q,
     qr[c] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(__bfloat162float(xr[c]) * inv, __NV_SATFINITE, __NV_E4M3));
 }
 
-template <int V, int LPR>
+template <int V, int LPR, int R>
 cudaError_t launch_vec8(const __nv_bfloat16* x, uint8_t* q, float* scale, int64_t rows, int cols,
                         cudaStream_t stream) {
-  static int cached_device = -1;  // one cache per instantiation: occupancy depends on V
-  static int64_t cached_blocks = 0;
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  if (device != cached_device) {
-    int sms = 0, per_sm = 0;
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (err != cudaSuccess) return err;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fp8_quant_vec8<V, LPR>, kThreads, 0);
-    if (err != cudaSuccess) return err;
-    cached_blocks = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-    cached_device = device;
-  }
-  constexpr int kRowsPerIter = kThreads / LPR;
-  const int64_t needed = (rows + kRowsPerIter - 1) / kRowsPerIter;
-  const unsigned blocks = static_cast<unsigned>(needed < cached_blocks ? needed : cached_blocks);
-  fp8_quant_vec8<V, LPR><<<blocks, kThreads, 0, stream>>>(x, q, scale, rows, cols);
+  constexpr int64_t kRowsPerBlock = static_cast<int64_t>(kThreads / LPR) * R;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  fp8_quant_vec8<V, LPR, R><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, q, scale, rows, cols);
   return cudaGetLastError();
 }
 
@@ -208,22 +201,23 @@ extern "C" int d2k_fp8_quant(const __nv_bfloat16* x, uint8_t* q, float* scale, i
   const int64_t chunks = cols / 8;  // no row has more aligned chunks than this
   const bool aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(q) & 7) == 0;
   cudaError_t err;
-  // Row group sized to the row: about 2 chunks (32 bytes of x) per lane, 16 lanes at least (the
-  // peeled head and tail elements need lanes 0 .. 14).
+  // Row group sized to the row: about 4 chunks (64 bytes of x) per lane, several short rows per
+  // group; 16 lanes at least (the peeled head and tail elements need lanes 0 .. 14).
   if (!aligned || chunks > 4096) {
     fp8_quant_two_pass<<<static_cast<unsigned>(rows), kPairThreads, 0, stream>>>(x, q, scale, c);
     err = cudaGetLastError();
-  } else if (chunks <= 16) err = launch_vec8<1, 16>(x, q, scale, rows, c, stream);
-  else if (chunks <= 32) err = launch_vec8<2, 16>(x, q, scale, rows, c, stream);
-  else if (chunks <= 64) err = launch_vec8<2, 32>(x, q, scale, rows, c, stream);
-  else if (chunks <= 128) err = launch_vec8<2, 64>(x, q, scale, rows, c, stream);
-  else if (chunks <= 256) err = launch_vec8<2, 128>(x, q, scale, rows, c, stream);
-  else if (chunks <= 512) err = launch_vec8<2, 256>(x, q, scale, rows, c, stream);
-  else if (chunks <= 768) err = launch_vec8<3, 256>(x, q, scale, rows, c, stream);
-  else if (chunks <= 1024) err = launch_vec8<4, 256>(x, q, scale, rows, c, stream);
-  else if (chunks <= 1536) err = launch_vec8<6, 256>(x, q, scale, rows, c, stream);
-  else if (chunks <= 2048) err = launch_vec8<8, 256>(x, q, scale, rows, c, stream);
-  else if (chunks <= 3072) err = launch_vec8<12, 256>(x, q, scale, rows, c, stream);
-  else err = launch_vec8<16, 256>(x, q, scale, rows, c, stream);
+  } else if (chunks <= 16) err = launch_vec8<1, 16, 4>(x, q, scale, rows, c, stream);
+  else if (chunks <= 32) err = launch_vec8<2, 16, 2>(x, q, scale, rows, c, stream);
+  else if (chunks <= 64) err = launch_vec8<4, 16, 1>(x, q, scale, rows, c, stream);
+  else if (chunks <= 128) err = launch_vec8<4, 32, 1>(x, q, scale, rows, c, stream);
+  else if (chunks <= 256) err = launch_vec8<4, 64, 1>(x, q, scale, rows, c, stream);
+  else if (chunks <= 512) err = launch_vec8<4, 128, 1>(x, q, scale, rows, c, stream);
+  else if (chunks <= 640) err = launch_vec8<5, 128, 1>(x, q, scale, rows, c, stream);
+  else if (chunks <= 768) err = launch_vec8<3, 256, 1>(x, q, scale, rows, c, stream);
+  else if (chunks <= 1024) err = launch_vec8<4, 256, 1>(x, q, scale, rows, c, stream);
+  else if (chunks <= 1536) err = launch_vec8<6, 256, 1>(x, q, scale, rows, c, stream);
+  else if (chunks <= 2048) err = launch_vec8<8, 256, 1>(x, q, scale, rows, c, stream);
+  else if (chunks <= 3072) err = launch_vec8<12, 256, 1>(x, q, scale, rows, c, stream);
+  else err = launch_vec8<16, 256, 1>(x, q, scale, rows, c, stream);
   return static_cast<int>(err);
 }

@@ -1,75 +1,72 @@
-// moe_permute expert, layer 3 (low level): layer 2's dataflow (counting sort by expert with
-// stable in-chunk ranks, inverse permutation in scratch, token-major row copies reading each row
-// once) with
-//   - in-chunk ranks by warp-level matching instead of a scan over the chunk's earlier ids: each
-//     warp owns 128 consecutive entries of the chunk, processed 32 at a time; match_any gives the
-//     lanes with the same expert, the popcount of those below a lane is its rank among them, and
-//     the lowest of them adds the group's size to the warp's running count for that expert
-//     (per-warp counters in shared memory: no atomics, no conflicts). A scan over the 8 warps per
-//     expert turns the per-warp counts into each warp's starting place. Counting uses the same
-//     match: one shared atomic per distinct expert per 32 entries instead of one per entry.
-//   - the scan of the per-chunk counts takes 16 values per thread per step (loads in flight
-//     together, scanned in registers) instead of one: two steps instead of 32 for 256 experts
-//     x 128 chunks.
-//   - rows moved in 16-byte chunks (8 bf16): a thread loads all of its chunks of the token's row
-//     first (up to 8, 128 bytes in flight), then stores them to each of the k places, with a
-//     streaming (evict-first) hint on both: x is read once and rows are not read again here.
-//     hidden not a multiple of 8, over 8,192, or misaligned pointers take layer 2's copy.
+// moe_permute expert, layer 3 (low level): layer 2's dataflow (counting sort by expert, stable
+// in-chunk ranks, token-major row copies reading each row once) in two launches instead of four:
+//   - count_and_scan: one block of 1,024 threads per chunk of 1,024 entries counts its experts with
+//     warp-level matching (match_any: one shared atomic per distinct expert per 32 entries) and
+//     writes them; the last block to finish (a self-resetting ticket) scans all experts x chunks
+//     counts, 16 per thread per step, into each chunk's first place per expert, and writes offsets.
+//   - copy_rows_vec: one block per token finds its own entries' places: the rank of entry i among
+//     the earlier entries of its chunk with the same expert is a count of equal ids (the chunk's
+//     ids, up to 4 KB, come from the L2; the few matches are counted with shared atomics). It
+//     loads its row (16-byte chunks, evict-first) and counts before it waits for the
+//     scan: it is launched as a programmatic dependent of count_and_scan, so those loads and the
+//     launch itself overlap the index phase; then it writes order and stores the row to its k
+//     places (16-byte chunks, evict-first).
+// hidden not a multiple of 8, over 8,192, or misaligned pointers take a 2-byte copy with the same
+// place computation.
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kItems = 4;
-constexpr int kChunk = kThreads * kItems;  // entries per chunk
+constexpr int kChunk = 1024;         // entries per chunk
+constexpr int kCountThreads = 1024;  // one entry per thread
 constexpr int64_t kMaxTokens = 65536, kMaxK = 16, kMaxExperts = 1024;
 constexpr int kMaxChunks = static_cast<int>((kMaxTokens * kMaxK + kChunk - 1) / kChunk);
-constexpr int kScanThreads = 1024;
-
-__device__ int g_counts[kMaxExperts * kMaxChunks];
-__device__ int g_place[kMaxTokens * kMaxK];  // place of entry i in the sorted order
-
-__device__ __forceinline__ unsigned lanemask_lt() {
-  unsigned m;
-  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(m));
-  return m;
-}
-
-__global__ void __launch_bounds__(kThreads)
-count_experts(const int* __restrict__ ids, int* __restrict__ counts, int n, int experts, int chunks) {
-  extern __shared__ int hist[];
-  for (int e = threadIdx.x; e < experts; e += kThreads) hist[e] = 0;
-  __syncthreads();
-  const int base = blockIdx.x * kChunk;
-  const int lane = threadIdx.x & 31;
-  for (int r = 0; r < kItems; ++r) {
-    const int i = base + r * kThreads + threadIdx.x;
-    const int e = i < n ? ids[i] : -1;                  // -1: no entry (matches only other -1 lanes)
-    const unsigned peers = __match_any_sync(0xffffffffu, e);
-    if (e >= 0 && lane == __ffs(peers) - 1) atomicAdd(&hist[e], __popc(peers));
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < experts; e += kThreads) counts[e * chunks + blockIdx.x] = hist[e];
-}
-
-// Exclusive scan of counts[0 .. m) in place, by one block: each thread takes 16 consecutive
-// values per step (16 independent loads in flight; 16,384 values per step, so 256 experts x 128
-// chunks is two steps), scans them in registers, and the block scans the threads' totals.
 constexpr int kScanItems = 16;
 
-__global__ void __launch_bounds__(kScanThreads)
-scan_counts(int* __restrict__ counts, int* __restrict__ offsets, int m, int chunks, int experts, int n) {
-  __shared__ int warp_sums[kScanThreads / 32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+__device__ int g_counts[kMaxExperts * kMaxChunks];
+__device__ unsigned g_ticket;  // 0 between calls: the last block of each call wraps it back
+
+__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+__global__ void __launch_bounds__(kCountThreads)
+count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __restrict__ offsets, int n,
+               int experts, int chunks) {
+  allow_dependents();  // the copy blocks may start their loads while this grid runs
+  extern __shared__ int hist[];
+  __shared__ int warp_sums[kCountThreads / 32];
+  __shared__ bool s_last;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid & 31, warp = tid >> 5;
+  for (int e = tid; e < experts; e += kCountThreads) hist[e] = 0;
+  __syncthreads();
+  const int i = static_cast<int>(blockIdx.x) * kChunk + tid;
+  const int id = i < n ? ids[i] : -1;  // -1: no entry (matches only other -1 lanes)
+  const unsigned peers = __match_any_sync(0xffffffffu, id);
+  if (id >= 0 && lane == __ffs(peers) - 1) atomicAdd(&hist[id], __popc(peers));
+  __syncthreads();
+  for (int e = tid; e < experts; e += kCountThreads) counts[e * chunks + blockIdx.x] = hist[e];
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) s_last = atomicInc(&g_ticket, static_cast<unsigned>(chunks - 1)) == static_cast<unsigned>(chunks - 1);
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+
+  // The last block: exclusive scan of counts[0 .. m) in place (expert-major, so the result is each
+  // chunk's first place for each expert). 16 consecutive values per thread per step, loaded
+  // together past the L1 (other blocks wrote them), scanned in registers, the threads' totals by
+  // warp shuffles and one warp over the warp sums.
+  const int m = experts * chunks;
   int carry = 0;
-  for (int t0 = 0; t0 < m; t0 += kScanThreads * kScanItems) {
-    const int first = t0 + threadIdx.x * kScanItems;
+  for (int t0 = 0; t0 < m; t0 += kCountThreads * kScanItems) {
+    const int first = t0 + tid * kScanItems;
     int v[kScanItems];
     int sum = 0;
 #pragma unroll
-    for (int u = 0; u < kScanItems; ++u) v[u] = first + u < m ? counts[first + u] : 0;
+    for (int u = 0; u < kScanItems; ++u) v[u] = first + u < m ? __ldcg(counts + first + u) : 0;
 #pragma unroll
     for (int u = 0; u < kScanItems; ++u) sum += v[u];
     int incl = sum;
@@ -94,113 +91,126 @@ scan_counts(int* __restrict__ counts, int* __restrict__ offsets, int m, int chun
       if (first + u < m) counts[first + u] = run;
       run += v[u];
     }
-    carry += warp_sums[kScanThreads / 32 - 1];
+    carry += warp_sums[kCountThreads / 32 - 1];
     __syncthreads();
   }
-  for (int e = threadIdx.x; e < experts; e += kScanThreads) offsets[e] = counts[e * chunks];
-  if (threadIdx.x == 0) offsets[experts] = n;
+  for (int e = tid; e < experts; e += kCountThreads) offsets[e] = counts[e * chunks];
+  if (tid == 0) offsets[experts] = n;
 }
 
-// Warp w of the block owns the chunk's entries [w * 128, (w + 1) * 128), 32 per round.
-constexpr int kWarps = kThreads / 32;
-constexpr int kPerWarp = kChunk / kWarps;
-
-__global__ void __launch_bounds__(kThreads)
-scatter_order(const int* __restrict__ ids, const int* __restrict__ base, int* __restrict__ order,
-              int* __restrict__ place, int n, int experts, int chunks) {
-  extern __shared__ int next[];  // [kWarps][experts]: the warp's next place for each expert
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int b0 = blockIdx.x * kChunk;
-  const int w0 = b0 + warp * kPerWarp;
-  for (int q = threadIdx.x; q < kWarps * experts; q += kThreads) next[q] = 0;
-  __syncthreads();
-  int e_r[kPerWarp / 32];
-  unsigned peers_r[kPerWarp / 32];
-#pragma unroll
-  for (int r = 0; r < kPerWarp / 32; ++r) {
-    const int i = w0 + r * 32 + lane;
-    e_r[r] = i < n ? ids[i] : -1;
-    peers_r[r] = __match_any_sync(0xffffffffu, e_r[r]);
-    if (e_r[r] >= 0 && lane == __ffs(peers_r[r]) - 1) next[warp * experts + e_r[r]] += __popc(peers_r[r]);
-    __syncwarp();
+// The places of token t's k entries, for a block of THREADS threads: rank of entry i = t k + s
+// among the entries of its chunk before it with the same expert (the block's threads walk the
+// chunk's ids before the token's last entry and count the equal ones with shared atomics: about
+// k / experts of the compares match), then, after the index grid has finished, place = the
+// chunk's first place for that expert + rank. Thread s < k writes order[place] = i and dst[s] =
+// place x row_units. Ends with a barrier: dst is ready for the whole block.
+template <int THREADS>
+__device__ __forceinline__ void entry_places(const int* __restrict__ ids, const int* __restrict__ base,
+                                             int* __restrict__ order, int64_t t, int k, int chunks,
+                                             int64_t row_units, int64_t* dst) {
+  __shared__ int s_id[kMaxK], s_first[kMaxK], s_rank[kMaxK];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int i0 = static_cast<int>(t) * k;
+  if (tid < k) {
+    const int i = i0 + tid;
+    s_id[tid] = ids[i];
+    s_first[tid] = i / kChunk * kChunk;  // start of this entry's chunk
+    s_rank[tid] = 0;
   }
   __syncthreads();
-  // Per expert: the warps' counts become their starting places (chunk base + warps before).
-  for (int e = threadIdx.x; e < experts; e += kThreads) {
-    int run = base[e * chunks + blockIdx.x];
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int c = next[w * experts + e];
-      next[w * experts + e] = run;
-      run += c;
-    }
+  const int lo = i0 / kChunk * kChunk;  // start of the first entry's chunk
+  const int hi = i0 + k - 1;            // the last entry itself is not counted
+  for (int j = lo + tid; j < hi; j += THREADS) {
+    const int id = ids[j];
+    for (int s = 0; s < k; ++s)
+      if (id == s_id[s] && j < i0 + s && j >= s_first[s]) atomicAdd(&s_rank[s], 1);
   }
   __syncthreads();
-#pragma unroll
-  for (int r = 0; r < kPerWarp / 32; ++r) {
-    const int i = w0 + r * 32 + lane;
-    const int e = e_r[r];
-    const unsigned peers = peers_r[r];
-    int p = 0;
-    if (e >= 0) p = next[warp * experts + e] + __popc(peers & lanemask_lt());
-    __syncwarp();  // every lane has read its expert's counter before the group's lowest lane moves it
-    if (e >= 0) {
-      if (lane == __ffs(peers) - 1) next[warp * experts + e] += __popc(peers);
-      order[p] = i;
-      place[i] = p;
-    }
-    __syncwarp();
+  wait_for_prerequisites();  // count_and_scan has finished: its scan is visible
+  if (tid < k) {
+    const int i = i0 + tid;
+    const int p = __ldcg(base + s_id[tid] * chunks + i / kChunk) + s_rank[tid];
+    order[p] = i;
+    dst[tid] = static_cast<int64_t>(p) * row_units;
   }
-}
-
-// One block per token: each column is loaded once and stored to the token's k places.
-__global__ void __launch_bounds__(kThreads)
-copy_rows_token_major(const int* __restrict__ place, const __nv_bfloat16* __restrict__ x,
-                      __nv_bfloat16* __restrict__ rows, int k, int64_t hidden) {
-  __shared__ int64_t s_dst[kMaxK];
-  const int64_t t = blockIdx.x;
-  if (threadIdx.x < k) s_dst[threadIdx.x] = static_cast<int64_t>(place[t * k + threadIdx.x]) * hidden;
   __syncthreads();
-  const __nv_bfloat16* src = x + t * hidden;
-  for (int64_t c = threadIdx.x; c < hidden; c += kThreads) {
-    const __nv_bfloat16 v = src[c];
-    for (int s = 0; s < k; ++s) rows[s_dst[s] + c] = v;
-  }
 }
 
 constexpr int kCopyThreads = 128;
 
 // One block per token, the row in 16-byte chunks: chunk c of the row goes to thread c % 128, V
-// chunks per thread, all loaded before any store.
+// chunks per thread, all loaded before the places are known.
 template <int V>
 __global__ void __launch_bounds__(kCopyThreads)
-copy_rows_vec(const int* __restrict__ place, const uint4* __restrict__ x, uint4* __restrict__ rows, int k, int chunks) {
+copy_rows_vec(const int* __restrict__ ids, const int* __restrict__ base, const uint4* __restrict__ x,
+              uint4* __restrict__ rows, int* __restrict__ order, int k, int chunks, int row_chunks) {
   __shared__ int64_t s_dst[kMaxK];
   const int64_t t = blockIdx.x;
-  if (threadIdx.x < k) s_dst[threadIdx.x] = static_cast<int64_t>(place[t * k + threadIdx.x]) * chunks;
-  const uint4* src = x + t * chunks;
+  const uint4* src = x + t * row_chunks;
   uint4 v[V];
 #pragma unroll
   for (int u = 0; u < V; ++u) {
-    const int c = threadIdx.x + u * kCopyThreads;
-    if (c < chunks) v[u] = __ldcs(src + c);
+    const int c = static_cast<int>(threadIdx.x) + u * kCopyThreads;
+    if (c < row_chunks) v[u] = __ldcs(src + c);
   }
-  __syncthreads();
+  entry_places<kCopyThreads>(ids, base, order, t, k, chunks, row_chunks, s_dst);
   for (int s = 0; s < k; ++s) {
     uint4* dst = rows + s_dst[s];
 #pragma unroll
     for (int u = 0; u < V; ++u) {
-      const int c = threadIdx.x + u * kCopyThreads;
-      if (c < chunks) __stcs(dst + c, v[u]);
+      const int c = static_cast<int>(threadIdx.x) + u * kCopyThreads;
+      if (c < row_chunks) __stcs(dst + c, v[u]);
     }
   }
 }
 
+constexpr int kScalarThreads = 256;
+
+// Any hidden, any alignment: one block per token, 2-byte columns, each loaded once and stored to
+// the token's k places.
+__global__ void __launch_bounds__(kScalarThreads)
+copy_rows_scalar(const int* __restrict__ ids, const int* __restrict__ base, const __nv_bfloat16* __restrict__ x,
+                 __nv_bfloat16* __restrict__ rows, int* __restrict__ order, int k, int chunks, int64_t hidden) {
+  __shared__ int64_t s_dst[kMaxK];
+  const int64_t t = blockIdx.x;
+  entry_places<kScalarThreads>(ids, base, order, t, k, chunks, hidden, s_dst);
+  const __nv_bfloat16* src = x + t * hidden;
+  for (int64_t c = threadIdx.x; c < hidden; c += kScalarThreads) {
+    const __nv_bfloat16 v = src[c];
+    for (int s = 0; s < k; ++s) rows[s_dst[s] + c] = v;
+  }
+}
+
+// Launches kernel as a programmatic dependent of the previous launch on the stream (it may start
+// before that grid ends; its griddepcontrol.wait orders the reads of that grid's results).
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), unsigned grid, unsigned block, cudaStream_t stream,
+                             Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(block);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  cudaError_t err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  if (err != cudaSuccess) {  // no programmatic launch here: a plain stream-ordered launch
+    (void)cudaGetLastError();
+    config.numAttrs = 0;
+    err = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  }
+  return err;
+}
+
 template <int V>
-void launch_vec(const int* place, const __nv_bfloat16* x, __nv_bfloat16* rows, int64_t tokens, int k, int chunks,
-                cudaStream_t stream) {
-  copy_rows_vec<V><<<static_cast<unsigned>(tokens), kCopyThreads, 0, stream>>>(
-      place, reinterpret_cast<const uint4*>(x), reinterpret_cast<uint4*>(rows), k, chunks);
+cudaError_t launch_vec(const int* ids, const int* base, const __nv_bfloat16* x, __nv_bfloat16* rows, int* order,
+                       int64_t tokens, int k, int chunks, int row_chunks, cudaStream_t stream) {
+  return launch_dependent(copy_rows_vec<V>, static_cast<unsigned>(tokens), kCopyThreads, stream, ids, base,
+                          reinterpret_cast<const uint4*>(x), reinterpret_cast<uint4*>(rows), order, k, chunks,
+                          row_chunks);
 }
 
 }  // namespace
@@ -214,32 +224,29 @@ extern "C" int d2k_moe_permute(const void* topk_ids, const __nv_bfloat16* x, int
   const int n = static_cast<int>(tokens * k);
   const int chunks = (n + kChunk - 1) / kChunk;
   const int e = static_cast<int>(experts);
+  const int kk = static_cast<int>(k);
   int* counts = nullptr;
-  int* place = nullptr;
   cudaError_t err = cudaGetSymbolAddress(reinterpret_cast<void**>(&counts), g_counts);
-  if (err == cudaSuccess) err = cudaGetSymbolAddress(reinterpret_cast<void**>(&place), g_place);
   if (err != cudaSuccess) return static_cast<int>(err);
-  count_experts<<<chunks, kThreads, e * sizeof(int), stream>>>(ids, counts, n, e, chunks);
-  scan_counts<<<1, kScanThreads, 0, stream>>>(counts, offsets, e * chunks, chunks, e, n);
-  scatter_order<<<chunks, kThreads, kWarps * e * sizeof(int), stream>>>(ids, counts, order, place, n, e, chunks);
+  count_and_scan<<<chunks, kCountThreads, e * sizeof(int), stream>>>(ids, counts, offsets, n, e, chunks);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return static_cast<int>(err);
   const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(rows)) & 15) == 0;
   if (aligned && hidden % 8 == 0 && hidden <= 8 * 8 * kCopyThreads) {
     const int c = static_cast<int>(hidden / 8);
-    const int v = (c + kCopyThreads - 1) / kCopyThreads;
-    const int kk = static_cast<int>(k);
-    switch (v) {
-      case 1: launch_vec<1>(place, x, rows, tokens, kk, c, stream); break;
-      case 2: launch_vec<2>(place, x, rows, tokens, kk, c, stream); break;
-      case 3: launch_vec<3>(place, x, rows, tokens, kk, c, stream); break;
-      case 4: launch_vec<4>(place, x, rows, tokens, kk, c, stream); break;
-      case 5: launch_vec<5>(place, x, rows, tokens, kk, c, stream); break;
-      case 6: launch_vec<6>(place, x, rows, tokens, kk, c, stream); break;
-      case 7: launch_vec<7>(place, x, rows, tokens, kk, c, stream); break;
-      default: launch_vec<8>(place, x, rows, tokens, kk, c, stream); break;
+    switch ((c + kCopyThreads - 1) / kCopyThreads) {
+      case 1: err = launch_vec<1>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
+      case 2: err = launch_vec<2>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
+      case 3: err = launch_vec<3>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
+      case 4: err = launch_vec<4>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
+      case 5: err = launch_vec<5>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
+      case 6: err = launch_vec<6>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
+      case 7: err = launch_vec<7>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
+      default: err = launch_vec<8>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
     }
   } else {
-    copy_rows_token_major<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(place, x, rows, static_cast<int>(k),
-                                                                                hidden);
+    err = launch_dependent(copy_rows_scalar, static_cast<unsigned>(tokens), kScalarThreads, stream, ids,
+                           static_cast<const int*>(counts), x, rows, order, kk, chunks, hidden);
   }
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(err);
 }

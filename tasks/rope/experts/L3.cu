@@ -1,9 +1,10 @@
 // rope expert, layer 3 (low level): layer 2's dataflow (the token's cos/sin read once per thread and
-// reused across its heads, several heads' loads in flight) with 128-bit accesses: the W = head_dim
-// / 16 threads of a head slot each own 8 consecutive i, i.e. one 16-byte vector of x1, one of x2,
-// two of cos and two of sin (8 floats each), and write one 16-byte vector to each half of the
-// output row. For head_dim 128 that is 8 threads per head and 32 heads side by side in a block.
-// Shapes with head_dim not a multiple of 16 or misaligned pointers take layer 2's kernels.
+// reused across its heads, several heads' loads in flight) with 128-bit accesses and a warp per
+// token: the W = head_dim / 16 lanes of a head group each own 8 consecutive i, i.e. one 16-byte
+// vector of x1, one of x2, two of cos and two of sin (8 floats each), and write one 16-byte vector
+// to each half of the output row. A warp covers 32 / W heads per step (4 for head_dim 128, 8 for
+// 64), every lane busy, and keeps 4 steps of loads in flight (128 bytes per lane). Shapes with
+// head_dim not a multiple of 16 (or over 512) or misaligned pointers take layer 2's kernels.
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -104,49 +105,68 @@ __device__ __forceinline__ void rotate_word(uint32_t a, uint32_t b, float c0, fl
   o2 = pack2(x20 * c0 + x10 * s0, x21 * c1 + x11 * s1);
 }
 
-// At most 64 registers (4 blocks of 256 threads per SM instead of 3): no spills.
-__global__ void __launch_bounds__(kThreads, 4)
-rope_vec8(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
-          const int* __restrict__ positions, const float* __restrict__ cos_cache,
-          const float* __restrict__ sin_cache, __nv_bfloat16* __restrict__ q_out,
-          __nv_bfloat16* __restrict__ k_out, int q_heads, int kv_heads, int head_dim) {
+// Warp per token. The W = head_dim / 16 lanes of a head group each own 8 consecutive i (one
+// 16-byte vector of x1 and one of x2, two of cos and two of sin); a warp covers H = 32 / W heads
+// per step (4 for head_dim 128, 8 for 64) and walks the token's q heads, then its k heads, 4 steps
+// per round with every load of the round issued before the math (up to 128 bytes of x in flight
+// per lane). The lane's 8 cos and 8 sin values are read once per token and serve all its heads.
+// A block is 8 warps, i.e. 8 tokens; at most 80 registers, no spills (3 blocks of 256 threads
+// per SM: up to 96 KB of loads in flight per SM).
+constexpr int kStepsInFlight = 4;
+constexpr int kWarpsPerBlock = kThreads / 32;
+
+__global__ void __launch_bounds__(kThreads, 3)
+rope_warp_vec8(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
+               const int* __restrict__ positions, const float* __restrict__ cos_cache,
+               const float* __restrict__ sin_cache, __nv_bfloat16* __restrict__ q_out,
+               __nv_bfloat16* __restrict__ k_out, int64_t tokens, int q_heads, int kv_heads, int head_dim) {
   const int h = head_dim / 2;
-  const int W = h / 8;               // threads per head: 16-byte vectors of x1 (and of x2)
-  const int slots = kThreads / W;    // heads handled side by side
-  const int tid = static_cast<int>(threadIdx.x);
-  const int slot = tid / W;
-  const int w = tid - slot * W;
-  if (slot >= slots) return;  // the last threads when W does not divide 256 (no barriers here)
-  const int64_t t = blockIdx.x;
+  const int W = h / 8;             // lanes per head: 16-byte vectors of x1 (and of x2)
+  const int H = 32 / W;            // heads per warp step
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int g = lane / W;          // head within the step
+  const int w = lane - g * W;      // vector within the half row
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (t >= tokens || g >= H) return;  // whole warps past the end; lanes past H * W (no barriers here)
   const int heads = q_heads + kv_heads;
+  const int steps = (heads + H - 1) / H;
 
-  // cos and sin of i = 8w .. 8w + 7 at this token's position: four 128-bit loads, kept for all heads.
   const int64_t p = positions[t];
-  const float4* cp = reinterpret_cast<const float4*>(cos_cache + p * h) + 2 * w;
-  const float4* sp = reinterpret_cast<const float4*>(sin_cache + p * h) + 2 * w;
-  const float4 ca = cp[0], cb = cp[1], sa = sp[0], sb = sp[1];
-
-  for (int head0 = slot; head0 < heads; head0 += slots * kHeadsInFlight) {
-    uint4 a[kHeadsInFlight], b[kHeadsInFlight];
+  // Element offset of a head row of this token in q (q heads) or k (k heads): every tensor has
+  // fewer than 2^31 elements, so 32 bits hold it (fewer registers than 64-bit row arithmetic).
+  const uint32_t q_base = static_cast<uint32_t>(t * q_heads) * static_cast<uint32_t>(head_dim);
+  const uint32_t k_base = static_cast<uint32_t>(t * kv_heads) * static_cast<uint32_t>(head_dim);
+  auto row_offset = [&](int head) -> uint32_t {
+    return head < q_heads ? q_base + static_cast<uint32_t>(head) * head_dim
+                          : k_base + static_cast<uint32_t>(head - q_heads) * head_dim;
+  };
+  uint4 a[kStepsInFlight], b[kStepsInFlight];
+  // Loads of the heads st * H + g, st in [s0, s0 + kStepsInFlight): all issued before any math.
+  auto load_round = [&](int s0) {
 #pragma unroll
-    for (int u = 0; u < kHeadsInFlight; ++u) {
-      const int head = head0 + u * slots;
+    for (int u = 0; u < kStepsInFlight; ++u) {
+      const int head = (s0 + u) * H + g;
       a[u] = b[u] = make_uint4(0u, 0u, 0u, 0u);
       if (head < heads) {
-        const bool is_q = head < q_heads;
-        const int64_t row = is_q ? t * q_heads + head : t * kv_heads + (head - q_heads);
-        const uint4* x = reinterpret_cast<const uint4*>((is_q ? q : k) + row * head_dim);
+        const uint4* x = reinterpret_cast<const uint4*>(head < q_heads ? q + row_offset(head) : k + row_offset(head));
         a[u] = x[w];      // x1: elements 8w .. 8w + 7
         b[u] = x[w + W];  // x2: elements h + 8w .. h + 8w + 7
       }
     }
+  };
+  load_round(0);
+  // cos and sin of i = 8w .. 8w + 7 at this token's position: four 128-bit loads, kept for all heads.
+  const float4* cp = reinterpret_cast<const float4*>(cos_cache + p * h) + 2 * w;
+  const float4* sp = reinterpret_cast<const float4*>(sin_cache + p * h) + 2 * w;
+  const float4 ca = cp[0], cb = cp[1], sa = sp[0], sb = sp[1];
+
+  for (int s0 = 0; s0 < steps; s0 += kStepsInFlight) {
+    if (s0 > 0) load_round(s0);
 #pragma unroll
-    for (int u = 0; u < kHeadsInFlight; ++u) {
-      const int head = head0 + u * slots;
+    for (int u = 0; u < kStepsInFlight; ++u) {
+      const int head = (s0 + u) * H + g;
       if (head < heads) {
-        const bool is_q = head < q_heads;
-        const int64_t row = is_q ? t * q_heads + head : t * kv_heads + (head - q_heads);
-        uint4* y = reinterpret_cast<uint4*>((is_q ? q_out : k_out) + row * head_dim);
+        uint4* y = reinterpret_cast<uint4*>(head < q_heads ? q_out + row_offset(head) : k_out + row_offset(head));
         uint4 o1, o2;
         rotate_word(a[u].x, b[u].x, ca.x, ca.y, sa.x, sa.y, o1.x, o2.x);
         rotate_word(a[u].y, b[u].y, ca.z, ca.w, sa.z, sa.w, o1.y, o2.y);
@@ -173,8 +193,9 @@ extern "C" int d2k_rope(const __nv_bfloat16* q, const __nv_bfloat16* k, const in
                          reinterpret_cast<uintptr_t>(q_out) | reinterpret_cast<uintptr_t>(k_out);
   const uintptr_t tables = reinterpret_cast<uintptr_t>(cos_cache) | reinterpret_cast<uintptr_t>(sin_cache);
   const unsigned grid = static_cast<unsigned>(tokens);
-  if (hd >= 16 && hd % 16 == 0 && hd <= 4096 && ((data | tables) & 15) == 0)
-    rope_vec8<<<grid, kThreads, 0, stream>>>(q, k, positions, cos_cache, sin_cache, q_out, k_out, qh, kvh, hd);
+  if (hd >= 16 && hd % 16 == 0 && hd <= 512 && ((data | tables) & 15) == 0)
+    rope_warp_vec8<<<static_cast<unsigned>((tokens + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads, 0, stream>>>(
+        q, k, positions, cos_cache, sin_cache, q_out, k_out, tokens, qh, kvh, hd);
   else if (hd >= 4 && hd % 4 == 0 && hd <= 1024 && (data & 3) == 0 && (tables & 7) == 0)
     rope_pairs<<<grid, kThreads, 0, stream>>>(q, k, positions, cos_cache, sin_cache, q_out, k_out, qh, kvh, hd);
   else
