@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -837,13 +838,23 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       }
       // Both bounds allow the candidate's per-call overhead to differ from the reference's by
       // bound.overhead_rel_slack of it (the hand-over copies vary that much between processes).
-      if (claimed_time_implausible(all_calls, window, per_call, config_.flag_factor,
-                                   config_.flag_slack_s + config_.bound.overhead_rel_slack * per_call,
-                                   config_.flag_fixed_slack_s, &we.outside_s) ||
-          claim_below_parent_clock(all_calls, window, per_call, config_.bound, &below)) {
+      const bool implausible = claimed_time_implausible(all_calls, window, per_call, config_.flag_factor,
+                                                        config_.flag_slack_s + config_.bound.overhead_rel_slack * per_call,
+                                                        config_.flag_fixed_slack_s, &we.outside_s);
+      if (implausible || claim_below_parent_clock(all_calls, window, per_call, config_.bound, &below)) {
         res.flags.push_back("time_below_outside_bound");
-        return finish(Outcome::flagged, "claimed time of workload " + we.name + " is below what the parent's clock measured (" +
-                                            std::to_string(below) + " s unexplained)");
+        // Which bound fired, with its figures (a flag on an honest kernel must be diagnosable).
+        char detail[256];
+        if (implausible)
+          std::snprintf(detail, sizeof detail,
+                        "%d calls in a %.6f s window: %.3g s per call outside the runner's overhead, against a "
+                        "claimed mean of %.3g s",
+                        all_calls.samples, window, we.outside_s,
+                        all_calls.mean_s > 0 ? all_calls.mean_s : all_calls.median_s);
+        else
+          std::snprintf(detail, sizeof detail, "%.6f s unexplained", below);
+        return finish(Outcome::flagged, "claimed time of workload " + we.name +
+                                            " is below what the parent's clock measured (" + detail + ")");
       }
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
