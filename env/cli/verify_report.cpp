@@ -80,6 +80,7 @@ bool memory_bound(const tasks::Task& task) {
 
 std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,
                                    double large_bytes, double target) {
+  if (target < 0) target = task.speed_of_light_target;
   std::vector<SolRow> out;
   for (const auto& w : task.workloads) {
     SolRow r;
@@ -240,10 +241,12 @@ void derive_checks(TaskVerdict& v, const tasks::Task& task, double copy_bytes_pe
     }
     if (large == 0) detail = "no workload moves ≥ 256 MiB: nothing to check";
     else if (!(copy_bytes_per_s > 0)) detail = "copy bandwidth not measured";
-    else detail = short_of.empty() ? "every large workload (" + std::to_string(large) + ") ≥ " + fmt("%.0f", 100 * kSolTarget) + "% of copy bandwidth"
+    else detail = short_of.empty() ? "every large workload (" + std::to_string(large) + ") ≥ " + fmt("%.0f", 100 * task.speed_of_light_target) + "% of copy bandwidth"
                                    : "short: " + short_of;
     if (!task.bound_bytes.empty()) detail += " (on the task's stated bound, " + task.bound_bytes + " bytes: " + task.bound_why + ")";
-    v.checks.push_back({"speed of light: L3 ≥ 75% of copy bandwidth on large workloads", ok && large > 0, detail});
+    v.checks.push_back({"speed of light: L3 ≥ " + fmt("%.0f", 100 * task.speed_of_light_target) +
+                            "% of copy bandwidth on large workloads",
+                        ok && large > 0, detail});
   } else {
     v.checks.push_back({"speed of light", true,
                         "not memory-bound (flops/byte > 4): compared with copy bandwidth only for information"});

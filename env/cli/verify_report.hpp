@@ -18,7 +18,6 @@
 namespace d2k::runner {
 
 inline constexpr double kLadderMinRatio = 1.05;     // each layer at least 5 % faster (geomean)
-inline constexpr double kSolTarget = 0.75;          // L3 vs copy bandwidth on large workloads
 inline constexpr double kLargeBytes = 256.0 * (1 << 20);  // "large": ≥ 256 MiB of traffic per call
 inline constexpr double kMemoryBoundIntensity = 4.0;      // flops per byte at or below: memory-bound
 
@@ -58,8 +57,9 @@ struct SolRow {
 };
 // flops(w)/bytes(w) ≤ kMemoryBoundIntensity on every workload.
 bool memory_bound(const tasks::Task& task);
+// target < 0: the task's own (task.json speed_of_light_target; 0.75 unless it states one).
 std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,
-                                   double large_bytes = kLargeBytes, double target = kSolTarget);
+                                   double large_bytes = kLargeBytes, double target = -1);
 
 // The vendor yardstick: L3 against a vendor implementation timed in the same run, by throughput
 // ratio = t_vendor / t_L3 per workload. Two kinds:

@@ -630,7 +630,8 @@ Task load_task(const fs::path& dir_in) {
   }
   const Obj root(j, file, "");
   root.only({"id", "title", "category", "statement", "entry", "signature", "main_file", "compile_flags",
-             "args", "workloads", "tolerances", "flops", "bytes", "bound", "properties", "vendor"});
+             "args", "workloads", "tolerances", "flops", "bytes", "bound", "speed_of_light_target", "properties",
+             "vendor"});
 
   Task t;
   t.dir = dir;
@@ -728,6 +729,11 @@ Task load_task(const fs::path& dir_in) {
     } catch (const std::invalid_argument& e) {
       b.fail("bytes", e.what());
     }
+  }
+  if (root.has("speed_of_light_target")) {
+    t.speed_of_light_target = root.number("speed_of_light_target");
+    if (!(t.speed_of_light_target >= 0.5 && t.speed_of_light_target <= 1.0))
+      root.fail("speed_of_light_target", "must be a fraction of copy bandwidth from 0.5 to 1.0");
   }
   check_workload_sizes(t, file);
 

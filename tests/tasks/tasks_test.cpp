@@ -547,6 +547,21 @@ TEST_CASE("a task's vendor yardstick is checked at load", "[tasks]") {
   fails(x, "vendor");
 }
 
+TEST_CASE("a task's speed-of-light target is a fraction from 0.5 to 1.0, 0.75 unless stated", "[tasks]") {
+  TempDir tmp;
+  const fs::path dir = copy_task(tmp.path);
+  json j = read_json(dir);
+  CHECK(load_task(dir).speed_of_light_target == 0.75);
+  j["speed_of_light_target"] = 0.8;
+  write_json(dir, j);
+  CHECK(load_task(dir).speed_of_light_target == 0.8);
+  for (const json& bad : {json(0.3), json(1.5), json("80%")}) {
+    json x = j;
+    x["speed_of_light_target"] = bad;
+    rejects(dir, x, "speed_of_light_target");
+  }
+}
+
 TEST_CASE("a task's stated bound (bytes a design must touch) is checked at load", "[tasks]") {
   TempDir tmp;
   const fs::path dir = copy_task(tmp.path);

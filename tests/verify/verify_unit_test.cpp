@@ -628,3 +628,28 @@ TEST_CASE("a task's stated bound is the speed of light's byte count", "[verify][
   for (const auto& r : plain)
     if (r.workload == "pow2_64m") CHECK_FALSE(r.passed);
 }
+
+TEST_CASE("a task's own speed-of-light target (task.json speed_of_light_target) decides the check", "[verify][sol]") {
+  tasks::Task task = vector_add();
+  runner::TaskVerdict v;
+  runner::KernelVerdict l3;
+  l3.label = "L3";
+  l3.status = "ok";
+  const double copy = 4.3e12;
+  for (const auto& w : task.workloads) l3.times[w.name] = task.sol_bytes_of(w) / (0.78 * copy);  // 78 % of copy speed
+  for (const auto& [target, pass] : std::vector<std::pair<double, bool>>{{0.75, true}, {0.8, false}}) {
+    task.speed_of_light_target = target;
+    v.is_memory_bound = true;
+    v.kernels = {l3};
+    v.sol = runner::speed_of_light(task, l3, copy);
+    runner::derive_checks(v, task, copy);
+    bool found = false;
+    for (const auto& c : v.checks)
+      if (c.name.rfind("speed of light", 0) == 0) {
+        found = true;
+        CHECK(c.passed == pass);
+        CHECK(c.name.find(target == 0.8 ? "80%" : "75%") != std::string::npos);
+      }
+    CHECK(found);
+  }
+}
