@@ -24,7 +24,8 @@ seed; timing as the kernels' samples are timed):
   match in kind), as sandbox/eval/compare.cpp does. A workload that disagrees is reported
   "correct": false and verify-tasks leaves its time out;
 - timing: 3 warm-up calls, then 20 samples, each one call between two CUDA events on the current
-  stream after an L2 flush (a 256 MiB buffer write); the median.
+  stream after an L2 flush (a 256 MiB buffer write) and with the device idle (synchronized), as the
+  runner times the kernels; the median.
 """
 import json
 import os
@@ -310,6 +311,9 @@ def time_call(torch, call, flush):
     times = []
     for _ in range(SAMPLES):
         flush.fill_(1)
+        # The device idle at the first event, as the runner times the kernels (runner_main.cpp,
+        # sample()): queued behind the flush, the op's launch latency would go untimed.
+        torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()

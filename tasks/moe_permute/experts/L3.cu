@@ -6,11 +6,11 @@
 //     counts, 16 per thread per step, into each chunk's first place per expert, and writes offsets.
 //   - copy_rows_vec: one block per token finds its own entries' places: the rank of entry i among
 //     the earlier entries of its chunk with the same expert is a count of equal ids (the chunk's
-//     ids, up to 4 KB, come from the L2; the few matches are counted with shared atomics). It
-//     loads its row (16-byte chunks, evict-first) and counts before it waits for the
+//     ids, up to 4 KB, come from the L2, all of a thread's at once; the few matches are counted
+//     with shared atomics). It loads its row (16-byte chunks) and counts before it waits for the
 //     scan: it is launched as a programmatic dependent of count_and_scan, so those loads and the
 //     launch itself overlap the index phase; then it writes order and stores the row to its k
-//     places (16-byte chunks, evict-first).
+//     places (16-byte chunks, evict-first stores).
 // hidden not a multiple of 8, over 8,192, or misaligned pointers take a 2-byte copy with the same
 // place computation.
 #include <cstdint>
@@ -103,14 +103,25 @@ count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __res
 // chunk's ids before the token's last entry and count the equal ones with shared atomics: about
 // k / experts of the compares match), then, after the index grid has finished, place = the
 // chunk's first place for that expert + rank. Thread s < k writes order[place] = i and dst[s] =
-// place x row_units. Ends with a barrier: dst is ready for the whole block.
+// place x row_units. Ends with a barrier: dst is ready for the whole block. All of a thread's
+// walk loads (at most kChunk + kMaxK ids over the block) are issued together, before the first
+// barrier: one L2 latency for the walk instead of one per step.
 template <int THREADS>
 __device__ __forceinline__ void entry_places(const int* __restrict__ ids, const int* __restrict__ base,
                                              int* __restrict__ order, int64_t t, int k, int chunks,
                                              int64_t row_units, int64_t* dst) {
   __shared__ int s_id[kMaxK], s_first[kMaxK], s_rank[kMaxK];
+  constexpr int kWalk = (kChunk + kMaxK + THREADS - 1) / THREADS;  // ids per thread, at most
   const int tid = static_cast<int>(threadIdx.x);
   const int i0 = static_cast<int>(t) * k;
+  const int lo = i0 / kChunk * kChunk;  // start of the first entry's chunk
+  const int hi = i0 + k - 1;            // the last entry itself is not counted
+  int walk[kWalk];
+#pragma unroll
+  for (int u = 0; u < kWalk; ++u) {
+    const int j = lo + tid + u * THREADS;
+    walk[u] = j < hi ? ids[j] : -1;  // ids are in [0, experts): -1 marks no entry
+  }
   if (tid < k) {
     const int i = i0 + tid;
     s_id[tid] = ids[i];
@@ -118,12 +129,12 @@ __device__ __forceinline__ void entry_places(const int* __restrict__ ids, const 
     s_rank[tid] = 0;
   }
   __syncthreads();
-  const int lo = i0 / kChunk * kChunk;  // start of the first entry's chunk
-  const int hi = i0 + k - 1;            // the last entry itself is not counted
-  for (int j = lo + tid; j < hi; j += THREADS) {
-    const int id = ids[j];
+#pragma unroll
+  for (int u = 0; u < kWalk; ++u) {
+    const int j = lo + tid + u * THREADS;
+    if (walk[u] < 0) continue;
     for (int s = 0; s < k; ++s)
-      if (id == s_id[s] && j < i0 + s && j >= s_first[s]) atomicAdd(&s_rank[s], 1);
+      if (walk[u] == s_id[s] && j < i0 + s && j >= s_first[s]) atomicAdd(&s_rank[s], 1);
   }
   __syncthreads();
   wait_for_prerequisites();  // count_and_scan has finished: its scan is visible
@@ -137,6 +148,26 @@ __device__ __forceinline__ void entry_places(const int* __restrict__ ids, const 
 }
 
 constexpr int kCopyThreads = 128;
+#ifndef MP_LDCS
+#define MP_LDCS 0  // tasks/vector_add/bench/sweep/build.sh builds variants with -DMP_LDCS=0/1 -DMP_STCS=0/1 (streaming hints on the rows)
+#endif
+#ifndef MP_STCS
+#define MP_STCS 1
+#endif
+__device__ __forceinline__ uint4 load_row_chunk(const uint4* p) {
+#if MP_LDCS
+  return __ldcs(p);
+#else
+  return *p;
+#endif
+}
+__device__ __forceinline__ void store_row_chunk(uint4* p, uint4 v) {
+#if MP_STCS
+  __stcs(p, v);
+#else
+  *p = v;
+#endif
+}
 
 // One block per token, the row in 16-byte chunks: chunk c of the row goes to thread c % 128, V
 // chunks per thread, all loaded before the places are known.
@@ -151,7 +182,7 @@ copy_rows_vec(const int* __restrict__ ids, const int* __restrict__ base, const u
 #pragma unroll
   for (int u = 0; u < V; ++u) {
     const int c = static_cast<int>(threadIdx.x) + u * kCopyThreads;
-    if (c < row_chunks) v[u] = __ldcs(src + c);
+    if (c < row_chunks) v[u] = load_row_chunk(src + c);
   }
   entry_places<kCopyThreads>(ids, base, order, t, k, chunks, row_chunks, s_dst);
   for (int s = 0; s < k; ++s) {
@@ -159,7 +190,7 @@ copy_rows_vec(const int* __restrict__ ids, const int* __restrict__ base, const u
 #pragma unroll
     for (int u = 0; u < V; ++u) {
       const int c = static_cast<int>(threadIdx.x) + u * kCopyThreads;
-      if (c < row_chunks) __stcs(dst + c, v[u]);
+      if (c < row_chunks) store_row_chunk(dst + c, v[u]);
     }
   }
 }

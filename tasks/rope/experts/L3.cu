@@ -3,8 +3,10 @@
 // token: the W = head_dim / 16 lanes of a head group each own 8 consecutive i, i.e. one 16-byte
 // vector of x1, one of x2, two of cos and two of sin (8 floats each), and write one 16-byte vector
 // to each half of the output row. A warp covers 32 / W heads per step (4 for head_dim 128, 8 for
-// 64), every lane busy, and keeps 4 steps of loads in flight (128 bytes per lane). Shapes with
-// head_dim not a multiple of 16 (or over 512) or misaligned pointers take layer 2's kernels.
+// 64), every lane busy, in rounds of 4 steps (128 bytes of x per lane), software-pipelined: the
+// next round's loads are issued before this round's math and stores (2 blocks of 256 threads per
+// SM at 110 registers). Shapes with head_dim not a multiple of 16 (or over 512) or misaligned
+// pointers take layer 2's kernels.
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -108,14 +110,29 @@ __device__ __forceinline__ void rotate_word(uint32_t a, uint32_t b, float c0, fl
 // Warp per token. The W = head_dim / 16 lanes of a head group each own 8 consecutive i (one
 // 16-byte vector of x1 and one of x2, two of cos and two of sin); a warp covers H = 32 / W heads
 // per step (4 for head_dim 128, 8 for 64) and walks the token's q heads, then its k heads, 4 steps
-// per round with every load of the round issued before the math (up to 128 bytes of x in flight
-// per lane). The lane's 8 cos and 8 sin values are read once per token and serve all its heads.
-// A block is 8 warps, i.e. 8 tokens; at most 80 registers, no spills (3 blocks of 256 threads
-// per SM: up to 96 KB of loads in flight per SM).
-constexpr int kStepsInFlight = 4;
+// per round with every load of a round issued together (128 bytes of x per lane), and (RP_PIPE)
+// the next round's loads issued before this round's math, so two rounds are in flight. The lane's
+// 8 cos and 8 sin values are read once per token and serve all its heads. A block is 8 warps,
+// i.e. 8 tokens; 110 registers, no spills: 2 blocks of 256 threads per SM. Variants for
+// bench/ (vector_add/bench/sweep): RP_STEPS steps per round, RP_PIPE 0 (one round in flight),
+// RP_MINB (blocks per SM for the register budget), RP_PERSIST (a resident grid, warps striding
+// over tokens); measured on the H200 (2026-12-02) the defaults were the fastest on the large shapes.
+#ifndef RP_STEPS
+#define RP_STEPS 4  // tasks/vector_add/bench/sweep/build.sh builds variants with -DRP_STEPS=..., -DRP_PIPE=..., -DRP_MINB=..., -DRP_PERSIST=...
+#endif
+#ifndef RP_PIPE
+#define RP_PIPE 1
+#endif
+#ifndef RP_MINB
+#define RP_MINB 2
+#endif
+#ifndef RP_PERSIST
+#define RP_PERSIST 0
+#endif
+constexpr int kStepsInFlight = RP_STEPS;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kThreads, RP_MINB)
 rope_warp_vec8(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
                const int* __restrict__ positions, const float* __restrict__ cos_cache,
                const float* __restrict__ sin_cache, __nv_bfloat16* __restrict__ q_out,
@@ -126,57 +143,93 @@ rope_warp_vec8(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restr
   const int lane = static_cast<int>(threadIdx.x) & 31;
   const int g = lane / W;          // head within the step
   const int w = lane - g * W;      // vector within the half row
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (t >= tokens || g >= H) return;  // whole warps past the end; lanes past H * W (no barriers here)
+  if (g >= H) return;              // lanes past H * W (no barriers here)
   const int heads = q_heads + kv_heads;
   const int steps = (heads + H - 1) / H;
-
-  const int64_t p = positions[t];
-  // Element offset of a head row of this token in q (q heads) or k (k heads): every tensor has
-  // fewer than 2^31 elements, so 32 bits hold it (fewer registers than 64-bit row arithmetic).
-  const uint32_t q_base = static_cast<uint32_t>(t * q_heads) * static_cast<uint32_t>(head_dim);
-  const uint32_t k_base = static_cast<uint32_t>(t * kv_heads) * static_cast<uint32_t>(head_dim);
-  auto row_offset = [&](int head) -> uint32_t {
-    return head < q_heads ? q_base + static_cast<uint32_t>(head) * head_dim
-                          : k_base + static_cast<uint32_t>(head - q_heads) * head_dim;
-  };
-  uint4 a[kStepsInFlight], b[kStepsInFlight];
-  // Loads of the heads st * H + g, st in [s0, s0 + kStepsInFlight): all issued before any math.
-  auto load_round = [&](int s0) {
+#if RP_PERSIST
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5); t < tokens; t += warps) {
+#else
+  {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+    if (t >= tokens) return;  // whole warps past the end
+#endif
+    const int64_t p = positions[t];
+    // Element offset of a head row of this token in q (q heads) or k (k heads): every tensor has
+    // fewer than 2^31 elements, so 32 bits hold it (fewer registers than 64-bit row arithmetic).
+    const uint32_t q_base = static_cast<uint32_t>(t * q_heads) * static_cast<uint32_t>(head_dim);
+    const uint32_t k_base = static_cast<uint32_t>(t * kv_heads) * static_cast<uint32_t>(head_dim);
+    auto row_offset = [&](int head) -> uint32_t {
+      return head < q_heads ? q_base + static_cast<uint32_t>(head) * head_dim
+                            : k_base + static_cast<uint32_t>(head - q_heads) * head_dim;
+    };
+    // Loads of the heads st * H + g, st in [s0, s0 + kStepsInFlight): all issued before any math.
+    auto load_round = [&](uint4 (&a)[kStepsInFlight], uint4 (&b)[kStepsInFlight], int s0) {
 #pragma unroll
-    for (int u = 0; u < kStepsInFlight; ++u) {
-      const int head = (s0 + u) * H + g;
-      a[u] = b[u] = make_uint4(0u, 0u, 0u, 0u);
-      if (head < heads) {
-        const uint4* x = reinterpret_cast<const uint4*>(head < q_heads ? q + row_offset(head) : k + row_offset(head));
-        a[u] = x[w];      // x1: elements 8w .. 8w + 7
-        b[u] = x[w + W];  // x2: elements h + 8w .. h + 8w + 7
+      for (int u = 0; u < kStepsInFlight; ++u) {
+        const int head = (s0 + u) * H + g;
+        a[u] = b[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (head < heads) {
+          const uint4* x = reinterpret_cast<const uint4*>(head < q_heads ? q + row_offset(head) : k + row_offset(head));
+          a[u] = x[w];      // x1: elements 8w .. 8w + 7
+          b[u] = x[w + W];  // x2: elements h + 8w .. h + 8w + 7
+        }
       }
-    }
-  };
-  load_round(0);
-  // cos and sin of i = 8w .. 8w + 7 at this token's position: four 128-bit loads, kept for all heads.
-  const float4* cp = reinterpret_cast<const float4*>(cos_cache + p * h) + 2 * w;
-  const float4* sp = reinterpret_cast<const float4*>(sin_cache + p * h) + 2 * w;
-  const float4 ca = cp[0], cb = cp[1], sa = sp[0], sb = sp[1];
+    };
+    uint4 a[kStepsInFlight], b[kStepsInFlight];
+    load_round(a, b, 0);
+    // cos and sin of i = 8w .. 8w + 7 at this token's position: four 128-bit loads, kept for all heads.
+    const float4* cp = reinterpret_cast<const float4*>(cos_cache + p * h) + 2 * w;
+    const float4* sp = reinterpret_cast<const float4*>(sin_cache + p * h) + 2 * w;
+    const float4 ca = cp[0], cb = cp[1], sa = sp[0], sb = sp[1];
 
-  for (int s0 = 0; s0 < steps; s0 += kStepsInFlight) {
-    if (s0 > 0) load_round(s0);
+    for (int s0 = 0; s0 < steps; s0 += kStepsInFlight) {
+#if RP_PIPE
+      // The next round's loads go out before this round's math and stores.
+      uint4 na[kStepsInFlight], nb[kStepsInFlight];
+      if (s0 + kStepsInFlight < steps) load_round(na, nb, s0 + kStepsInFlight);
+#endif
 #pragma unroll
-    for (int u = 0; u < kStepsInFlight; ++u) {
-      const int head = (s0 + u) * H + g;
-      if (head < heads) {
-        uint4* y = reinterpret_cast<uint4*>(head < q_heads ? q_out + row_offset(head) : k_out + row_offset(head));
-        uint4 o1, o2;
-        rotate_word(a[u].x, b[u].x, ca.x, ca.y, sa.x, sa.y, o1.x, o2.x);
-        rotate_word(a[u].y, b[u].y, ca.z, ca.w, sa.z, sa.w, o1.y, o2.y);
-        rotate_word(a[u].z, b[u].z, cb.x, cb.y, sb.x, sb.y, o1.z, o2.z);
-        rotate_word(a[u].w, b[u].w, cb.z, cb.w, sb.z, sb.w, o1.w, o2.w);
-        y[w] = o1;
-        y[w + W] = o2;
+      for (int u = 0; u < kStepsInFlight; ++u) {
+        const int head = (s0 + u) * H + g;
+        if (head < heads) {
+          uint4* y = reinterpret_cast<uint4*>(head < q_heads ? q_out + row_offset(head) : k_out + row_offset(head));
+          uint4 o1, o2;
+          rotate_word(a[u].x, b[u].x, ca.x, ca.y, sa.x, sa.y, o1.x, o2.x);
+          rotate_word(a[u].y, b[u].y, ca.z, ca.w, sa.z, sa.w, o1.y, o2.y);
+          rotate_word(a[u].z, b[u].z, cb.x, cb.y, sb.x, sb.y, o1.z, o2.z);
+          rotate_word(a[u].w, b[u].w, cb.z, cb.w, sb.z, sb.w, o1.w, o2.w);
+          y[w] = o1;
+          y[w + W] = o2;
+        }
       }
+#if RP_PIPE
+#pragma unroll
+      for (int u = 0; u < kStepsInFlight; ++u) {
+        a[u] = na[u];
+        b[u] = nb[u];
+      }
+#else
+      if (s0 + kStepsInFlight < steps) load_round(a, b, s0 + kStepsInFlight);
+#endif
     }
   }
+}
+
+int rope_grid(int64_t tokens) {
+  const int64_t blocks = (tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
+#if RP_PERSIST
+  static const int resident = [] {
+    int dev = 0, sms = 0, per = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      sms = 132;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, rope_warp_vec8, kThreads, 0) != cudaSuccess || per < 1) per = 1;
+    return sms * per;
+  }();
+  return static_cast<int>(blocks < resident ? blocks : resident);
+#else
+  return static_cast<int>(blocks);
+#endif
 }
 
 }  // namespace
@@ -194,7 +247,7 @@ extern "C" int d2k_rope(const __nv_bfloat16* q, const __nv_bfloat16* k, const in
   const uintptr_t tables = reinterpret_cast<uintptr_t>(cos_cache) | reinterpret_cast<uintptr_t>(sin_cache);
   const unsigned grid = static_cast<unsigned>(tokens);
   if (hd >= 16 && hd % 16 == 0 && hd <= 512 && ((data | tables) & 15) == 0)
-    rope_warp_vec8<<<static_cast<unsigned>((tokens + kWarpsPerBlock - 1) / kWarpsPerBlock), kThreads, 0, stream>>>(
+    rope_warp_vec8<<<static_cast<unsigned>(rope_grid(tokens)), kThreads, 0, stream>>>(
         q, k, positions, cos_cache, sin_cache, q_out, k_out, tokens, qh, kvh, hd);
   else if (hd >= 4 && hd % 4 == 0 && hd <= 1024 && (data & 3) == 0 && (tables & 7) == 0)
     rope_pairs<<<grid, kThreads, 0, stream>>>(q, k, positions, cos_cache, sin_cache, q_out, k_out, qh, kvh, hd);

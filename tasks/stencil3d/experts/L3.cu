@@ -1,5 +1,5 @@
 // stencil3d expert, layer 3 (low level): layer 2's dataflow (2.5D blocking: a block owns an x-y
-// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, kAheadV planes
+// tile and marches through a z range, the column's planes z-1, z, z+1 in registers, the next plane
 // in flight, nothing read past the range, the current plane in shared memory with a halo) with
 // 128-bit accesses: a thread owns 4 consecutive cells along x, so a block of 32 x 8 threads covers
 // a 128 x 8 tile (16 x 16 or 8 x 32 threads where that leaves fewer lanes past the row's end, e.g.
@@ -9,9 +9,11 @@
 // shared memory start 4 floats in, so the vectors are 16-byte aligned and the x halo sits in the
 // word before and after. Results are stored with a streaming hint (evict first: the output is not
 // read again), the input with the default policy (the halo rows are read again by the neighbouring
-// tiles, from L2). The z split fills whole waves of as many blocks as the occupancy API says fit
-// (the vector kernel needs more registers than layer 2's, so fewer than 8 of its blocks fit on an
-// SM). Grids whose nx is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
+// tiles, from L2). The halo cells an edge thread contributes are loaded as far ahead as its own
+// column (a register ring each), so no load of the march is used in the plane it was issued; the
+// plane in shared memory alternates between two buffers (one barrier per plane). 48 registers: 5
+// blocks of 256 threads per SM. The z split fills whole waves of as many blocks as the occupancy
+// API says fit. Grids whose nx is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -126,21 +128,45 @@ bool march_grid(int64_t gx, int64_t gy, int64_t nz, int blocks_per_sm, dim3& gri
 
 
 constexpr int kVx = 4;   // cells per thread along x
-constexpr int kAheadV = 4;  // vector planes in flight (16 bytes each per thread)
+#ifndef ST_AHEAD
+#define ST_AHEAD 1  // tasks/vector_add/bench/sweep/build.sh builds variants with -DST_AHEAD=..., -DST_MINB=..., -DST_BUFS=..., -DST_STCS=...
+#endif
+#ifndef ST_MINB
+#define ST_MINB 5
+#endif
+#ifndef ST_BUFS
+#define ST_BUFS 2
+#endif
+#ifndef ST_STCS
+#define ST_STCS 1
+#endif
+constexpr int kAheadV = ST_AHEAD;  // planes in flight beyond z+1, for the column and for the halo
+constexpr int kBufs = ST_BUFS;     // shared plane buffers: 2 = one barrier per plane
 constexpr int kPad = 4;  // floats before the row (16-byte aligned vectors)
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void st4(float* p, float4 v) {
+#if ST_STCS
+  __stcs(reinterpret_cast<float4*>(p), v);
+#else
+  *reinterpret_cast<float4*>(p) = v;
+#endif
+}
 
 // A block of 256 threads: TX threads along x (4 cells each: a tile TX * 4 cells wide) and 256 / TX
-// rows; TX is 32, or 16 or 8 where that leaves fewer lanes past the row's end.
+// rows; TX is 32, or 16 or 8 where that leaves fewer lanes past the row's end. Each thread keeps
+// two register rings as deep as the planes in flight: its column (planes z-1 .. z+1+kAheadV) and,
+// for the tile's edge threads, the halo cell (x) and halo vector (y) it contributes (planes z ..
+// z+kAheadV), so that no load is used sooner than kAheadV planes after it was issued. The plane in
+// shared memory alternates between two buffers: one barrier per plane.
 template <int TX>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, ST_MINB)
 stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
   constexpr int kTxv = TX;
   constexpr int kTyv = 256 / TX;
   constexpr int kTileX = kTxv * kVx;
   constexpr int kRow = kPad + kTileX + kPad;
-  __shared__ __align__(16) float s[kTyv + 2][kRow];
+  __shared__ __align__(16) float s[kBufs][kTyv + 2][kRow];
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
   const int x = static_cast<int>(blockIdx.x) * kTileX + tx * kVx;  // first of the thread's 4 cells
   const int y = static_cast<int>(blockIdx.y) * kTyv + ty;
@@ -156,8 +182,8 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
   const bool down = ty == 0 && in_xy && y > 0;
   const bool up = ty == kTyv - 1 && y + 1 < ny && x < nx;
   const bool has_hx = left || right, has_hy = down || up;
-  const int hx_off = left ? -1 : kVx;
-  const int hy_off = down ? -nx : nx;
+  const int hx_at = xy + (left ? -1 : kVx);
+  const int hy_at = (down ? y - 1 : y + 1) * nx + x;
   const int c = kPad + tx * kVx;  // the thread's column in the shared rows
   const int hx_col = left ? c - 1 : c + kVx;
   const int hy_row = down ? 0 : kTyv + 1;
@@ -170,26 +196,34 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
     const int zk = z0 - 1 + k;
     q[k] = (in_xy && zk >= 0 && zk < zlim) ? ld4(in + zk * plane + xy) : zero;
   }
-  float hx = has_hx ? in[z0 * plane + xy + hx_off] : 0.0f;
-  float4 hy = has_hy ? ld4(in + z0 * plane + xy + hy_off) : zero;
+  // The halo rings: hx[k], hy[k] = plane z+k (only the planes z0 .. z1-1 are computed).
+  float hx[kAheadV + 1];
+  float4 hy[kAheadV + 1];
+#pragma unroll
+  for (int k = 0; k < kAheadV + 1; ++k) {
+    const int zk = z0 + k;
+    hx[k] = (has_hx && zk < z1) ? in[zk * plane + hx_at] : 0.0f;
+    hy[k] = (has_hy && zk < z1) ? ld4(in + zk * plane + hy_at) : zero;
+  }
   for (int z = z0; z < z1; ++z) {
     const int base = z * plane + xy;
     // Issued now, used kAheadV planes later (in flight behind the planes being computed).
     const float4 next = (in_xy && z + kAheadV + 1 < zlim) ? ld4(in + base + (kAheadV + 1) * plane) : zero;
-    const bool more = z + 1 < z1;
-    const float hx_next = (has_hx && more) ? in[base + plane + hx_off] : 0.0f;
-    const float4 hy_next = (has_hy && more) ? ld4(in + base + plane + hy_off) : zero;
+    const int zh = z + kAheadV + 1;
+    const float hx_next = (has_hx && zh < z1) ? in[zh * plane + hx_at] : 0.0f;
+    const float4 hy_next = (has_hy && zh < z1) ? ld4(in + zh * plane + hy_at) : zero;
+    const int b = kBufs == 2 ? (z - z0) & 1 : 0;
     const float4 cur = q[1], below = q[0], above = q[2];
-    *reinterpret_cast<float4*>(&s[ty + 1][c]) = cur;
-    if (has_hx) s[ty + 1][hx_col] = hx;
-    if (has_hy) *reinterpret_cast<float4*>(&s[hy_row][c]) = hy;
+    *reinterpret_cast<float4*>(&s[b][ty + 1][c]) = cur;
+    if (has_hx) s[b][ty + 1][hx_col] = hx[0];
+    if (has_hy) *reinterpret_cast<float4*>(&s[b][hy_row][c]) = hy[0];
     __syncthreads();
     if (in_xy) {
       float4 r = cur;
       if (interior_y && z > 0 && z < nz - 1) {
-        const float4 n = *reinterpret_cast<const float4*>(&s[ty][c]);
-        const float4 so = *reinterpret_cast<const float4*>(&s[ty + 2][c]);
-        const float l = s[ty + 1][c - 1], rr = s[ty + 1][c + kVx];
+        const float4 n = *reinterpret_cast<const float4*>(&s[b][ty][c]);
+        const float4 so = *reinterpret_cast<const float4*>(&s[b][ty + 2][c]);
+        const float l = s[b][ty + 1][c - 1], rr = s[b][ty + 1][c + kVx];
         const float4 t = make_float4(0.25f * cur.x + 0.125f * (((l + cur.y) + (n.x + so.x)) + (below.x + above.x)),
                                      0.25f * cur.y + 0.125f * (((cur.x + cur.z) + (n.y + so.y)) + (below.y + above.y)),
                                      0.25f * cur.z + 0.125f * (((cur.y + cur.w) + (n.z + so.z)) + (below.z + above.z)),
@@ -198,14 +232,21 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
         if (x == 0) r.x = cur.x;               // the x boundary keeps its value
         if (x + kVx == nx) r.w = cur.w;
       }
-      __stcs(reinterpret_cast<float4*>(out + base), r);
+      st4(out + base, r);
     }
-    __syncthreads();
+    // With two buffers the next plane goes to the other one; the barrier of the next plane keeps
+    // this one from being overwritten while a slow thread still reads it.
+    if (kBufs == 1) __syncthreads();
 #pragma unroll
     for (int k = 0; k < kAheadV + 1; ++k) q[k] = q[k + 1];
     q[kAheadV + 1] = next;
-    hx = hx_next;
-    hy = hy_next;
+#pragma unroll
+    for (int k = 0; k < kAheadV; ++k) {
+      hx[k] = hx[k + 1];
+      hy[k] = hy[k + 1];
+    }
+    hx[kAheadV] = hx_next;
+    hy[kAheadV] = hy_next;
   }
 }
 

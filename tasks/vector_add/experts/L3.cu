@@ -1,27 +1,34 @@
-// vector_add expert, layer 3 (low level): a grid of four machine waves, moving data as 128-bit vectors
-// (float4: one LDG.E.128 per 4 elements instead of 4 LDG.E), four vectors of a and four of b in
-// flight per thread over block-contiguous tiles, a scalar tail (n % 4 elements), and a scalar
-// fallback for pointers that are not 16-byte aligned. No streaming cache hints: on the H200 they
-// cost about 8% here (bench/vector_add, 2026-12-01).
+// vector_add expert, layer 3 (low level): 128-bit vectors (float4: one LDG.E.128 per 4 elements
+// instead of 4 LDG.E) in tiles of 4 vectors per thread of a 1,024-thread block (16,384 elements
+// per tile, all loads of a tile issued before its adds and stores), one tile per block in address
+// order while the array has at most 32 tiles per SM (the bound of layer 2's grid_sized_to_machine
+// property; 69 M elements on an H200), blocks looping over further tiles beyond that; a scalar
+// tail (n % 4 elements) and a scalar fallback for pointers that are not 16-byte aligned. No
+// streaming cache hints: on the H200 they cost about 8% here (bench/, 2026-12-01).
+// Why not layer 2's few resident waves with every block looping: measured on the H200
+// (bench/sweep, 2026-12-02), blocks that take one contiguous tile each and retire stream 3 to 7%
+// faster than a resident grid walking its tiles, persistent or four waves deep.
 #include <cstdint>
 #include <cuda_runtime.h>
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 1024;
 #ifndef VA_VECS
 #define VA_VECS 4  // bench/vector_add builds variants with -DVA_VECS=...
 #endif
 constexpr int kVecPerIter = VA_VECS;  // float4 vectors of a (and of b) in flight per thread
-constexpr int64_t kTile = int64_t{kThreads} * kVecPerIter;  // float4s a block moves per iteration
+constexpr int64_t kTile = int64_t{kThreads} * kVecPerIter;  // float4s of one tile
+constexpr int kMaxBlocksPerSm = 32;  // the grid's bound: layer 2's grid_sized_to_machine property
+constexpr int kScalarThreads = 256;
 
 __device__ __forceinline__ float4 add4(float4 x, float4 z) {
   return make_float4(x.x + z.x, x.y + z.y, x.z + z.z, x.w + z.w);
 }
 
-// Each block walks contiguous tiles of kTile vectors (grid-stride over tiles): a warp's accesses
-// stay within one 2 KiB stretch per load, and
-// consecutive loads of a thread are 4 KiB apart instead of a whole grid apart.
+// Block b takes tiles b, b + grid, ... (one tile when the grid covers the array): a warp's
+// accesses stay within one 512-byte stretch per load, a block's within one 64 KiB stretch of each
+// array, and the resident blocks within one contiguous window that moves through the arrays.
 __global__ void __launch_bounds__(kThreads)
 vector_add_vec4(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ y,
                 int64_t n) {
@@ -48,7 +55,7 @@ vector_add_vec4(const float* __restrict__ a, const float* __restrict__ b, float*
   if (tail < n) y[tail] = a[tail] + b[tail];
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kScalarThreads)
 vector_add_scalar(const float* __restrict__ a, const float* __restrict__ b,
                   float* __restrict__ y, int64_t begin, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -58,30 +65,27 @@ vector_add_scalar(const float* __restrict__ a, const float* __restrict__ b,
   }
 }
 
-cudaError_t full_grid(int* blocks) {
+// The grid's bound: kMaxBlocksPerSm blocks per SM (cached per device).
+cudaError_t max_blocks(int* blocks) {
   static int cached_device = -1;
   static int cached_blocks = 0;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   if (device != cached_device) {
-    int sms = 0, per_sm = 0;
+    int sms = 0;
     err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (err != cudaSuccess) return err;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vector_add_vec4, kThreads, 0);
-    if (err != cudaSuccess) return err;
-    // Four waves of the full machine (32 blocks per SM at 256 threads, still within L2's
-    // grid_sized_to_machine bound): a block that finishes its tiles early makes room for another.
-    cached_blocks = sms * (per_sm > 0 ? per_sm : 1) * 4;
+    cached_blocks = (sms > 0 ? sms : 1) * kMaxBlocksPerSm;
     cached_device = device;
   }
   *blocks = cached_blocks;
   return cudaSuccess;
 }
 
-int clamp_blocks(int64_t work_items, int full) {
-  const int64_t needed = (work_items + kThreads - 1) / kThreads;
-  return static_cast<int>(needed < full ? needed : full);
+int clamp_blocks(int64_t needed, int bound) {
+  if (needed < 1) needed = 1;
+  return static_cast<int>(needed < bound ? needed : bound);
 }
 
 }  // namespace
@@ -89,18 +93,19 @@ int clamp_blocks(int64_t work_items, int full) {
 extern "C" int d2k_vector_add(const float* a, const float* b, float* y, int64_t n,
                               cudaStream_t stream) {
   if (n <= 0) return 0;
-  int full = 0;
-  const cudaError_t err = full_grid(&full);
+  int bound = 0;
+  const cudaError_t err = max_blocks(&bound);
   if (err != cudaSuccess) return static_cast<int>(err);
 
   const auto misaligned = (reinterpret_cast<std::uintptr_t>(a) | reinterpret_cast<std::uintptr_t>(b) |
                            reinterpret_cast<std::uintptr_t>(y)) & 15u;
   if (misaligned) {
-    vector_add_scalar<<<clamp_blocks(n, full), kThreads, 0, stream>>>(a, b, y, 0, n);
+    vector_add_scalar<<<clamp_blocks((n + kScalarThreads - 1) / kScalarThreads, bound), kScalarThreads, 0, stream>>>(
+        a, b, y, 0, n);
   } else {
-    // At least n % 4 threads for the tail, at most one full machine.
-    const int64_t work = n / 4 > n % 4 ? n / 4 : n % 4;
-    vector_add_vec4<<<clamp_blocks(work, full), kThreads, 0, stream>>>(a, b, y, n);
+    // One block per tile (the partial tile included), at most the bound; a grid of one block
+    // still has the threads for the n % 4 tail.
+    vector_add_vec4<<<clamp_blocks((n / 4 + kTile - 1) / kTile, bound), kThreads, 0, stream>>>(a, b, y, n);
   }
   return static_cast<int>(cudaGetLastError());
 }
