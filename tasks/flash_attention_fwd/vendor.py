@@ -4,7 +4,7 @@
 Reads {"workloads": [{"name", "sizes"}...], "seed": N} on stdin; for each workload builds bf16
 q, k, v of shape [batch, heads, seq, head_dim] (normal(0, 1)) on cuda and times
 torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal_flag == 2) with CUDA
-events: 3 warm-ups, then 20 samples, each preceded by an L2 flush (a 256 MiB buffer write). Prints
+events: 3 warm-ups, then 20 samples, each preceded by an L2 flush (a 256 MiB buffer write) and a device synchronize. Prints
 {"vendor": "torch sdpa <version> <backend>", "workloads": [{"name", "median_s", "samples"}]}.
 """
 import json
@@ -74,6 +74,10 @@ def main():
         times = []
         for _ in range(20):
             flush.fill_(1)
+            # The device idle at the first event, as the runner times the kernels (and as
+            # tasks/vendor_torch.py times the other yardsticks): queued behind the flush, the
+            # op's launch latency would go untimed.
+            torch.cuda.synchronize()
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
