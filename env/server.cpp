@@ -605,7 +605,7 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
   send_logged(request.session, {route}, protocol::encode(reply), id);
 }
 
-void Server::send_logged(const std::string& session, std::vector<Route> routes, std::string bytes,
+void Server::send_logged(const std::string& session, std::vector<Route> routes, const std::string& bytes,
                          std::optional<std::uint64_t> id) {
   std::uint64_t after = recorder_ && !session.empty() ? recorder_->pending(session) : 0;
   auto held = outbox_.find(session);
@@ -615,7 +615,7 @@ void Server::send_logged(const std::string& session, std::vector<Route> routes, 
   }
   std::deque<Outgoing>& queue = held != outbox_.end() ? held->second : outbox_[session];
   if (!queue.empty()) after = std::max(after, queue.back().after);  // never ahead of an earlier reply
-  queue.push_back({after, std::move(routes), std::move(bytes), id});
+  queue.push_back({after, std::move(routes), bytes, id});
 }
 
 void Server::on_synced(const std::string& session, std::uint64_t record, int error) {

@@ -162,7 +162,7 @@ class Server {
   // A reply of `session` (to `routes`): sent once every record of the session written so far is
   // durable (Recorder::pending), after the session's replies held before it; at once when nothing
   // waits. `id`: the request's, for the storage_unavailable error that replaces it if the sync fails.
-  void send_logged(const std::string& session, std::vector<Route> routes, std::string bytes,
+  void send_logged(const std::string& session, std::vector<Route> routes, const std::string& bytes,
                    std::optional<std::uint64_t> id);
   // A log-sync report, on the loop: sends the session's replies whose records are durable now, or,
   // when the fdatasync failed, answers each held reply with storage_unavailable instead.
