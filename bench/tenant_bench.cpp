@@ -2,7 +2,7 @@
 // apply_unified_diff on hostile diffs, and another client's `observe` round trip while several
 // sessions send such patches to a real server. Prints figures; asserts nothing.
 //   build/bin/bench_tenants [--attackers 4] [--sections 40] [--seconds 10] [--record 0|1]
-//                           [--victim-record 0|1] [--endpoint tcp://127.0.0.1:5598]
+//                           [--victim-record 0|1] [--endpoint tcp://127.0.0.1:5598] [--state-in /tmp]
 // --victim-record 0 (with --record 1): the victim's own session is not logged (reset
 // options.record=false), so its observe waits for no fdatasync of its own: what it measures is
 // the delay the others' logging causes it, not its own disk write.
@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   std::string endpoint = "tcp://127.0.0.1:5598";
   int attackers = 4, sections = 40, record = 0, victim_record = 1;
   double seconds = 10;
+  std::string state_in = "/tmp";  // where the server's state (and episode logs) go: its filesystem's fdatasync is measured
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--endpoint")) endpoint = argv[i + 1];
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--sections")) sections = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--record")) record = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--victim-record")) victim_record = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--state-in")) state_in = argv[i + 1];
   }
   const std::string file = hostile_file();
   d2k::FileMap files{{"kernel.cu", file}};
@@ -108,7 +110,8 @@ int main(int argc, char** argv) {
     std::printf("  %-32s diff %8zu B  %9.2f ms  %s\n", c.name, c.diff.size(), ms, outcome.c_str());
   }
 
-  char state[] = "/tmp/d2k-bench-tenants-XXXXXX";
+  std::string state_template = state_in + "/d2k-bench-tenants-XXXXXX";
+  char* state = state_template.data();
   if (!::mkdtemp(state)) return 1;
   d2k::env::Config cfg;
   cfg.endpoint = endpoint;
