@@ -2,7 +2,10 @@
 // apply_unified_diff on hostile diffs, and another client's `observe` round trip while several
 // sessions send such patches to a real server. Prints figures; asserts nothing.
 //   build/bin/bench_tenants [--attackers 4] [--sections 40] [--seconds 10] [--record 0|1]
-//                           [--endpoint tcp://127.0.0.1:5598]
+//                           [--victim-record 0|1] [--endpoint tcp://127.0.0.1:5598] [--state-in /tmp]
+// --victim-record 0 (with --record 1): the victim's own session is not logged (reset
+// options.record=false), so its observe waits for no fdatasync of its own: what it measures is
+// the delay the others' logging causes it, not its own disk write.
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,8 +76,9 @@ double apply_ms(const d2k::FileMap& files, const std::string& diff, std::string&
 
 int main(int argc, char** argv) {
   std::string endpoint = "tcp://127.0.0.1:5598";
-  int attackers = 4, sections = 40, record = 0;
+  int attackers = 4, sections = 40, record = 0, victim_record = 1;
   double seconds = 10;
+  std::string state_in = "/tmp";  // where the server's state (and episode logs) go: its filesystem's fdatasync is measured
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--endpoint")) endpoint = argv[i + 1];
@@ -82,6 +86,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--sections")) sections = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--record")) record = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--victim-record")) victim_record = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--state-in")) state_in = argv[i + 1];
   }
   const std::string file = hostile_file();
   d2k::FileMap files{{"kernel.cu", file}};
@@ -104,7 +110,8 @@ int main(int argc, char** argv) {
     std::printf("  %-32s diff %8zu B  %9.2f ms  %s\n", c.name, c.diff.size(), ms, outcome.c_str());
   }
 
-  char state[] = "/tmp/d2k-bench-tenants-XXXXXX";
+  std::string state_template = state_in + "/d2k-bench-tenants-XXXXXX";
+  char* state = state_template.data();
   if (!::mkdtemp(state)) return 1;
   d2k::env::Config cfg;
   cfg.endpoint = endpoint;
@@ -117,7 +124,8 @@ int main(int argc, char** argv) {
   std::thread loop([&] { server.run(); });
 
   d2k::Client victim(server.endpoint());
-  std::string vs = victim.reset("vector_add", 1, 7)["session"].get<std::string>();
+  std::string vs = victim.reset("vector_add", 1, 7, victim_record ? Value::object() : Value{{"record", false}})["session"]
+                       .get<std::string>();
   std::vector<double> quiet;
   for (int i = 0; i < 500; ++i) {  // no attacker yet
     auto t0 = steady_clock::now();
@@ -162,7 +170,8 @@ int main(int argc, char** argv) {
     std::printf("    victim observe (ms)    p50 %8.2f  p99 %8.2f  max %8.2f  (n=%zu)\n", pct(loaded, 0.5),
                 pct(loaded, 0.99), pct(loaded, 1.0), loaded.size());
   };
-  std::printf("server (episode logs %s), the attackers' kernel.cu is the 256 KiB file above:\n", record ? "on" : "off");
+  std::printf("server (episode logs %s%s), the attackers' kernel.cu is the 256 KiB file above:\n", record ? "on" : "off",
+              record && !victim_record ? ", not the victim's" : "");
   std::printf("  no attacker\n    victim observe (ms)    p50 %8.2f  p99 %8.2f  max %8.2f  (n=%zu)\n", pct(quiet, 0.5),
               pct(quiet, 0.99), pct(quiet, 1.0), quiet.size());
   // Control: a one-line hunk at its stated line, the cheapest patch of that file; the rest of a

@@ -214,6 +214,7 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
 }
 
 Server::~Server() {
+  if (recorder_) recorder_->stop_sync();  // its threads post to the mailbox
   preparation_.reset();  // its parked continuations submit to the GPU queues
   compile_pool_.reset();
   step_pool_.reset();
@@ -374,6 +375,13 @@ void Server::bind() {
       rc.log_budget_bytes = config_.log_budget_bytes;
     }
     rc.server_info = make_server_info(config_, compiler_->toolchain_version(), gpu_info_);
+    // fdatasync off the loop (issue 22.6): log-sync threads report here, through the mailbox.
+    rc.on_synced = [this](const std::string& session, std::uint64_t record, int error) {
+      mailbox_.post([this, session, record, error] { on_synced(session, record, error); });
+    };
+    rc.sync_hook = [this](const std::string& session) {
+      if (sync_hook_) sync_hook_(session);
+    };
     rc.on_event = [this](const std::string& session, const json& event) {
       if (!events_) return;
       const Session* s = sessions_.find(session);
@@ -435,8 +443,10 @@ void Server::run() {
       on_frames(frames);
     }
     if (stopping_) {
-      if (deferred_in_flight_ == 0) break;
-      if (!cancelled && clock::now() > *stop_deadline) {
+      // Replies held for their log's fdatasync go out first (past the grace period, no longer waited for).
+      const bool late = clock::now() > *stop_deadline;
+      if (deferred_in_flight_ == 0 && (outbox_.empty() || late)) break;
+      if (!cancelled && late && deferred_in_flight_ > 0) {
         log_warn("grace period over; cancelling work in flight");
         sandbox::cancel_all_jails();
         if (gpu_) gpu_->cancel_all();
@@ -459,6 +469,7 @@ void Server::run() {
   compile_pool_->stop();
   step_pool_->stop();
   for (auto& q : gpu_queues_) q->stop();
+  if (recorder_) recorder_->stop_sync();  // the end records made durable; their reports are not needed
 }
 
 void Server::on_frames(std::vector<zmq::message_t>& frames) {
@@ -536,12 +547,22 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
           if (Session* s = sessions_.find(request.session); s && s->closing && !s->in_flight)
             erase_session(request.session, "closed");
         }
-        send(route, *hit);
+        // Like the first answer, it goes out once its session's log is durable.
+        std::string session = request.session;
+        if (envelope.op == "reset" && recorder_) try {
+            protocol::Limits all;
+            all.max_message_bytes = all.max_string_bytes = hit->size();
+            all.max_array_items = all.max_map_entries = all.max_total_items = hit->size();
+            all.max_depth = 64;
+            session = protocol::decode(*hit, all).value("session", "");
+          } catch (const std::exception&) {
+          }
+        send_logged(session, {route}, *hit, id);
         return;
       }
     Answer answer = dispatch(route, request);
     if (answer.cached) {  // a retry of a step that completed
-      send(route, *answer.cached);
+      send_logged(request.session, {route}, *answer.cached, id);
       return;
     }
     if (answer.deferred) return;  // the reply goes out when the work lands
@@ -558,7 +579,8 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
         replies_.remember_global(global_key, bytes);
         if (!record_exchange(request, reply)) throw storage_error();
       }
-      send(route, *bytes);
+      // Sent once its record is durable (the loop goes on meanwhile: the fdatasync is a log-sync thread's).
+      send_logged(envelope.op == "reset" ? reply.value("session", "") : request.session, {route}, *bytes, id);
       return;
     }
   } catch (const Error& e) {
@@ -575,10 +597,44 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
   // Recorded before it is sent: a client holding a reply can rely on its exchange being in the log
   // (a kill -9 right after the send used to lose the last exchange). A reply the disk refused to
   // log does not go out: the client gets storage_unavailable (the one reply that is never logged).
+  // The record is written here and made durable by a log-sync thread; send_logged holds the reply
+  // (and the session's later ones) until then, while the loop serves everyone else.
   if (parsed && !record_exchange(request, reply)) {
     reply = error_reply(id, storage_error());
   }
-  send(route, protocol::encode(reply));
+  send_logged(request.session, {route}, protocol::encode(reply), id);
+}
+
+void Server::send_logged(const std::string& session, std::vector<Route> routes, const std::string& bytes,
+                         std::optional<std::uint64_t> id) {
+  std::uint64_t after = recorder_ && !session.empty() ? recorder_->pending(session) : 0;
+  auto held = outbox_.find(session);
+  if (after == 0 && (held == outbox_.end() || held->second.empty())) {
+    for (const auto& r : routes) send(r, bytes);
+    return;
+  }
+  std::deque<Outgoing>& queue = held != outbox_.end() ? held->second : outbox_[session];
+  if (!queue.empty()) after = std::max(after, queue.back().after);  // never ahead of an earlier reply
+  queue.push_back({after, std::move(routes), bytes, id});
+}
+
+void Server::on_synced(const std::string& session, std::uint64_t record, int error) {
+  const bool durable = recorder_->synced(session, record, error);
+  auto held = outbox_.find(session);
+  if (held == outbox_.end()) return;
+  std::deque<Outgoing>& queue = held->second;
+  if (!durable) {  // cut off the log again: nothing held is answered as done (the client retries)
+    for (const Outgoing& o : queue) {
+      const std::string bytes = protocol::encode(error_reply(o.id, storage_error()));
+      for (const auto& r : o.routes) send(r, bytes);
+    }
+    queue.clear();
+  }
+  while (!queue.empty() && queue.front().after <= record) {
+    for (const auto& r : queue.front().routes) send(r, queue.front().bytes);
+    queue.pop_front();
+  }
+  if (queue.empty()) outbox_.erase(held);
 }
 
 bool Server::record_exchange(const Request& request, const Value& reply) try {
@@ -1090,10 +1146,10 @@ void Server::land(const std::string& session_id, std::uint64_t id, const Route& 
       if (action == "evaluate") ep.refund_evaluation();
       s->in_flight.reset();
       s->in_flight_request = nullptr;
-      const std::string bytes = protocol::encode(error_reply(id, storage_error()));
-      send(route, bytes);
-      for (const auto& w : s->waiters) send(w, bytes);
+      std::vector<Route> to{route};
+      to.insert(to.end(), s->waiters.begin(), s->waiters.end());
       s->waiters.clear();
+      send_logged(session_id, std::move(to), protocol::encode(error_reply(id, storage_error())), id);
       if (s->closing) erase_session(session_id, "closed");
       return;
     }
@@ -1119,10 +1175,10 @@ void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Va
   if (recorder_ && !s->in_flight_request.is_null())
     logged = recorder_->record(*s->episode, s->in_flight_request, reply, s->in_flight_t, unix_now());
   s->in_flight_request = nullptr;
-  const std::string out = logged ? *bytes : protocol::encode(error_reply(id, storage_error()));
-  send(route, out);
-  for (const auto& w : s->waiters) send(w, out);
+  std::vector<Route> to{route};
+  to.insert(to.end(), s->waiters.begin(), s->waiters.end());
   s->waiters.clear();
+  send_logged(session_id, std::move(to), logged ? *bytes : protocol::encode(error_reply(id, storage_error())), id);
   if (s->closing) erase_session(session_id, "closed");
 }
 

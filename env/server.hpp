@@ -71,6 +71,9 @@ class Server {
   // `session`; a hook that blocks holds that action (and its session) while others go on. Set
   // before run().
   void set_step_hook(std::function<void(const std::string& session)> hook) { step_hook_ = std::move(hook); }
+  // For tests: runs on a log-sync thread before each fdatasync of `session`'s episode log; a hook
+  // that blocks makes that session's log slow (its replies wait; no other session's do). Set before run().
+  void set_sync_hook(std::function<void(const std::string& session)> hook) { sync_hook_ = std::move(hook); }
 
  private:
   // A request as the parser typed it, and when it arrived.
@@ -156,6 +159,14 @@ class Server {
   void release_held(const std::string& session_id, std::deque<HeldRequest> held);
 
   void send(const Route& route, const std::string& bytes);
+  // A reply of `session` (to `routes`): sent once every record of the session written so far is
+  // durable (Recorder::pending), after the session's replies held before it; at once when nothing
+  // waits. `id`: the request's, for the storage_unavailable error that replaces it if the sync fails.
+  void send_logged(const std::string& session, std::vector<Route> routes, const std::string& bytes,
+                   std::optional<std::uint64_t> id);
+  // A log-sync report, on the loop: sends the session's replies whose records are durable now, or,
+  // when the fdatasync failed, answers each held reply with storage_unavailable instead.
+  void on_synced(const std::string& session, std::uint64_t record, int error);
   // Logs the exchange; false when the disk refused it, so its reply must not go out as done (a
   // storage_unavailable error goes out instead; a state-changing reply waits for its retry).
   bool record_exchange(const Request& request, const protocol::Value& reply);
@@ -177,6 +188,15 @@ class Server {
   std::unique_ptr<WorkerPool> compile_pool_;
   std::unique_ptr<WorkerPool> step_pool_;  // workspace actions and their replies (start_workspace_step)
   std::function<void(const std::string&)> step_hook_;
+  std::function<void(const std::string&)> sync_hook_;
+  // Replies waiting for their session's episode log to be durable (send_logged), per session, in order.
+  struct Outgoing {
+    std::uint64_t after = 0;  // the record that must be durable first
+    std::vector<Route> routes;
+    std::string bytes;
+    std::optional<std::uint64_t> id;
+  };
+  std::unordered_map<std::string, std::deque<Outgoing>> outbox_;
   std::vector<std::unique_ptr<WorkerPool>> gpu_queues_;  // one per GPU: one timed run at a time
   std::vector<std::unique_ptr<GpuCounters>> gpu_counters_;
   std::unique_ptr<Preparation> preparation_;  // with a GPU backend: every task readied on every GPU

@@ -418,3 +418,65 @@ TEST_CASE("requests pipelined behind a workspace action beyond the hold limit ar
     CHECK(o["observation"]["step"] == 1);
   }
 }
+
+TEST_CASE("a slow episode-log sync holds only its own session's replies, each until its record is durable",
+          "[tenants][fair][storage]") {
+  // Issue 22.6: every exchange was fdatasync'ed on the server loop before its reply went out, so
+  // with episode logs on, four clients flooding steps pushed another client's observe to a p99 of
+  // 130-400 ms. The fdatasync now runs on log-sync threads: with one session's sync held there
+  // indefinitely, another session is answered, and the held session gets nothing, in order and
+  // logged, until its log is durable.
+  StepGate gate;
+  d2k::env::Config config = d2k::test::test_config();
+  REQUIRE(config.record);
+  d2k::test::TestServer srv(config, nullptr,
+                            [&](d2k::env::Server& s) { s.set_sync_hook([&](const std::string& id) { gate.hook(id); }); });
+  StepGate::Opener opener{gate};
+  zmq::context_t ctx;
+  Dealer slow(ctx, srv.endpoint, "");
+  Value r = slow.call(req(1, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+  REQUIRE(r["ok"] == true);
+  const std::string a = r["session"].get<std::string>();
+  {
+    std::lock_guard lock(gate.mutex);
+    gate.held.insert(a);
+  }
+  slow.send(req(10, "observe", {{"session", a}}));
+  REQUIRE(gate.wait_entered(1));  // the observe's record is written; its fdatasync is held
+  slow.send(req(11, "step", {{"session", a}, {"action", {{"type", "write_file"}, {"path", "n.h"}, {"content", "1"}}}}));
+  slow.send(req(12, "observe", {{"session", a}}));
+  slow.send(req(13, "observe", {{"session", "nope"}}));  // no such session: an error, not logged, not held
+
+  // Another client opens a session, observes and steps: each reply after its own record's fdatasync.
+  d2k::Client victim(srv.endpoint);
+  const std::string b = victim.reset("vector_add", 1, 7)["session"].get<std::string>();
+  CHECK(victim.observe(b)["observation"]["step"] == 0);
+  Value st = victim.step(b, {{"type", "write_file"}, {"path", "small.h"}, {"content", "z"}});
+  CHECK(st["observation"]["step"] == 1);
+  const d2k::env::EpisodeLog lb = d2k::env::read_episode_log(config.log_dir / (b + ".d2klog"));
+  CHECK(lb.exchanges.size() == 3);  // reset, observe, step: all in the log when their replies came
+
+  // The held session's requests were handled and logged, not answered: only request 13 (no session) is.
+  Value e13 = slow.recv();
+  CHECK(e13["id"] == 13);
+  CHECK(e13["error"]["code"] == "unknown_session");
+  zmq::pollitem_t item{slow.socket.handle(), 0, ZMQ_POLLIN, 0};
+  CHECK(zmq::poll(&item, 1, std::chrono::milliseconds(200)) == 0);
+  const d2k::env::EpisodeLog written = d2k::env::read_episode_log(config.log_dir / (a + ".d2klog"));
+  CHECK(written.exchanges.size() == 4);  // reset, 10, 11, 12: written, waiting for their fdatasync
+
+  gate.release(a);
+  Value s10 = slow.recv(), s11 = slow.recv(), s12 = slow.recv();
+  CHECK(s10["id"] == 10);
+  CHECK(s10["observation"]["step"] == 0);
+  CHECK(s11["id"] == 11);
+  CHECK(s11["observation"]["step"] == 1);
+  CHECK(s12["id"] == 12);
+  CHECK(s12["observation"]["files"]["n.h"] == "1");
+  const d2k::env::EpisodeLog la = d2k::env::read_episode_log(config.log_dir / (a + ".d2klog"));
+  REQUIRE(la.exchanges.size() == 4);
+  CHECK(la.exchanges[3].reply == s12);
+  Value closed = slow.call(req(14, "close", {{"session", a}}));
+  CHECK(closed["steps"] == 1);
+  victim.close(b);
+}
