@@ -561,8 +561,9 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
         return;
       }
     Answer answer = dispatch(route, request);
-    if (answer.cached) {  // a retry of a step that completed
-      send_logged(request.session, {route}, *answer.cached, id);
+    if (answer.cached) {  // a retry of a step that completed, or an observe without a recorder
+      send_logged(request.session, {route}, *answer.cached, id,
+                  envelope.op == "observe" ? Durability::none : Durability::wait);
       return;
     }
     if (answer.deferred) return;  // the reply goes out when the work lands
@@ -599,15 +600,23 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
   // log does not go out: the client gets storage_unavailable (the one reply that is never logged).
   // The record is written here and made durable by a log-sync thread; send_logged holds the reply
   // (and the session's later ones) until then, while the loop serves everyone else.
+  // Only a step that ran changes its session here (reset and close went above): its reply waits
+  // until its record is durable. The rest changed nothing (hello, list_tasks, stats, observe, and
+  // every error): each goes out once its record is written, behind the session's held replies, and
+  // becomes durable with the session's next fdatasync (docs/episode-log.md).
   if (parsed && !record_exchange(request, reply)) {
     reply = error_reply(id, storage_error());
   }
-  send_logged(request.session, {route}, protocol::encode(reply), id);
+  const bool changed = parsed && request.envelope.op == "step" && reply.value("ok", false);
+  send_logged(request.session, {route}, protocol::encode(reply), id, changed ? Durability::wait : Durability::none);
 }
 
 void Server::send_logged(const std::string& session, std::vector<Route> routes, const std::string& bytes,
-                         std::optional<std::uint64_t> id) {
-  std::uint64_t after = recorder_ && !session.empty() ? recorder_->pending(session) : 0;
+                         std::optional<std::uint64_t> id, Durability durability) {
+  // A reply that changed nothing waits for no fdatasync of its own: only for the replies of its
+  // session still held before it (which it may reveal: an observe shows the step before it).
+  std::uint64_t after =
+      recorder_ && !session.empty() && durability == Durability::wait ? recorder_->pending(session) : 0;
   auto held = outbox_.find(session);
   if (after == 0 && (held == outbox_.end() || held->second.empty())) {
     for (const auto& r : routes) send(r, bytes);

@@ -159,11 +159,17 @@ class Server {
   void release_held(const std::string& session_id, std::deque<HeldRequest> held);
 
   void send(const Route& route, const std::string& bytes);
-  // A reply of `session` (to `routes`): sent once every record of the session written so far is
-  // durable (Recorder::pending), after the session's replies held before it; at once when nothing
-  // waits. `id`: the request's, for the storage_unavailable error that replaces it if the sync fails.
+  // Whether a reply waits for its session's log to be durable: `wait` for a reply that changed the
+  // episode (a reset, a step that ran, a close), `none` for one that changed nothing (observe,
+  // hello, stats, list_tasks, errors): its record is written before it goes out and made durable
+  // by the session's next fdatasync.
+  enum class Durability { wait, none };
+  // A reply of `session` (to `routes`), after the session's replies held before it: with `wait`,
+  // once every record of the session written so far is durable (Recorder::pending); at once when
+  // nothing waits. `id`: the request's, for the storage_unavailable error that replaces it if the
+  // sync fails.
   void send_logged(const std::string& session, std::vector<Route> routes, const std::string& bytes,
-                   std::optional<std::uint64_t> id);
+                   std::optional<std::uint64_t> id, Durability durability = Durability::wait);
   // A log-sync report, on the loop: sends the session's replies whose records are durable now, or,
   // when the fdatasync failed, answers each held reply with storage_unavailable instead.
   void on_synced(const std::string& session, std::uint64_t record, int error);
