@@ -508,6 +508,7 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
   Request request;
   request.t = held_t ? *held_t : unix_now();
   request.client = client;
+  request.tenant = client.empty() ? "id:" + (route.empty() ? std::string() : route.front()) : "key:" + client;
   std::optional<std::uint64_t> id;
   bool parsed = false;
   Value reply;
@@ -937,7 +938,7 @@ void Server::start_workspace_step(Session& s, const Request& request, const Rout
       finish_deferred(session_id, id, std::move(reply), route, bytes);
       release_held(session_id, std::move(held));
     });
-  });
+  }, request.tenant);
 }
 
 void Server::release_held(const std::string& session_id, std::deque<HeldRequest> held) {
@@ -987,7 +988,7 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
   const std::uint32_t cost = tool ? tool_cost(*tool) : 1;
   // Compile on the CPU pool; for evaluate and submit, then queue the timed run on the session's GPU.
   compile_pool_->submit([this, req = std::move(req), job, work, session_id = request.session, route, id, tool,
-                         tool_job, cost]() mutable {
+                         tool_job, cost, tenant = request.tenant]() mutable {
     sandbox::CompileOutcome outcome;
     bool threw = false;
     try {
@@ -1016,7 +1017,7 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
       return;
     }
     if (work == Work::tool) {
-      run_tool(*tool, std::move(outcome), std::move(tool_job), cost, session_id, route, id);
+      run_tool(*tool, std::move(outcome), std::move(tool_job), cost, session_id, route, id, tenant);
       return;
     }
     const bool submit = work == Work::submit;
@@ -1036,7 +1037,7 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
     json compile_json = compile_to_json(outcome);
     // The timed run waits for its task's preparation on this GPU (parked in preparation_, not
     // failed), then queues on the GPU.
-    auto enqueue = [this, job, type, submit, compile_json, session_id, route, id](double waited_s) {
+    auto enqueue = [this, job, type, submit, compile_json, session_id, route, id, tenant](double waited_s) {
       gpu_queues_.at(static_cast<std::size_t>(job.gpu))
           ->submit([this, job, type, submit, compile_json, session_id, route, id, waited_s]() {
           EvaluationReport report;
@@ -1062,17 +1063,18 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
           done.reward = report.reward;
           done.breakdown = report.breakdown;
           land(session_id, id, route, std::move(done));
-        });
+        }, tenant);
     };
     if (preparation_) preparation_->when_ready(job.gpu, *job.task, session_id, std::move(enqueue));
     else enqueue(0.0);
-  });
+  }, request.tenant);
 }
 
 // A tool step after its compile: disassemble here (the compile pool), profile and sanitize on the
 // session's GPU queue like an evaluation.
 void Server::run_tool(const protocol::Action& action, sandbox::CompileOutcome outcome, ToolJob tool_job,
-                      std::uint32_t cost, const std::string& session_id, const Route& route, std::uint64_t id) {
+                      std::uint32_t cost, const std::string& session_id, const Route& route, std::uint64_t id,
+                      const std::string& tenant) {
   const std::string type(protocol::action_name(action));
   Landed done;
   done.cost = cost;
@@ -1134,7 +1136,7 @@ void Server::run_tool(const protocol::Action& action, sandbox::CompileOutcome ou
           done.last["error"] = error_json(Error(ErrorCode::internal, key + " failed: " + std::string(e.what())));
         }
         land(session_id, id, route, std::move(done));
-      });
+      }, tenant);
 }
 
 void Server::land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed) {

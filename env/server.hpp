@@ -82,6 +82,9 @@ class Server {
     std::string session;  // step, observe, close: the session it names (parse_session); else ""
     double t = 0;         // unix seconds
     std::string client;   // the sender's CURVE public key (Z85; the ZAP handler's User-Id); "" without CURVE
+    // Whose work it is, for the pools' round-robin (WorkerPool): "key:" + the CURVE key, else
+    // "id:" + the connection's ZeroMQ routing id.
+    std::string tenant;
   };
   // What an op answers now: a reply, the cached bytes of an earlier one (a retry), or nothing
   // yet (deferred: the reply goes out when the work lands).
@@ -147,7 +150,7 @@ class Server {
   // What a tool action costs in steps (config tools.*_steps), and its run after the compile.
   std::uint32_t tool_cost(const protocol::Action& action) const;
   void run_tool(const protocol::Action& action, sandbox::CompileOutcome outcome, ToolJob tool_job, std::uint32_t cost,
-                const std::string& session_id, const Route& route, std::uint64_t id);
+                const std::string& session_id, const Route& route, std::uint64_t id, const std::string& tenant);
   void land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed);
   // `encoded`: the reply's bytes when a worker encoded them already (else encoded here).
   void finish_deferred(const std::string& session_id, std::uint64_t id, protocol::Value reply,

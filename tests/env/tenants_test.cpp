@@ -501,3 +501,57 @@ TEST_CASE("a slow episode-log sync holds only its own session's replies that cha
   CHECK(closed["steps"] == 1);
   victim.close(b);
 }
+
+TEST_CASE("one client's many queued workspace actions do not go before another client's", "[tenants][fair]") {
+  // Issue 22.6: workspace actions of every session queued for the two step workers in arrival
+  // order, so a client that kept many sessions stepping made another client's step wait behind all
+  // of them. The pools now take tenants (routing id, or CURVE key) in turn: counted here by the
+  // order in which actions reach the workers, not by time.
+  StepGate gate;
+  d2k::test::TestServer srv(d2k::test::test_config(), nullptr,
+                            [&](d2k::env::Server& s) { s.set_step_hook([&](const std::string& id) { gate.hook(id); }); });
+  StepGate::Opener opener{gate};
+  zmq::context_t ctx;
+  Dealer flood(ctx, srv.endpoint, "flood");
+  constexpr int kSessions = 8;
+  std::vector<std::string> fs;
+  for (int i = 0; i < kSessions; ++i) {
+    Value r = flood.call(req(1 + static_cast<std::uint64_t>(i), "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    REQUIRE(r["ok"] == true);
+    fs.push_back(r["session"].get<std::string>());
+  }
+  Dealer victim(ctx, srv.endpoint, "victim");
+  Value vr = victim.call(req(1, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+  REQUIRE(vr["ok"] == true);
+  const std::string v = vr["session"].get<std::string>();
+  {
+    std::lock_guard lock(gate.mutex);
+    for (const auto& f : fs) gate.held.insert(f);
+  }
+  auto write = [](std::uint64_t id, const std::string& session) {
+    return req(id, "step", {{"session", session}, {"action", {{"type", "write_file"}, {"path", "x.h"}, {"content", "1"}}}});
+  };
+  for (int i = 0; i < kSessions; ++i) flood.send(write(100 + static_cast<std::uint64_t>(i), fs[static_cast<std::size_t>(i)]));
+  REQUIRE(gate.wait_entered(2));  // both step workers hold one of the flood's actions; six wait in the queue
+  // The flood's requests are all handled (queued) before the victim's: a stats round trip on the
+  // flood's own connection comes back after them.
+  REQUIRE(flood.call(req(500, "stats"))["ok"] == true);
+  victim.send(write(10, v));
+  REQUIRE(victim.call(req(11, "stats"))["ok"] == true);  // the victim's step is queued too
+  gate.release_all();
+  REQUIRE(gate.wait_order(kSessions + 1));
+  std::vector<std::string> order;
+  {
+    std::lock_guard lock(gate.mutex);
+    order = gate.order;
+  }
+  const auto at = std::find(order.begin(), order.end(), v) - order.begin();
+  // Two of the flood's were on the workers; then the flood and the victim take turns, so the
+  // victim's action is the third or fourth to reach a worker (the two workers race for the next two).
+  // In arrival order it was the ninth.
+  CHECK(at <= 3);
+  Value s10 = victim.recv();
+  CHECK(s10["id"] == 10);
+  CHECK(s10["observation"]["step"] == 1);
+  for (int i = 0; i < kSessions; ++i) CHECK(flood.recv()["ok"] == true);
+}
