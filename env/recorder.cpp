@@ -505,7 +505,8 @@ bool Recorder::begin(const Episode& episode, const json& request, const json& re
       std::filesystem::path path = config_.log_dir / (episode.id() + ".d2klog");
       row.log_path = path.string();
       try {
-        a->writer = std::make_unique<EpisodeLogWriter>(path, config_.sync);
+        // With log-sync threads the writer only writes: they fdatasync (off this thread).
+        a->writer = std::make_unique<EpisodeLogWriter>(path, config_.sync && !syncer_);
       } catch (const std::system_error& e) {
         if (refused_by_disk(e)) {
           log_error("episode log of session " + row.session + ": " + e.what() + "; reset refused");

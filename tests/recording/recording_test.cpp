@@ -1,7 +1,9 @@
 // Episode logs, the catalogue, the report and the Recorder, in process (no server, no nvcc).
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -625,6 +627,48 @@ TEST_CASE("Recorder: observe replies are logged as patches of an earlier reply a
   CHECK(b2.exchanges.empty());
   REQUIRE(b2.torn_tail);
   CHECK_THAT(b2.torn_tail->reason, Catch::Contains("no earlier exchange"));
+  fs::remove_all(dir);
+}
+
+namespace {
+// fdatasync(2) calls made by each thread: this definition takes the place of libc's for the whole
+// test binary (the Recorder's code included) and forwards to the system call.
+thread_local int fdatasyncs_here = 0;
+}  // namespace
+
+extern "C" int fdatasync(int fd) noexcept {
+  ++fdatasyncs_here;
+  return static_cast<int>(::syscall(SYS_fdatasync, fd));
+}
+
+TEST_CASE("Recorder with log-sync threads: the caller's thread never runs an fdatasync", "[recorder]") {
+  // Issue 22.6: with log-sync threads the writer still ran its own fdatasync after every record,
+  // on the caller's thread (the server loop), before the sync threads ran theirs: every reply of
+  // every logged session waited for the disk on the loop, twice.
+  Fixture fx;
+  fs::path dir = temp_dir("d2k-rec-nosync");
+  std::atomic<int> reports{0};
+  for (const bool threads : {false, true}) {
+    RecorderConfig rc;
+    rc.log_dir = dir / (threads ? "threads" : "inline");
+    rc.server_info = {{"version", "test"}};
+    if (threads) rc.on_synced = [&](const std::string&, std::uint64_t, int) { ++reports; };
+    Recorder rec(rc);
+    Episode ep("s1", fx.task(), 1, 7, Budget{}, "", Workspace::Limits{});
+    json reset_reply = {{"v", 1}, {"id", 1}, {"ok", true}, {"session", "s1"}, {"observation", ep.observation()}};
+    fdatasyncs_here = 0;
+    REQUIRE(rec.begin(ep, reset_request(true), reset_reply, 10.0, 10.5));
+    json request = {{"v", 1}, {"id", 2}, {"op", "observe"}, {"session", "s1"}};
+    CHECK(rec.record(ep, request, reset_reply, 11.0, 11.1));
+    if (threads) {
+      CHECK(fdatasyncs_here == 0);  // the log-sync threads make the records durable
+      CHECK(rec.pending("s1") != 0);
+    } else {
+      CHECK(fdatasyncs_here >= 3);  // preamble, header and each exchange, on this thread
+    }
+    rec.stop_sync();
+  }
+  CHECK(reports.load() >= 1);
   fs::remove_all(dir);
 }
 
