@@ -23,7 +23,15 @@ void LogSyncer::stop() {
   threads_.clear();
 }
 
-void LogSyncer::request(const std::string& session, std::shared_ptr<LogFile> file, std::uint64_t record) {
+void LogSyncer::enqueue(const std::string& session, Pending& p) {
+  p.queued = true;
+  auto& queue = ready_[p.tenant];
+  if (queue.empty()) turns_.push_back(p.tenant);
+  queue.push_back(session);
+}
+
+void LogSyncer::request(const std::string& session, std::shared_ptr<LogFile> file, std::uint64_t record,
+                        const std::string& tenant) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_ && threads_.empty()) return;
@@ -31,8 +39,8 @@ void LogSyncer::request(const std::string& session, std::shared_ptr<LogFile> fil
     p.file = std::move(file);
     p.record = std::max(p.record, record);
     if (p.running || p.queued) return;  // folded into the sync running or queued for this file
-    p.queued = true;
-    ready_.push_back(session);
+    p.tenant = tenant;
+    enqueue(session, p);
   }
   wake_.notify_one();
 }
@@ -40,10 +48,16 @@ void LogSyncer::request(const std::string& session, std::shared_ptr<LogFile> fil
 void LogSyncer::work() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
-    if (ready_.empty()) return;  // stopping, and every sync asked for has run
-    const std::string session = std::move(ready_.front());
-    ready_.pop_front();
+    wake_.wait(lock, [&] { return stopping_ || !turns_.empty(); });
+    if (turns_.empty()) return;  // stopping, and every sync asked for has run
+    // The tenant whose turn it is gives one session, then goes to the back if it has more.
+    std::string tenant = std::move(turns_.front());
+    turns_.pop_front();
+    auto queue = ready_.find(tenant);
+    const std::string session = std::move(queue->second.front());
+    queue->second.pop_front();
+    if (queue->second.empty()) ready_.erase(queue);
+    else turns_.push_back(std::move(tenant));
     Pending& p = pending_.at(session);
     p.queued = false;
     p.running = true;
@@ -62,8 +76,7 @@ void LogSyncer::work() {
     Pending& q = pending_.at(session);
     q.running = false;
     if (q.record > record) {  // more records came while it ran: one more fdatasync for all of them
-      q.queued = true;
-      ready_.push_back(session);
+      enqueue(session, q);
       wake_.notify_one();
     } else {
       pending_.erase(session);

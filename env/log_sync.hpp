@@ -4,7 +4,9 @@
 // file up to its latest record; a few threads run the fdatasyncs, one session at a time per thread,
 // and report "session S durable up to record N" (or the error). Requests for a session that arrive
 // while its file is being synced are folded into the next fdatasync of that file (group commit),
-// and a slow file holds only its own thread: other sessions are synced by the others.
+// and a slow file holds only its own thread: other sessions are synced by the others. Sessions
+// waiting for a thread are taken round-robin between tenants (the clients that opened them), so
+// one client's many sessions do not make another's sync wait behind all of theirs.
 #pragma once
 
 #include <condition_variable>
@@ -37,7 +39,9 @@ class LogSyncer {
   LogSyncer& operator=(const LogSyncer&) = delete;
 
   // `file` holds `session`'s records up to `record` (written with write(2)): make them durable.
-  void request(const std::string& session, std::shared_ptr<LogFile> file, std::uint64_t record);
+  // `tenant`: whose session it is (its turn among the tenants waiting).
+  void request(const std::string& session, std::shared_ptr<LogFile> file, std::uint64_t record,
+               const std::string& tenant = {});
   // Like the destructor: every sync asked for so far runs, then the threads end. Later requests are dropped.
   void stop();
 
@@ -47,14 +51,19 @@ class LogSyncer {
     std::uint64_t record = 0;  // the latest record asked for
     bool running = false;      // a thread is syncing this file now
     bool queued = false;       // in ready_
+    std::string tenant;
   };
   void work();
+  void enqueue(const std::string& session, Pending& p);  // under mutex_
   Done done_;
   Hook hook_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::unordered_map<std::string, Pending> pending_;
-  std::deque<std::string> ready_;  // sessions with a sync to run and no thread on them, oldest first
+  // Sessions with a sync to run and no thread on them, per tenant, oldest first; and the tenants
+  // that have some, the next to be served first.
+  std::unordered_map<std::string, std::deque<std::string>> ready_;
+  std::deque<std::string> turns_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

@@ -35,6 +35,7 @@ struct Recorder::Active {
   std::deque<Unsynced> unsynced;
   std::uint64_t seq = 0;
   std::uint64_t durable = kLogPreambleBytes;
+  std::string tenant;  // who opened the session (LogSyncer's round-robin)
   bool ended = false;  // end() ran; the log closes once its last records are durable
   bool refused = false;                       // the last write was refused (logged once per spell)
   // The reply observe replies are logged against (docs/episode-log.md, "Compact observe records"):
@@ -322,7 +323,8 @@ void Recorder::written(Active& a, json record) {
 }
 
 void Recorder::request_sync(Active& a) {
-  if (syncer_ && a.writer && !a.unsynced.empty()) syncer_->request(a.row.session, a.writer->file(), a.unsynced.back().seq);
+  if (syncer_ && a.writer && !a.unsynced.empty())
+    syncer_->request(a.row.session, a.writer->file(), a.unsynced.back().seq, a.tenant);
 }
 
 std::uint64_t Recorder::pending(const std::string& session) const {
@@ -461,7 +463,7 @@ std::size_t Recorder::enforce_log_budget() {
 }
 
 bool Recorder::begin(const Episode& episode, const json& request, const json& reply, double t_request,
-                     double t_reply) {
+                     double t_reply, const std::string& tenant) {
   // Disk use is bounded: before a new log starts, the oldest finished ones go when over the budget.
   // (The scan is of one folder, at most once per reset.)
   if (const auto now = std::chrono::steady_clock::now(); now - last_budget_check_ > std::chrono::seconds(5)) {
@@ -470,6 +472,7 @@ bool Recorder::begin(const Episode& episode, const json& request, const json& re
   }
   try {
     auto a = std::make_unique<Active>();
+    a->tenant = tenant;
     EpisodeRow& row = a->row;
     row.session = episode.id();
     row.task = episode.task().id;

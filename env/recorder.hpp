@@ -60,8 +60,9 @@ class Recorder {
   // After a successful reset; `request`/`reply` are the decoded maps. Honors request.options.record == false.
   // False when the disk refused the log's first records: nothing of the session is kept (no file,
   // no row) and the reset must not be answered as done.
+  // `tenant`: the client that opened the session (its log's turn among the log-sync threads' tenants).
   bool begin(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
-             double t_reply);
+             double t_reply, const std::string& tenant = {});
   // Every later request/reply of that session (step, observe, close), in the order replies are sent.
   // True when it and every earlier record of the session are on disk (or the session is not logged).
   // When the disk refuses it: with `keep`, it waits (and is written before anything later of the

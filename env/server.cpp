@@ -652,7 +652,7 @@ bool Server::record_exchange(const Request& request, const Value& reply) try {
   if (envelope.op == "reset") {
     if (!recorder_ || !reply.value("ok", false)) return true;
     if (Session* s = sessions_.find(reply.value("session", "")))
-      return recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now());
+      return recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now(), request.tenant);
     return true;
   }
   if (request.session.empty()) return true;  // not a session's op, or its session field was invalid
