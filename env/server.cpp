@@ -599,12 +599,12 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
   // Recorded before it is sent: a client holding a reply can rely on its exchange being in the log
   // (a kill -9 right after the send used to lose the last exchange). A reply the disk refused to
   // log does not go out: the client gets storage_unavailable (the one reply that is never logged).
-  // The record is written here and made durable by a log-sync thread; send_logged holds the reply
-  // (and the session's later ones) until then, while the loop serves everyone else.
-  // Only a step that ran changes its session here (reset and close went above): its reply waits
-  // until its record is durable. The rest changed nothing (hello, list_tasks, stats, observe, and
-  // every error): each goes out once its record is written, behind the session's held replies, and
-  // becomes durable with the session's next fdatasync (docs/episode-log.md).
+  // The record is written here and made durable by a log-sync thread. Only a step that ran changes
+  // its session here (reset and close went above): send_logged holds its reply (and the session's
+  // later ones) until its record is durable, while the loop serves everyone else. The rest changed
+  // nothing (hello, list_tasks, stats, observe, and every error): each goes out once its record is
+  // written, behind the session's held replies, and becomes durable with the session's next
+  // fdatasync (docs/episode-log.md).
   if (parsed && !record_exchange(request, reply)) {
     reply = error_reply(id, storage_error());
   }
