@@ -2,7 +2,15 @@
 // apply_unified_diff on hostile diffs, and another client's `observe` round trip while several
 // sessions send such patches to a real server. Prints figures; asserts nothing.
 //   build/bin/bench_tenants [--attackers 4] [--sections 40] [--seconds 10] [--record 0|1]
-//                           [--endpoint tcp://127.0.0.1:5598]
+//                           [--victim-record 0|1] [--endpoint tcp://127.0.0.1:5598] [--state-in /tmp]
+//                           [--flood-sessions 16]
+// --flood-sessions N (issue 22.6, per-client fairness): a last phase where one flooding client (one
+// connection) keeps an honest patch in flight on each of N sessions of the 256 KiB file, while the
+// victim alternates observe and a small write_file step (its step queues with the flood's for the
+// step workers). 0 skips it.
+// --victim-record 0 (with --record 1): the victim's own session is not logged (reset
+// options.record=false), so its observe waits for no fdatasync of its own: what it measures is
+// the delay the others' logging causes it, not its own disk write.
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +19,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +28,7 @@
 #include "env/patch.hpp"
 #include "env/server.hpp"
 #include "protocol/client.hpp"
+#include "protocol/codec.hpp"
 
 using namespace std::chrono;
 using d2k::protocol::Value;
@@ -69,12 +80,103 @@ double apply_ms(const d2k::FileMap& files, const std::string& diff, std::string&
   return duration<double, std::milli>(steady_clock::now() - t0).count();
 }
 
+// One flooding client on one connection: N sessions with the 256 KiB file, an honest one-hunk patch
+// always in flight on each; the victim (another client) alternates observe and a small step.
+void flood_phase(const std::string& endpoint, const std::string& file, int n, double seconds, bool victim_record) {
+  const std::string patch = "--- a/kernel.cu\n+++ b/kernel.cu\n@@ -131001 +131001 @@\n-b\n+b\n";
+  std::atomic<bool> ready{false}, stop{false};
+  std::atomic<long> answered{0};
+  std::thread flood([&] {
+    zmq::context_t ctx;
+    zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.set(zmq::sockopt::rcvtimeo, 200);
+    dealer.connect(endpoint);
+    d2k::protocol::Limits limits;
+    limits.max_message_bytes = 256u << 20;
+    std::uint64_t next_id = 1;
+    auto send = [&](Value r) {
+      r["v"] = 1;
+      r["id"] = next_id;
+      dealer.send(zmq::buffer(d2k::protocol::encode(r)), zmq::send_flags::none);
+      return next_id++;
+    };
+    auto recv = [&]() -> std::optional<Value> {
+      zmq::message_t m;
+      if (!dealer.recv(m)) return std::nullopt;
+      return d2k::protocol::decode(std::string_view(static_cast<const char*>(m.data()), m.size()), limits);
+    };
+    auto call = [&](Value r) {
+      const std::uint64_t id = send(std::move(r));
+      for (;;)
+        if (auto reply = recv(); reply && (*reply)["id"] == id) return *reply;
+    };
+    std::vector<std::string> sessions;
+    for (int i = 0; i < n; ++i) {
+      Value r = call({{"op", "reset"}, {"task", "vector_add"}, {"layer", 1}, {"seed", 900 + i},
+                      {"options", {{"max_steps", 1000}}}});
+      sessions.push_back(r["session"].get<std::string>());
+      call({{"op", "step"}, {"session", sessions.back()},
+            {"action", {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", file}}}});
+    }
+    std::map<std::uint64_t, std::size_t> in_flight;
+    auto step = [&](std::size_t i) {
+      in_flight[send({{"op", "step"}, {"session", sessions[i]}, {"action", {{"type", "patch"}, {"diff", patch}}}})] = i;
+    };
+    for (std::size_t i = 0; i < sessions.size(); ++i) step(i);
+    ready = true;
+    while (!stop.load()) {
+      auto reply = recv();
+      if (!reply) continue;
+      auto it = in_flight.find((*reply)["id"].get<std::uint64_t>());
+      if (it == in_flight.end()) continue;
+      const std::size_t i = it->second;
+      in_flight.erase(it);
+      ++answered;
+      if ((*reply)["ok"] == true && !(*reply)["truncated"].get<bool>() && !(*reply)["terminated"].get<bool>()) step(i);
+    }
+    for (int wait = 0; !in_flight.empty() && wait < 50; ++wait)  // at most 10 s for those in flight
+      if (auto reply = recv()) in_flight.erase((*reply)["id"].get<std::uint64_t>());
+    for (const auto& s : sessions) call({{"op", "close"}, {"session", s}});
+  });
+  while (!ready.load()) std::this_thread::sleep_for(milliseconds(10));
+  d2k::Client victim(endpoint);
+  Value options = {{"max_steps", 1000}};
+  if (!victim_record) options["record"] = false;
+  std::string vs = victim.reset("vector_add", 1, 8, options)["session"].get<std::string>();
+  std::vector<double> observe_ms, step_ms;
+  const auto end = steady_clock::now() + duration<double>(seconds);
+  for (int i = 0; steady_clock::now() < end; ++i) {
+    auto t0 = steady_clock::now();
+    victim.observe(vs);
+    auto t1 = steady_clock::now();
+    Value r = victim.step(vs, {{"type", "write_file"}, {"path", "v.h"}, {"content", std::to_string(i)}});
+    auto t2 = steady_clock::now();
+    observe_ms.push_back(duration<double, std::milli>(t1 - t0).count());
+    step_ms.push_back(duration<double, std::milli>(t2 - t1).count());
+    if (r["truncated"].get<bool>() || r["terminated"].get<bool>()) {
+      victim.close(vs);
+      vs = victim.reset("vector_add", 1, 8, options)["session"].get<std::string>();
+    }
+  }
+  stop = true;
+  flood.join();
+  victim.close(vs);
+  std::printf("  1 flooding client, %d sessions on one connection, an honest patch in flight on each, %.0f s: %ld answered\n",
+              n, seconds, answered.load());
+  std::printf("    victim observe (ms)    p50 %8.2f  p99 %8.2f  max %8.2f  (n=%zu)\n", pct(observe_ms, 0.5),
+              pct(observe_ms, 0.99), pct(observe_ms, 1.0), observe_ms.size());
+  std::printf("    victim step (ms)       p50 %8.2f  p99 %8.2f  max %8.2f  (n=%zu)\n", pct(step_ms, 0.5),
+              pct(step_ms, 0.99), pct(step_ms, 1.0), step_ms.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string endpoint = "tcp://127.0.0.1:5598";
-  int attackers = 4, sections = 40, record = 0;
+  int attackers = 4, sections = 40, record = 0, victim_record = 1, flood_sessions = 16;
   double seconds = 10;
+  std::string state_in = "/tmp";  // where the server's state (and episode logs) go: its filesystem's fdatasync is measured
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--endpoint")) endpoint = argv[i + 1];
@@ -82,6 +184,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--sections")) sections = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--record")) record = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--victim-record")) victim_record = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--state-in")) state_in = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--flood-sessions")) flood_sessions = std::atoi(argv[i + 1]);
   }
   const std::string file = hostile_file();
   d2k::FileMap files{{"kernel.cu", file}};
@@ -104,7 +209,8 @@ int main(int argc, char** argv) {
     std::printf("  %-32s diff %8zu B  %9.2f ms  %s\n", c.name, c.diff.size(), ms, outcome.c_str());
   }
 
-  char state[] = "/tmp/d2k-bench-tenants-XXXXXX";
+  std::string state_template = state_in + "/d2k-bench-tenants-XXXXXX";
+  char* state = state_template.data();
   if (!::mkdtemp(state)) return 1;
   d2k::env::Config cfg;
   cfg.endpoint = endpoint;
@@ -117,7 +223,8 @@ int main(int argc, char** argv) {
   std::thread loop([&] { server.run(); });
 
   d2k::Client victim(server.endpoint());
-  std::string vs = victim.reset("vector_add", 1, 7)["session"].get<std::string>();
+  std::string vs = victim.reset("vector_add", 1, 7, victim_record ? Value::object() : Value{{"record", false}})["session"]
+                       .get<std::string>();
   std::vector<double> quiet;
   for (int i = 0; i < 500; ++i) {  // no attacker yet
     auto t0 = steady_clock::now();
@@ -162,15 +269,19 @@ int main(int argc, char** argv) {
     std::printf("    victim observe (ms)    p50 %8.2f  p99 %8.2f  max %8.2f  (n=%zu)\n", pct(loaded, 0.5),
                 pct(loaded, 0.99), pct(loaded, 1.0), loaded.size());
   };
-  std::printf("server (episode logs %s), the attackers' kernel.cu is the 256 KiB file above:\n", record ? "on" : "off");
+  std::printf("server (episode logs %s%s), the attackers' kernel.cu is the 256 KiB file above:\n", record ? "on" : "off",
+              record && !victim_record ? ", not the victim's" : "");
   std::printf("  no attacker\n    victim observe (ms)    p50 %8.2f  p99 %8.2f  max %8.2f  (n=%zu)\n", pct(quiet, 0.5),
               pct(quiet, 0.99), pct(quiet, 1.0), quiet.size());
   // Control: a one-line hunk at its stated line, the cheapest patch of that file; the rest of a
   // step (the observation in the reply holds the 256 KiB file) costs the same.
-  attacked("--- a/kernel.cu\n+++ b/kernel.cu\n@@ -131001 +131001 @@\n-b\n+b\n", "control: one exact hunk");
-  std::string label = "far hunk, k=350, " + std::to_string(sections) + " sections";
-  attacked(far_hunk_diff(350, sections), label.c_str());
+  if (attackers > 0) {  // --attackers 0: only the flood phase below
+    attacked("--- a/kernel.cu\n+++ b/kernel.cu\n@@ -131001 +131001 @@\n-b\n+b\n", "control: one exact hunk");
+    std::string label = "far hunk, k=350, " + std::to_string(sections) + " sections";
+    attacked(far_hunk_diff(350, sections), label.c_str());
+  }
   victim.close(vs);
+  if (flood_sessions > 0) flood_phase(server.endpoint(), file, flood_sessions, seconds, victim_record != 0);
   server.request_stop();
   loop.join();
   std::filesystem::remove_all(state);

@@ -56,32 +56,35 @@ std::string encode_log_record(const json& record) {
   return out;
 }
 
+LogFile::~LogFile() {
+  if (fd >= 0) ::close(fd);
+}
+
 EpisodeLogWriter::EpisodeLogWriter(const std::filesystem::path& path, bool sync) : path_(path), sync_(sync) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw sys_error("cannot create episode log", path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw sys_error("cannot create episode log", path);
+  file_ = std::make_shared<LogFile>(fd);
   try {
     write_all(log_preamble());
   } catch (...) {  // no writer: leave no file behind
-    ::close(fd_);
-    fd_ = -1;
+    file_.reset();
     std::error_code ec;
     std::filesystem::remove(path, ec);
     throw;
   }
 }
 
-EpisodeLogWriter::~EpisodeLogWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
+EpisodeLogWriter::~EpisodeLogWriter() = default;
 
 void EpisodeLogWriter::write_all(const std::string& bytes) {
-  if (fd_ < 0) throw std::system_error(EBADF, std::generic_category(), "episode log closed " + path_.string());
+  if (!file_) throw std::system_error(EBADF, std::generic_category(), "episode log closed " + path_.string());
   if (broken_) throw std::system_error(EIO, std::generic_category(), "episode log ends in a torn record " + path_.string());
+  const int fd = file_->fd;
   // On failure, cut the file back to its last complete record, so a later append of the same record
   // (once the disk has room) leaves a well-formed log.
   auto fail = [&](const char* what) {
     const int err = errno;
-    while (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+    while (::ftruncate(fd, static_cast<off_t>(size_)) != 0) {
       if (errno == EINTR) continue;
       broken_ = true;
       break;
@@ -91,23 +94,37 @@ void EpisodeLogWriter::write_all(const std::string& bytes) {
   };
   std::size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
       fail("cannot write episode log");
     }
     done += static_cast<std::size_t>(n);
   }
-  if (sync_ && ::fdatasync(fd_) != 0) fail("cannot sync episode log");
+  if (sync_ && ::fdatasync(fd) != 0) fail("cannot sync episode log");
   size_ += bytes.size();
 }
 
 void EpisodeLogWriter::append(const json& record) { write_all(encode_log_record(record)); }
 
+void EpisodeLogWriter::truncate(std::uint64_t bytes) {
+  if (!file_) throw std::system_error(EBADF, std::generic_category(), "episode log closed " + path_.string());
+  while (::ftruncate(file_->fd, static_cast<off_t>(bytes)) != 0) {
+    if (errno == EINTR) continue;
+    broken_ = true;
+    throw sys_error("cannot cut back episode log", path_);
+  }
+  size_ = bytes;
+  broken_ = false;
+}
+
 void EpisodeLogWriter::close() {
-  if (fd_ < 0) return;
-  int fd = fd_;
-  fd_ = -1;
+  if (!file_) return;
+  std::shared_ptr<LogFile> file = std::move(file_);
+  file_.reset();
+  if (file.use_count() > 1) return;  // a log-sync thread still holds it: closed when it lets go
+  const int fd = file->fd;
+  file->fd = -1;
   if (::close(fd) != 0) throw sys_error("cannot close episode log", path_);
 }
 

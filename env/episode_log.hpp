@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -38,7 +39,18 @@ std::string encode_log_record(const nlohmann::json& record);
 // The 16-byte preamble of a log of kLogFormatVersion.
 std::string log_preamble();
 
-// Appends records to a log file. Every append is one write(2) (plus fdatasync when `sync`).
+// An open log file's descriptor, closed when the last holder lets go: the writer shares it with
+// the log-sync threads (env/log_sync.hpp), so a sync never runs on a descriptor closed and reused.
+struct LogFile {
+  explicit LogFile(int f) : fd(f) {}
+  ~LogFile();
+  LogFile(const LogFile&) = delete;
+  LogFile& operator=(const LogFile&) = delete;
+  int fd = -1;
+};
+
+// Appends records to a log file. Every append is one write(2) (plus fdatasync when `sync`; without
+// it, whoever holds file() makes the records durable: the Recorder's log-sync threads).
 // Throws std::system_error on I/O errors (ENOSPC, EDQUOT, EIO, ...). A failed append leaves the
 // file as it was before it (what was written of it is cut off again), so the same record can be
 // appended again once the disk has room; broken() is true when even that cut failed (the file now
@@ -53,6 +65,11 @@ class EpisodeLogWriter {
 
   void append(const nlohmann::json& record);
   void close();
+  // Cuts the file back to `bytes` (a record boundary at or after the preamble): the records after
+  // it are gone, to be appended again. Throws std::system_error (and broken() is then true) when
+  // the cut fails.
+  void truncate(std::uint64_t bytes);
+  std::shared_ptr<LogFile> file() const { return file_; }
   const std::filesystem::path& path() const { return path_; }
   bool broken() const { return broken_; }
   std::uint64_t bytes() const { return size_; }  // the file's length: preamble + complete records
@@ -60,7 +77,7 @@ class EpisodeLogWriter {
  private:
   void write_all(const std::string& bytes);
   std::filesystem::path path_;
-  int fd_ = -1;
+  std::shared_ptr<LogFile> file_;  // null once closed
   bool sync_;
   bool broken_ = false;
   std::uint64_t size_ = 0;

@@ -25,6 +25,18 @@ struct Recorder::Active {
   std::uint64_t next_n = 0;
   std::vector<std::string> layer_properties;  // ids of the design properties for this layer
   std::deque<Waiting> waiting;                // records the disk refused, oldest first
+  // With log-sync threads: records written and not yet known durable, oldest first, each with its
+  // number (seq) and the file's length after it; `durable` is the length known durable.
+  struct Unsynced {
+    std::uint64_t seq;
+    std::uint64_t end;
+    json record;
+  };
+  std::deque<Unsynced> unsynced;
+  std::uint64_t seq = 0;
+  std::uint64_t durable = kLogPreambleBytes;
+  std::string tenant;  // who opened the session (LogSyncer's round-robin)
+  bool ended = false;  // end() ran; the log closes once its last records are durable
   bool refused = false;                       // the last write was refused (logged once per spell)
   // The reply observe replies are logged against (docs/episode-log.md, "Compact observe records"):
   // the latest reply with an observation that was logged whole, its exchange number and size.
@@ -239,9 +251,15 @@ Recorder::Recorder(RecorderConfig config) : config_(std::move(config)) {
     }
     bound_events_ = pub_->get(zmq::sockopt::last_endpoint);
   }
+  if (config_.sync && config_.on_synced && logs_ok_)
+    syncer_ = std::make_unique<LogSyncer>(config_.sync_threads, config_.on_synced, config_.sync_hook);
 }
 
-Recorder::~Recorder() = default;
+Recorder::~Recorder() { stop_sync(); }
+
+void Recorder::stop_sync() {
+  if (syncer_) syncer_->stop();
+}
 
 std::string Recorder::events_endpoint() const { return bound_events_; }
 
@@ -292,9 +310,80 @@ void Recorder::append(Active& a, const json& record) {
   if (!a.writer) return;
   try {
     a.writer->append(record);
+    written(a, record);
+    request_sync(a);
   } catch (const std::exception& e) {
     fail_log(a, e.what());
   }
+}
+
+void Recorder::written(Active& a, json record) {
+  if (!syncer_) return;  // fdatasync'ed by the writer already
+  a.unsynced.push_back({++a.seq, a.writer->bytes(), std::move(record)});
+}
+
+void Recorder::request_sync(Active& a) {
+  if (syncer_ && a.writer && !a.unsynced.empty())
+    syncer_->request(a.row.session, a.writer->file(), a.unsynced.back().seq, a.tenant);
+}
+
+std::uint64_t Recorder::pending(const std::string& session) const {
+  auto it = active_.find(session);
+  if (it == active_.end() || it->second->unsynced.empty()) return 0;
+  return it->second->unsynced.back().seq;
+}
+
+bool Recorder::synced(const std::string& session, std::uint64_t record, int error) {
+  auto it = active_.find(session);
+  if (it == active_.end()) return error == 0;
+  Active& a = *it->second;
+  if (error == 0) {
+    while (!a.unsynced.empty() && a.unsynced.front().seq <= record) {
+      a.durable = a.unsynced.front().end;
+      a.unsynced.pop_front();
+    }
+    if (a.ended && a.unsynced.empty() && a.waiting.empty()) finish(it);
+    return true;
+  }
+  const std::string why = std::error_code(error, std::generic_category()).message();
+  // A report about records already cut off and written again: nothing newly lost.
+  if (a.unsynced.empty() || record < a.unsynced.front().seq) return true;
+  if (!a.writer) {
+    a.unsynced.clear();
+    if (a.ended) finish(it);
+    return false;
+  }
+  // What the file holds after its last durable record is unknown now (the kernel may have dropped
+  // the pages that failed): cut it off, and write those records again before anything later.
+  try {
+    a.writer->truncate(a.durable);
+  } catch (const std::exception& e) {
+    fail_log(a, std::string("fdatasync failed (") + why + ") and " + e.what());
+    a.unsynced.clear();
+    if (a.ended) finish(it);
+    return false;
+  }
+  if (!a.refused)
+    log_error("episode log of session " + a.row.session + ": cannot sync episode log (" + why +
+              "); holding replies until it can be written");
+  a.refused = true;
+  for (auto r = a.unsynced.rbegin(); r != a.unsynced.rend(); ++r) a.waiting.push_front({std::move(r->record), json()});
+  a.unsynced.clear();
+  return false;
+}
+
+void Recorder::finish(std::map<std::string, std::unique_ptr<Active>>::iterator it) {
+  Active& a = *it->second;
+  if (a.writer) {
+    try {
+      a.writer->close();
+    } catch (const std::exception& e) {
+      fail_log(a, e.what());
+    }
+  }
+  if (a.ended) --ending_;
+  drop_base(a);
+  active_.erase(it);
 }
 
 bool Recorder::flush(Active& a) {
@@ -315,13 +404,16 @@ bool Recorder::flush(Active& a) {
       }
       if (!a.refused) log_error("episode log of session " + a.row.session + ": " + e.what() + "; holding replies until it can be written");
       a.refused = true;
+      request_sync(a);
       return false;
     }
     if (a.refused) log_info("episode log of session " + a.row.session + " is written again");
     a.refused = false;
     if (!a.waiting.front().event.is_null()) publish(a.row.session, a.waiting.front().event);
+    written(a, std::move(a.waiting.front().record));
     a.waiting.pop_front();
   }
+  request_sync(a);
   return true;
 }
 
@@ -371,7 +463,7 @@ std::size_t Recorder::enforce_log_budget() {
 }
 
 bool Recorder::begin(const Episode& episode, const json& request, const json& reply, double t_request,
-                     double t_reply) {
+                     double t_reply, const std::string& tenant) {
   // Disk use is bounded: before a new log starts, the oldest finished ones go when over the budget.
   // (The scan is of one folder, at most once per reset.)
   if (const auto now = std::chrono::steady_clock::now(); now - last_budget_check_ > std::chrono::seconds(5)) {
@@ -380,6 +472,7 @@ bool Recorder::begin(const Episode& episode, const json& request, const json& re
   }
   try {
     auto a = std::make_unique<Active>();
+    a->tenant = tenant;
     EpisodeRow& row = a->row;
     row.session = episode.id();
     row.task = episode.task().id;
@@ -415,7 +508,8 @@ bool Recorder::begin(const Episode& episode, const json& request, const json& re
       std::filesystem::path path = config_.log_dir / (episode.id() + ".d2klog");
       row.log_path = path.string();
       try {
-        a->writer = std::make_unique<EpisodeLogWriter>(path, config_.sync);
+        // With log-sync threads the writer only writes: they fdatasync (off this thread).
+        a->writer = std::make_unique<EpisodeLogWriter>(path, config_.sync && !syncer_);
       } catch (const std::system_error& e) {
         if (refused_by_disk(e)) {
           log_error("episode log of session " + row.session + ": " + e.what() + "; reset refused");
@@ -532,21 +626,19 @@ void Recorder::end(const Episode& episode, const std::string& reason) {
     json record = {{"k", "end"}, {"reason", reason}, {"end_reason", a.row.end_reason}, {"steps", a.row.steps},
                    {"total_reward", a.row.total_reward}, {"outcome", a.row.outcome}, {"t", now}};
     append(a, record);
-    if (a.writer) {
-      try {
-        a.writer->close();
-      } catch (const std::exception& e) {
-        fail_log(a, e.what());
-      }
-    }
     save_row(a);
-    drop_base(a);
     json event = record;
     event.erase("k");
     event["kind"] = "end";
     event["session"] = a.row.session;
     publish(a.row.session, event);
-    active_.erase(it);
+    a.waiting.clear();  // what the full disk still refused is lost with the session (as before)
+    if (a.writer && !a.unsynced.empty()) {  // closed once its last records are durable (synced)
+      a.ended = true;
+      ++ending_;
+      return;
+    }
+    finish(it);
   } catch (const std::exception& e) {
     log_error("recorder: end of session " + episode.id() + " failed: " + e.what());
   }

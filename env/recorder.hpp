@@ -5,6 +5,9 @@
 // anything later of its session: begin/record/flush say whether the session's records are all on
 // disk, so the server replies nothing as done that is not logged (PROTOCOL.md `storage_unavailable`).
 // Other failures (a log dir that cannot be made) go to stderr and mark the log failed in the catalogue.
+// With `on_synced` set, records are written on the loop but made durable by log-sync threads
+// (env/log_sync.hpp): pending(session) says which record a reply of the session must wait for, and
+// synced() is told when the file is durable up to it (the server then sends the held replies).
 #pragma once
 
 #include <filesystem>
@@ -23,6 +26,7 @@
 #include "env/episode.hpp"
 #include "env/episode_log.hpp"
 #include "env/gpu_backend.hpp"
+#include "env/log_sync.hpp"
 
 namespace d2k::env {
 
@@ -35,6 +39,12 @@ struct RecorderConfig {
   std::uint64_t log_budget_bytes = 0;  // episode logs kept in log_dir; beyond it the oldest finished go; 0 = no bound
   // When set, events go here (the server's events socket, env/events.hpp) instead of a PUB socket.
   std::function<void(const std::string& session, const nlohmann::json& event)> on_event;
+  // With `sync`: when set, fdatasync runs on log-sync threads (group commit, off the caller's thread),
+  // which call this after each one; the owner hands it back to synced() on its own thread. Unset:
+  // every record is fdatasync'ed before begin/record/flush return.
+  LogSyncer::Done on_synced;
+  std::size_t sync_threads = 4;  // a slow file holds one; the others sync other sessions' files
+  LogSyncer::Hook sync_hook;     // tests: runs before each session's fdatasync, on its sync thread
 };
 
 class Recorder {
@@ -50,8 +60,9 @@ class Recorder {
   // After a successful reset; `request`/`reply` are the decoded maps. Honors request.options.record == false.
   // False when the disk refused the log's first records: nothing of the session is kept (no file,
   // no row) and the reset must not be answered as done.
+  // `tenant`: the client that opened the session (its log's turn among the log-sync threads' tenants).
   bool begin(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
-             double t_reply);
+             double t_reply, const std::string& tenant = {});
   // Every later request/reply of that session (step, observe, close), in the order replies are sent.
   // True when it and every earlier record of the session are on disk (or the session is not logged).
   // When the disk refuses it: with `keep`, it waits (and is written before anything later of the
@@ -60,6 +71,16 @@ class Recorder {
               double t_reply, bool keep = true);
   // Writes the session's waiting records; true when none is left waiting (or it is not recorded).
   bool flush(const std::string& session);
+  // With on_synced: the session's latest record written and not yet known durable (0 when there is
+  // none): a reply of the session goes out once synced() has reported it (or a later one).
+  std::uint64_t pending(const std::string& session) const;
+  // A log-sync report (on_synced) on the owner's thread. False when the fdatasync failed: the
+  // records after the last durable one are cut off the file and wait to be written again (as a
+  // record the disk refused), so nothing held for them may be answered as done.
+  bool synced(const std::string& session, std::uint64_t record, int error);
+  // Runs the fdatasyncs asked for so far and stops the sync threads (before the owner stops
+  // taking their reports).
+  void stop_sync();
   // The session is gone (closed, idle_timeout, server_shutdown): final record + catalogue row.
   void end(const Episode& episode, const std::string& reason);
   std::string events_endpoint() const;  // the bound PUB endpoint ("" if none)
@@ -67,7 +88,7 @@ class Recorder {
   // --- extensions ---
   // The log file of a session being recorded ("" when not recorded or unknown).
   std::filesystem::path log_path(const std::string& session) const;
-  std::size_t active() const { return active_.size(); }
+  std::size_t active() const { return active_.size() - ending_; }
   // Deletes the oldest finished logs in log_dir (by modification time) until what is left fits
   // log_budget_bytes; logs of sessions still recorded are never deleted. Returns how many went.
   std::size_t enforce_log_budget();
@@ -76,6 +97,10 @@ class Recorder {
   struct Active;
   void publish(const std::string& session, const nlohmann::json& event);
   void append(Active& a, const nlohmann::json& record);
+  // After a record of `a` was written: with log-sync threads, it waits for its fdatasync.
+  void written(Active& a, nlohmann::json record);
+  void request_sync(Active& a);
+  void finish(std::map<std::string, std::unique_ptr<Active>>::iterator it);  // close the log, drop the session
   bool flush(Active& a);
   void save_row(Active& a);
   void fail_log(Active& a, const std::string& why);
@@ -97,6 +122,8 @@ class Recorder {
   std::string bound_events_;
   std::map<std::string, std::unique_ptr<Active>> active_;
   std::chrono::steady_clock::time_point last_budget_check_{};
+  std::size_t ending_ = 0;             // sessions ended whose last records wait for their fdatasync
+  std::unique_ptr<LogSyncer> syncer_;  // with config_.on_synced
 };
 
 // events endpoint = tcp port+1 of a loopback server endpoint, or "<ipc path>.events" for ipc; "" when

@@ -214,6 +214,7 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
 }
 
 Server::~Server() {
+  if (recorder_) recorder_->stop_sync();  // its threads post to the mailbox
   preparation_.reset();  // its parked continuations submit to the GPU queues
   compile_pool_.reset();
   step_pool_.reset();
@@ -374,6 +375,13 @@ void Server::bind() {
       rc.log_budget_bytes = config_.log_budget_bytes;
     }
     rc.server_info = make_server_info(config_, compiler_->toolchain_version(), gpu_info_);
+    // fdatasync off the loop (issue 22.6): log-sync threads report here, through the mailbox.
+    rc.on_synced = [this](const std::string& session, std::uint64_t record, int error) {
+      mailbox_.post([this, session, record, error] { on_synced(session, record, error); });
+    };
+    rc.sync_hook = [this](const std::string& session) {
+      if (sync_hook_) sync_hook_(session);
+    };
     rc.on_event = [this](const std::string& session, const json& event) {
       if (!events_) return;
       const Session* s = sessions_.find(session);
@@ -435,8 +443,10 @@ void Server::run() {
       on_frames(frames);
     }
     if (stopping_) {
-      if (deferred_in_flight_ == 0) break;
-      if (!cancelled && clock::now() > *stop_deadline) {
+      // Replies held for their log's fdatasync go out first (past the grace period, no longer waited for).
+      const bool late = clock::now() > *stop_deadline;
+      if (deferred_in_flight_ == 0 && (outbox_.empty() || late)) break;
+      if (!cancelled && late && deferred_in_flight_ > 0) {
         log_warn("grace period over; cancelling work in flight");
         sandbox::cancel_all_jails();
         if (gpu_) gpu_->cancel_all();
@@ -459,6 +469,7 @@ void Server::run() {
   compile_pool_->stop();
   step_pool_->stop();
   for (auto& q : gpu_queues_) q->stop();
+  if (recorder_) recorder_->stop_sync();  // the end records made durable; their reports are not needed
 }
 
 void Server::on_frames(std::vector<zmq::message_t>& frames) {
@@ -497,6 +508,7 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
   Request request;
   request.t = held_t ? *held_t : unix_now();
   request.client = client;
+  request.tenant = client.empty() ? "id:" + (route.empty() ? std::string() : route.front()) : "key:" + client;
   std::optional<std::uint64_t> id;
   bool parsed = false;
   Value reply;
@@ -536,12 +548,23 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
           if (Session* s = sessions_.find(request.session); s && s->closing && !s->in_flight)
             erase_session(request.session, "closed");
         }
-        send(route, *hit);
+        // Like the first answer, it goes out once its session's log is durable.
+        std::string session = request.session;
+        if (envelope.op == "reset" && recorder_) try {
+            protocol::Limits all;
+            all.max_message_bytes = all.max_string_bytes = hit->size();
+            all.max_array_items = all.max_map_entries = all.max_total_items = hit->size();
+            all.max_depth = 64;
+            session = protocol::decode(*hit, all).value("session", "");
+          } catch (const std::exception&) {
+          }
+        send_logged(session, {route}, *hit, id);
         return;
       }
     Answer answer = dispatch(route, request);
-    if (answer.cached) {  // a retry of a step that completed
-      send(route, *answer.cached);
+    if (answer.cached) {  // a retry of a step that completed, or an observe without a recorder
+      send_logged(request.session, {route}, *answer.cached, id,
+                  envelope.op == "observe" ? Durability::none : Durability::wait);
       return;
     }
     if (answer.deferred) return;  // the reply goes out when the work lands
@@ -558,7 +581,8 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
         replies_.remember_global(global_key, bytes);
         if (!record_exchange(request, reply)) throw storage_error();
       }
-      send(route, *bytes);
+      // Sent once its record is durable (the loop goes on meanwhile: the fdatasync is a log-sync thread's).
+      send_logged(envelope.op == "reset" ? reply.value("session", "") : request.session, {route}, *bytes, id);
       return;
     }
   } catch (const Error& e) {
@@ -575,10 +599,52 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
   // Recorded before it is sent: a client holding a reply can rely on its exchange being in the log
   // (a kill -9 right after the send used to lose the last exchange). A reply the disk refused to
   // log does not go out: the client gets storage_unavailable (the one reply that is never logged).
+  // The record is written here and made durable by a log-sync thread. Only a step that ran changes
+  // its session here (reset and close went above): send_logged holds its reply (and the session's
+  // later ones) until its record is durable, while the loop serves everyone else. The rest changed
+  // nothing (hello, list_tasks, stats, observe, and every error): each goes out once its record is
+  // written, behind the session's held replies, and becomes durable with the session's next
+  // fdatasync (docs/episode-log.md).
   if (parsed && !record_exchange(request, reply)) {
     reply = error_reply(id, storage_error());
   }
-  send(route, protocol::encode(reply));
+  const bool changed = parsed && request.envelope.op == "step" && reply.value("ok", false);
+  send_logged(request.session, {route}, protocol::encode(reply), id, changed ? Durability::wait : Durability::none);
+}
+
+void Server::send_logged(const std::string& session, std::vector<Route> routes, const std::string& bytes,
+                         std::optional<std::uint64_t> id, Durability durability) {
+  // A reply that changed nothing waits for no fdatasync of its own: only for the replies of its
+  // session still held before it (which it may reveal: an observe shows the step before it).
+  std::uint64_t after =
+      recorder_ && !session.empty() && durability == Durability::wait ? recorder_->pending(session) : 0;
+  auto held = outbox_.find(session);
+  if (after == 0 && (held == outbox_.end() || held->second.empty())) {
+    for (const auto& r : routes) send(r, bytes);
+    return;
+  }
+  std::deque<Outgoing>& queue = held != outbox_.end() ? held->second : outbox_[session];
+  if (!queue.empty()) after = std::max(after, queue.back().after);  // never ahead of an earlier reply
+  queue.push_back({after, std::move(routes), bytes, id});
+}
+
+void Server::on_synced(const std::string& session, std::uint64_t record, int error) {
+  const bool durable = recorder_->synced(session, record, error);
+  auto held = outbox_.find(session);
+  if (held == outbox_.end()) return;
+  std::deque<Outgoing>& queue = held->second;
+  if (!durable) {  // cut off the log again: nothing held is answered as done (the client retries)
+    for (const Outgoing& o : queue) {
+      const std::string bytes = protocol::encode(error_reply(o.id, storage_error()));
+      for (const auto& r : o.routes) send(r, bytes);
+    }
+    queue.clear();
+  }
+  while (!queue.empty() && queue.front().after <= record) {
+    for (const auto& r : queue.front().routes) send(r, queue.front().bytes);
+    queue.pop_front();
+  }
+  if (queue.empty()) outbox_.erase(held);
 }
 
 bool Server::record_exchange(const Request& request, const Value& reply) try {
@@ -586,7 +652,7 @@ bool Server::record_exchange(const Request& request, const Value& reply) try {
   if (envelope.op == "reset") {
     if (!recorder_ || !reply.value("ok", false)) return true;
     if (Session* s = sessions_.find(reply.value("session", "")))
-      return recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now());
+      return recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now(), request.tenant);
     return true;
   }
   if (request.session.empty()) return true;  // not a session's op, or its session field was invalid
@@ -872,7 +938,7 @@ void Server::start_workspace_step(Session& s, const Request& request, const Rout
       finish_deferred(session_id, id, std::move(reply), route, bytes);
       release_held(session_id, std::move(held));
     });
-  });
+  }, request.tenant);
 }
 
 void Server::release_held(const std::string& session_id, std::deque<HeldRequest> held) {
@@ -922,7 +988,7 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
   const std::uint32_t cost = tool ? tool_cost(*tool) : 1;
   // Compile on the CPU pool; for evaluate and submit, then queue the timed run on the session's GPU.
   compile_pool_->submit([this, req = std::move(req), job, work, session_id = request.session, route, id, tool,
-                         tool_job, cost]() mutable {
+                         tool_job, cost, tenant = request.tenant]() mutable {
     sandbox::CompileOutcome outcome;
     bool threw = false;
     try {
@@ -951,7 +1017,7 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
       return;
     }
     if (work == Work::tool) {
-      run_tool(*tool, std::move(outcome), std::move(tool_job), cost, session_id, route, id);
+      run_tool(*tool, std::move(outcome), std::move(tool_job), cost, session_id, route, id, tenant);
       return;
     }
     const bool submit = work == Work::submit;
@@ -971,7 +1037,7 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
     json compile_json = compile_to_json(outcome);
     // The timed run waits for its task's preparation on this GPU (parked in preparation_, not
     // failed), then queues on the GPU.
-    auto enqueue = [this, job, type, submit, compile_json, session_id, route, id](double waited_s) {
+    auto enqueue = [this, job, type, submit, compile_json, session_id, route, id, tenant](double waited_s) {
       gpu_queues_.at(static_cast<std::size_t>(job.gpu))
           ->submit([this, job, type, submit, compile_json, session_id, route, id, waited_s]() {
           EvaluationReport report;
@@ -997,17 +1063,18 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
           done.reward = report.reward;
           done.breakdown = report.breakdown;
           land(session_id, id, route, std::move(done));
-        });
+        }, tenant);
     };
     if (preparation_) preparation_->when_ready(job.gpu, *job.task, session_id, std::move(enqueue));
     else enqueue(0.0);
-  });
+  }, request.tenant);
 }
 
 // A tool step after its compile: disassemble here (the compile pool), profile and sanitize on the
 // session's GPU queue like an evaluation.
 void Server::run_tool(const protocol::Action& action, sandbox::CompileOutcome outcome, ToolJob tool_job,
-                      std::uint32_t cost, const std::string& session_id, const Route& route, std::uint64_t id) {
+                      std::uint32_t cost, const std::string& session_id, const Route& route, std::uint64_t id,
+                      const std::string& tenant) {
   const std::string type(protocol::action_name(action));
   Landed done;
   done.cost = cost;
@@ -1069,7 +1136,7 @@ void Server::run_tool(const protocol::Action& action, sandbox::CompileOutcome ou
           done.last["error"] = error_json(Error(ErrorCode::internal, key + " failed: " + std::string(e.what())));
         }
         land(session_id, id, route, std::move(done));
-      });
+      }, tenant);
 }
 
 void Server::land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed) {
@@ -1090,10 +1157,10 @@ void Server::land(const std::string& session_id, std::uint64_t id, const Route& 
       if (action == "evaluate") ep.refund_evaluation();
       s->in_flight.reset();
       s->in_flight_request = nullptr;
-      const std::string bytes = protocol::encode(error_reply(id, storage_error()));
-      send(route, bytes);
-      for (const auto& w : s->waiters) send(w, bytes);
+      std::vector<Route> to{route};
+      to.insert(to.end(), s->waiters.begin(), s->waiters.end());
       s->waiters.clear();
+      send_logged(session_id, std::move(to), protocol::encode(error_reply(id, storage_error())), id);
       if (s->closing) erase_session(session_id, "closed");
       return;
     }
@@ -1119,10 +1186,10 @@ void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Va
   if (recorder_ && !s->in_flight_request.is_null())
     logged = recorder_->record(*s->episode, s->in_flight_request, reply, s->in_flight_t, unix_now());
   s->in_flight_request = nullptr;
-  const std::string out = logged ? *bytes : protocol::encode(error_reply(id, storage_error()));
-  send(route, out);
-  for (const auto& w : s->waiters) send(w, out);
+  std::vector<Route> to{route};
+  to.insert(to.end(), s->waiters.begin(), s->waiters.end());
   s->waiters.clear();
+  send_logged(session_id, std::move(to), logged ? *bytes : protocol::encode(error_reply(id, storage_error())), id);
   if (s->closing) erase_session(session_id, "closed");
 }
 

@@ -71,6 +71,9 @@ class Server {
   // `session`; a hook that blocks holds that action (and its session) while others go on. Set
   // before run().
   void set_step_hook(std::function<void(const std::string& session)> hook) { step_hook_ = std::move(hook); }
+  // For tests: runs on a log-sync thread before each fdatasync of `session`'s episode log; a hook
+  // that blocks makes that session's log slow (its replies wait; no other session's do). Set before run().
+  void set_sync_hook(std::function<void(const std::string& session)> hook) { sync_hook_ = std::move(hook); }
 
  private:
   // A request as the parser typed it, and when it arrived.
@@ -79,6 +82,9 @@ class Server {
     std::string session;  // step, observe, close: the session it names (parse_session); else ""
     double t = 0;         // unix seconds
     std::string client;   // the sender's CURVE public key (Z85; the ZAP handler's User-Id); "" without CURVE
+    // Whose work it is, for the pools' round-robin (WorkerPool): "key:" + the CURVE key, else
+    // "id:" + the connection's ZeroMQ routing id.
+    std::string tenant;
   };
   // What an op answers now: a reply, the cached bytes of an earlier one (a retry), or nothing
   // yet (deferred: the reply goes out when the work lands).
@@ -144,7 +150,7 @@ class Server {
   // What a tool action costs in steps (config tools.*_steps), and its run after the compile.
   std::uint32_t tool_cost(const protocol::Action& action) const;
   void run_tool(const protocol::Action& action, sandbox::CompileOutcome outcome, ToolJob tool_job, std::uint32_t cost,
-                const std::string& session_id, const Route& route, std::uint64_t id);
+                const std::string& session_id, const Route& route, std::uint64_t id, const std::string& tenant);
   void land(const std::string& session_id, std::uint64_t id, const Route& route, Landed landed);
   // `encoded`: the reply's bytes when a worker encoded them already (else encoded here).
   void finish_deferred(const std::string& session_id, std::uint64_t id, protocol::Value reply,
@@ -156,6 +162,20 @@ class Server {
   void release_held(const std::string& session_id, std::deque<HeldRequest> held);
 
   void send(const Route& route, const std::string& bytes);
+  // Whether a reply waits for its session's log to be durable: `wait` for a reply that changed the
+  // episode (a reset, a step that ran, a close), `none` for one that changed nothing (observe,
+  // hello, stats, list_tasks, errors): its record is written before it goes out and made durable
+  // by the session's next fdatasync.
+  enum class Durability { wait, none };
+  // A reply of `session` (to `routes`), after the session's replies held before it: with `wait`,
+  // once every record of the session written so far is durable (Recorder::pending); at once when
+  // nothing waits. `id`: the request's, for the storage_unavailable error that replaces it if the
+  // sync fails.
+  void send_logged(const std::string& session, std::vector<Route> routes, const std::string& bytes,
+                   std::optional<std::uint64_t> id, Durability durability = Durability::wait);
+  // A log-sync report, on the loop: sends the session's replies whose records are durable now, or,
+  // when the fdatasync failed, answers each held reply with storage_unavailable instead.
+  void on_synced(const std::string& session, std::uint64_t record, int error);
   // Logs the exchange; false when the disk refused it, so its reply must not go out as done (a
   // storage_unavailable error goes out instead; a state-changing reply waits for its retry).
   bool record_exchange(const Request& request, const protocol::Value& reply);
@@ -177,6 +197,15 @@ class Server {
   std::unique_ptr<WorkerPool> compile_pool_;
   std::unique_ptr<WorkerPool> step_pool_;  // workspace actions and their replies (start_workspace_step)
   std::function<void(const std::string&)> step_hook_;
+  std::function<void(const std::string&)> sync_hook_;
+  // Replies waiting for their session's episode log to be durable (send_logged), per session, in order.
+  struct Outgoing {
+    std::uint64_t after = 0;  // the record that must be durable first
+    std::vector<Route> routes;
+    std::string bytes;
+    std::optional<std::uint64_t> id;
+  };
+  std::unordered_map<std::string, std::deque<Outgoing>> outbox_;
   std::vector<std::unique_ptr<WorkerPool>> gpu_queues_;  // one per GPU: one timed run at a time
   std::vector<std::unique_ptr<GpuCounters>> gpu_counters_;
   std::unique_ptr<Preparation> preparation_;  // with a GPU backend: every task readied on every GPU

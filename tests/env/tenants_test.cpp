@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -290,8 +291,11 @@ struct StepGate {
   std::condition_variable changed;
   std::set<std::string> held;  // sessions whose actions wait here
   int entered = 0;             // held actions that reached the gate
+  std::vector<std::string> order;  // every session that reached the gate, held or not, in order
   void hook(const std::string& session) {
     std::unique_lock lock(mutex);
+    order.push_back(session);
+    changed.notify_all();
     if (!held.count(session)) return;
     ++entered;
     changed.notify_all();
@@ -306,6 +310,15 @@ struct StepGate {
     std::lock_guard lock(mutex);
     held.erase(session);
     changed.notify_all();
+  }
+  void release_all() {
+    std::lock_guard lock(mutex);
+    held.clear();
+    changed.notify_all();
+  }
+  bool wait_order(std::size_t n) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, std::chrono::seconds(60), [&] { return order.size() >= n; });
   }
   // Declared after the server: whatever a failed check left held goes on, so the server can stop.
   struct Opener {
@@ -417,4 +430,128 @@ TEST_CASE("requests pipelined behind a workspace action beyond the hold limit ar
     CHECK(o["id"] == 100 + i);
     CHECK(o["observation"]["step"] == 1);
   }
+}
+
+TEST_CASE("a slow episode-log sync holds only its own session's replies that changed the episode",
+          "[tenants][fair][storage]") {
+  // Issue 22.6: every exchange was fdatasync'ed on the server loop before its reply went out, so
+  // with episode logs on, four clients flooding steps pushed another client's observe to a p99 of
+  // 130-400 ms. The fdatasync now runs on log-sync threads: with one session's sync held there
+  // indefinitely, another session is answered. In the held session, a reply that changed the
+  // episode (a step, a close) waits until its record is durable, and so does everything after it;
+  // a reply that changed nothing (an observe, an error) goes out once its record is written.
+  StepGate gate;
+  d2k::env::Config config = d2k::test::test_config();
+  REQUIRE(config.record);
+  d2k::test::TestServer srv(config, nullptr,
+                            [&](d2k::env::Server& s) { s.set_sync_hook([&](const std::string& id) { gate.hook(id); }); });
+  StepGate::Opener opener{gate};
+  zmq::context_t ctx;
+  Dealer slow(ctx, srv.endpoint, "");
+  Value r = slow.call(req(1, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+  REQUIRE(r["ok"] == true);
+  const std::string a = r["session"].get<std::string>();
+  {
+    std::lock_guard lock(gate.mutex);
+    gate.held.insert(a);
+  }
+  // An observe changes nothing: answered with its record written, its fdatasync still held.
+  Value s10 = slow.call(req(10, "observe", {{"session", a}}));
+  CHECK(s10["id"] == 10);
+  CHECK(s10["observation"]["step"] == 0);
+  REQUIRE(gate.wait_entered(1));  // the observe's fdatasync, held
+  CHECK(d2k::env::read_episode_log(config.log_dir / (a + ".d2klog")).exchanges.size() == 2);  // reset, 10
+  slow.send(req(11, "step", {{"session", a}, {"action", {{"type", "write_file"}, {"path", "n.h"}, {"content", "1"}}}}));
+  slow.send(req(12, "observe", {{"session", a}}));  // it would show step 11: it waits behind it
+  slow.send(req(13, "observe", {{"session", "nope"}}));  // no such session: an error, not logged, not held
+  slow.send(req(14, "step", {{"session", a}, {"action", {{"type", "nope"}}}}));  // refused: changes nothing, but behind 11
+
+  // Another client opens a session, observes and steps: each reply after its own record is written.
+  d2k::Client victim(srv.endpoint);
+  const std::string b = victim.reset("vector_add", 1, 7)["session"].get<std::string>();
+  CHECK(victim.observe(b)["observation"]["step"] == 0);
+  Value st = victim.step(b, {{"type", "write_file"}, {"path", "small.h"}, {"content", "z"}});
+  CHECK(st["observation"]["step"] == 1);
+  const d2k::env::EpisodeLog lb = d2k::env::read_episode_log(config.log_dir / (b + ".d2klog"));
+  CHECK(lb.exchanges.size() == 3);  // reset, observe, step: all in the log when their replies came
+
+  // The held session's step and what came after it were handled and logged, not answered: only
+  // request 13 (no session) is.
+  Value e13 = slow.recv();
+  CHECK(e13["id"] == 13);
+  CHECK(e13["error"]["code"] == "unknown_session");
+  zmq::pollitem_t item{slow.socket.handle(), 0, ZMQ_POLLIN, 0};
+  CHECK(zmq::poll(&item, 1, std::chrono::milliseconds(200)) == 0);
+  const d2k::env::EpisodeLog written = d2k::env::read_episode_log(config.log_dir / (a + ".d2klog"));
+  CHECK(written.exchanges.size() == 5);  // reset, 10, 11, 12, 14: written, 11 waiting for its fdatasync
+
+  gate.release(a);
+  Value s11 = slow.recv(), s12 = slow.recv(), s14 = slow.recv();
+  CHECK(s11["id"] == 11);
+  CHECK(s11["observation"]["step"] == 1);
+  CHECK(s12["id"] == 12);
+  CHECK(s12["observation"]["files"]["n.h"] == "1");
+  CHECK(s14["id"] == 14);
+  CHECK(s14["ok"] == false);
+  const d2k::env::EpisodeLog la = d2k::env::read_episode_log(config.log_dir / (a + ".d2klog"));
+  REQUIRE(la.exchanges.size() == 5);
+  CHECK(la.exchanges[1].reply == s10);
+  CHECK(la.exchanges[3].reply == s12);
+  Value closed = slow.call(req(15, "close", {{"session", a}}));
+  CHECK(closed["steps"] == 1);
+  victim.close(b);
+}
+
+TEST_CASE("one client's many queued workspace actions do not go before another client's", "[tenants][fair]") {
+  // Issue 22.6: workspace actions of every session queued for the two step workers in arrival
+  // order, so a client that kept many sessions stepping made another client's step wait behind all
+  // of them. The pools now take tenants (routing id, or CURVE key) in turn: counted here by the
+  // order in which actions reach the workers, not by time.
+  StepGate gate;
+  d2k::test::TestServer srv(d2k::test::test_config(), nullptr,
+                            [&](d2k::env::Server& s) { s.set_step_hook([&](const std::string& id) { gate.hook(id); }); });
+  StepGate::Opener opener{gate};
+  zmq::context_t ctx;
+  Dealer flood(ctx, srv.endpoint, "flood");
+  constexpr int kSessions = 8;
+  std::vector<std::string> fs;
+  for (int i = 0; i < kSessions; ++i) {
+    Value r = flood.call(req(1 + static_cast<std::uint64_t>(i), "reset", {{"task", "vector_add"}, {"layer", 1}}));
+    REQUIRE(r["ok"] == true);
+    fs.push_back(r["session"].get<std::string>());
+  }
+  Dealer victim(ctx, srv.endpoint, "victim");
+  Value vr = victim.call(req(1, "reset", {{"task", "vector_add"}, {"layer", 1}}));
+  REQUIRE(vr["ok"] == true);
+  const std::string v = vr["session"].get<std::string>();
+  {
+    std::lock_guard lock(gate.mutex);
+    for (const auto& f : fs) gate.held.insert(f);
+  }
+  auto write = [](std::uint64_t id, const std::string& session) {
+    return req(id, "step", {{"session", session}, {"action", {{"type", "write_file"}, {"path", "x.h"}, {"content", "1"}}}});
+  };
+  for (int i = 0; i < kSessions; ++i) flood.send(write(100 + static_cast<std::uint64_t>(i), fs[static_cast<std::size_t>(i)]));
+  REQUIRE(gate.wait_entered(2));  // both step workers hold one of the flood's actions; six wait in the queue
+  // The flood's requests are all handled (queued) before the victim's: a stats round trip on the
+  // flood's own connection comes back after them.
+  REQUIRE(flood.call(req(500, "stats"))["ok"] == true);
+  victim.send(write(10, v));
+  REQUIRE(victim.call(req(11, "stats"))["ok"] == true);  // the victim's step is queued too
+  gate.release_all();
+  REQUIRE(gate.wait_order(kSessions + 1));
+  std::vector<std::string> order;
+  {
+    std::lock_guard lock(gate.mutex);
+    order = gate.order;
+  }
+  const auto at = std::find(order.begin(), order.end(), v) - order.begin();
+  // Two of the flood's were on the workers; then the flood and the victim take turns, so the
+  // victim's action is the third or fourth to reach a worker (the two workers race for the next two).
+  // In arrival order it was the ninth.
+  CHECK(at <= 3);
+  Value s10 = victim.recv();
+  CHECK(s10["id"] == 10);
+  CHECK(s10["observation"]["step"] == 1);
+  for (int i = 0; i < kSessions; ++i) CHECK(flood.recv()["ok"] == true);
 }

@@ -1,8 +1,16 @@
 // Episode logs, the catalogue, the report and the Recorder, in process (no server, no nvcc).
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <tuple>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -619,5 +627,130 @@ TEST_CASE("Recorder: observe replies are logged as patches of an earlier reply a
   CHECK(b2.exchanges.empty());
   REQUIRE(b2.torn_tail);
   CHECK_THAT(b2.torn_tail->reason, Catch::Contains("no earlier exchange"));
+  fs::remove_all(dir);
+}
+
+namespace {
+// fdatasync(2) calls made by each thread: this definition takes the place of libc's for the whole
+// test binary (the Recorder's code included) and forwards to the system call.
+thread_local int fdatasyncs_here = 0;
+}  // namespace
+
+extern "C" int fdatasync(int fd) noexcept {
+  ++fdatasyncs_here;
+  return static_cast<int>(::syscall(SYS_fdatasync, fd));
+}
+
+TEST_CASE("Recorder with log-sync threads: the caller's thread never runs an fdatasync", "[recorder]") {
+  // Issue 22.6: with log-sync threads the writer still ran its own fdatasync after every record,
+  // on the caller's thread (the server loop), before the sync threads ran theirs: every reply of
+  // every logged session waited for the disk on the loop, twice.
+  Fixture fx;
+  fs::path dir = temp_dir("d2k-rec-nosync");
+  std::atomic<int> reports{0};
+  for (const bool threads : {false, true}) {
+    RecorderConfig rc;
+    rc.log_dir = dir / (threads ? "threads" : "inline");
+    rc.server_info = {{"version", "test"}};
+    if (threads) rc.on_synced = [&](const std::string&, std::uint64_t, int) { ++reports; };
+    Recorder rec(rc);
+    Episode ep("s1", fx.task(), 1, 7, Budget{}, "", Workspace::Limits{});
+    json reset_reply = {{"v", 1}, {"id", 1}, {"ok", true}, {"session", "s1"}, {"observation", ep.observation()}};
+    fdatasyncs_here = 0;
+    REQUIRE(rec.begin(ep, reset_request(true), reset_reply, 10.0, 10.5));
+    json request = {{"v", 1}, {"id", 2}, {"op", "observe"}, {"session", "s1"}};
+    CHECK(rec.record(ep, request, reset_reply, 11.0, 11.1));
+    if (threads) {
+      CHECK(fdatasyncs_here == 0);  // the log-sync threads make the records durable
+      CHECK(rec.pending("s1") != 0);
+    } else {
+      CHECK(fdatasyncs_here >= 3);  // preamble, header and each exchange, on this thread
+    }
+    rec.stop_sync();
+  }
+  CHECK(reports.load() >= 1);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Recorder with log-sync threads: pending until durable, and a failed fdatasync writes the records again",
+          "[recorder]") {
+  // Issue 22.6: records are written on the caller's thread and fdatasync'ed by log-sync threads,
+  // whose reports the owner hands to synced(). A failed fdatasync cuts the file back to its last
+  // durable record; the records after it wait and are written again, in order, by the next flush.
+  Fixture fx;
+  fs::path dir = temp_dir("d2k-rec-sync");
+  std::mutex mutex;
+  std::condition_variable came;
+  std::deque<std::tuple<std::string, std::uint64_t, int>> reports;
+  RecorderConfig rc;
+  rc.log_dir = dir / "episodes";
+  rc.server_info = {{"version", "test"}};
+  rc.sync_threads = 2;
+  rc.on_synced = [&](const std::string& s, std::uint64_t n, int error) {
+    std::lock_guard lock(mutex);
+    reports.emplace_back(s, n, error);
+    came.notify_all();
+  };
+  Recorder rec(rc);
+  // Hands the reports to synced() (as the server loop does) until the session has nothing pending.
+  auto settle = [&](const std::string& s) {
+    while (rec.pending(s) != 0) {
+      std::unique_lock lock(mutex);
+      REQUIRE(came.wait_for(lock, std::chrono::seconds(60), [&] { return !reports.empty(); }));
+      auto [session, n, error] = reports.front();
+      reports.pop_front();
+      lock.unlock();
+      rec.synced(session, n, error);
+    }
+  };
+  Episode ep("s1", fx.task(), 1, 7, Budget{}, "", Workspace::Limits{});
+  json reset_reply = {{"v", 1}, {"id", 1}, {"ok", true}, {"session", "s1"}, {"observation", ep.observation()}};
+  REQUIRE(rec.begin(ep, reset_request(true), reset_reply, 10.0, 10.5));
+  CHECK(rec.pending("s1") != 0);  // written, not yet known durable: a reply would wait
+  settle("s1");
+  const fs::path path = rec.log_path("s1");
+  const std::uintmax_t durable = fs::file_size(path);
+
+  auto step = [&](std::uint64_t id, const std::string& content) {
+    ep.workspace().write("kernel.cu", content);
+    ep.record_step({{"action", "write_file"}, {"ok", true}}, 0.0);
+    json request = {{"v", 1}, {"id", id}, {"op", "step"}, {"session", "s1"},
+                    {"action", {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", content}}}};
+    json reply = {{"v", 1}, {"id", id}, {"ok", true}, {"observation", ep.observation()}, {"reward", 0.0}, {"info", ep.info()}};
+    CHECK(rec.record(ep, request, reply, 11.0, 11.1));
+  };
+  step(2, "x");
+  step(3, "y");
+  const std::uint64_t last = rec.pending("s1");
+  REQUIRE(last != 0);
+  CHECK(read_episode_log(path).exchanges.size() == 3);
+  // The fdatasync of those two records fails: they are cut off and wait; nothing is pending now.
+  CHECK_FALSE(rec.synced("s1", last, EIO));
+  CHECK(fs::file_size(path) == durable);
+  CHECK(read_episode_log(path).exchanges.size() == 1);
+  CHECK(rec.pending("s1") == 0);
+  // A stale report about the records cut off changes nothing.
+  CHECK(rec.synced("s1", last, EIO));
+  CHECK(fs::file_size(path) == durable);
+  // The next flush writes them again, in order, before anything later.
+  CHECK(rec.flush(std::string("s1")));
+  CHECK(rec.pending("s1") > last);
+  step(4, "z");
+  settle("s1");
+  EpisodeLog log = read_episode_log(path);
+  CHECK_FALSE(log.torn_tail);
+  REQUIRE(log.exchanges.size() == 4);
+  for (std::size_t i = 0; i < log.exchanges.size(); ++i) {
+    CHECK(log.exchanges[i].n == i);
+    CHECK(log.exchanges[i].request["id"] == i + 1);
+  }
+  CHECK(log.exchanges[3].reply["observation"]["files"]["kernel.cu"] == "z");
+  // The session ends while its end record is not yet durable: the log closes once it is.
+  ep.end("closed");
+  rec.end(ep, "closed");
+  CHECK(rec.active() == 0);
+  settle("s1");
+  REQUIRE(read_episode_log(path).end);
+  rec.stop_sync();
   fs::remove_all(dir);
 }
