@@ -20,7 +20,7 @@ for k in reference.cu baseline.cu experts/L1.cu experts/L2.cu; do
   name=$(echo "$k" | tr '/.' '__')
   { echo '#include "cuda_cpu_shim.hpp"'; echo '#include "cuda_cpu_extra.hpp"';
     python3 "$shim/cuda_cpu_prep.py" "$task/$k" | tail -n +2; } > "$out/$name.cpp"
-  g++ -std=c++20 -O2 -pthread -w -I"$out/inc" -I"$out" -o "$out/$name" "$out/$name.cpp" "$here/check_fft.cpp"
+  g++ -std=c++20 -O2 -fno-strict-aliasing -pthread -w -I"$out/inc" -I"$out" -o "$out/$name" "$out/$name.cpp" "$here/check_fft.cpp"
   for bn in "3 256" "9 512" "2 768" "3 1536" "1 1024" "2 2048" "1 4096" "1 6144" "1 8192" "1 16384"; do
     echo -n "fft $k: "; "$out/$name" $bn || fail=1
   done
