@@ -21,3 +21,8 @@ inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
 inline cudaError_t cudaMallocAsync(void** p, size_t b, cudaStream_t) { return cudaMalloc(p, b); }
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
 enum { cudaErrorMemoryAllocation = 2 };
+// Shared-memory addresses of the emulation: offsets into the block's dynamic shared buffer (the
+// L3 emulation, emulate_l3.py, only uses them for that buffer).
+inline uint32_t __cvta_generic_to_shared(const void* p) {
+  return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - d2k_dyn_smem());
+}

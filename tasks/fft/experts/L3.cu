@@ -1,14 +1,18 @@
 // fft L3 expert: the L2 design (one pass; whole transforms per block in shared memory; radix-4
-// Stockham stages in registers) with Hopper's copy engine and no transcendental in the stages:
+// Stockham stages in registers) specialised per size and fed by Hopper's copy engine:
+// - one kernel per size n (2^a or 3 * 2^a in [256, 16384]): the plan (radices, ns, threads) is a
+//   compile-time constant, the stages are unrolled, and every index division or modulo is by a
+//   constant (shifts and multiplies instead of the ~20-instruction integer divisions that L2's
+//   runtime sizes cost, which make L2 instruction-bound rather than memory-bound);
 // - the block's transforms (contiguous, T * n * 8 bytes) come into shared memory by bulk async
 //   copies (cp.async.bulk, UBLKCP in SASS) issued by one thread and tracked by an mbarrier, while
-//   the other threads build the twiddle tables; the first stage then reads shared memory;
+//   the other threads build the twiddle tables;
 // - twiddles are exact table entries: w^e = hi[e / 64] * lo[e % 64], two small tables of n-th roots
-//   of unity (n/64 + 64 entries, 2.5 KiB at n = 16384) built once per block in double precision
-//   (sincospi), so the stages do two shared loads and one complex multiply per twiddle instead of a
-//   sincos (no MUFU.SIN/COS in the kernel), and the twiddles are more accurate than fast sincos;
-// - the last stage writes its outputs to shared memory, and the block stores the result with
-//   128-bit streaming stores (two complex values per store, coalesced, STG.E.128).
+//   of unity (n/64 + 64 entries, 2.5 KiB at n = 16384) built per block in double precision
+//   (sincospi): no MUFU.SIN/COS, and more accurate than fast sincos;
+// - the last stage (radix 3 for 3 * 2^a, so that every earlier stage has a power-of-two ns) gives
+//   each thread adjacent pairs of butterflies, whose outputs are adjacent in y: it stores straight
+//   from registers with 128-bit streaming stores (STG.E.EF.128), no shared-memory round trip.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -52,72 +56,108 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // The stages' radices, 2 bits each (stage s: (code >> 2s) & 3, 1 = radix 2, 2 = radix 3, 0 = radix 4),
 // in a scalar so that the stage loop indexes no array (no local memory).
-struct Plan {
-  int count;
-  uint32_t code;
-  __host__ __device__ int radix(int s) const {
-    const uint32_t c = (code >> (2 * s)) & 3u;
-    return c == 1u ? 2 : c == 2u ? 3 : 4;
-  }
-  void add(int r) { code |= static_cast<uint32_t>(r == 2 ? 1 : r == 3 ? 2 : 0) << (2 * count); ++count; }
-};
+// The plan of size n (2^a or 3 * 2^a), fixed at compile time: a radix-2 stage when log2 of the
+// power of two is odd, then radix-4 stages, then a radix-3 stage when 3 divides n (last, so that
+// every stage before it has a power-of-two ns and the last stage has an even number of butterflies
+// per thread). Stockham allows any order of the radices.
+__host__ __device__ constexpr bool has3(int n) { return n % 3 == 0; }
+__host__ __device__ constexpr int log2_of(int m) { int l = 0; while (m > 1) { m /= 2; ++l; } return l; }
+__host__ __device__ constexpr int stage_count(int n) {
+  const int l = log2_of(has3(n) ? n / 3 : n);
+  return (l % 2) + l / 2 + (has3(n) ? 1 : 0);
+}
+__host__ __device__ constexpr int stage_radix(int n, int s) {
+  const int l = log2_of(has3(n) ? n / 3 : n);
+  if (l % 2 == 1 && s == 0) return 2;
+  if (has3(n) && s == stage_count(n) - 1) return 3;
+  return 4;
+}
+__host__ __device__ constexpr int stage_ns(int n, int s) {  // product of the radices before stage s
+  int p = 1;
+  for (int i = 0; i < s; ++i) p *= stage_radix(n, i);
+  return p;
+}
+__host__ __device__ constexpr int values_per_thread(int n) { return has3(n) ? 12 : 16; }
+__host__ __device__ constexpr int transforms_per_block(int n) { return has3(n) ? (n < 1536 ? 1536 / n : 1) : (n < 2048 ? 2048 / n : 1); }
+__host__ __device__ constexpr int threads_for(int n) { return transforms_per_block(n) * n / values_per_thread(n); }
 
-// exp(-2 pi i e / n) for 0 <= e < n, from the two tables.
+// exp(-2 pi i e / N) for 0 <= e < N, from the two tables.
 __device__ __forceinline__ float2 twiddle(const float2* hi, const float2* lo, int e) {
   return cmul(hi[e >> 6], lo[e & (kLo - 1)]);
 }
 
-template <int V, int R>
-__device__ __forceinline__ void stage(float2 (&v)[V], float2* sm, const float2* hi, const float2* lo, int n, int ns,
-                                      bool last) {
-  const int tid = threadIdx.x, nt = blockDim.x, per = n / R;
+// Stage S of the size-N plan, every index a compile-time divisor. Thread tid owns V / R butterflies;
+// in the last stage they come in adjacent pairs (g = 2 tid + (i & 1) + (i / 2) * 2 NT), whose outputs
+// are adjacent in y: one 16-byte store per pair and output.
+template <int N, int S>
+__device__ __forceinline__ void stage(float2 (&v)[values_per_thread(N)], float2* sm, const float2* hi, const float2* lo,
+                                      float2* __restrict__ gy, int valid) {
+  constexpr int V = values_per_thread(N), R = stage_radix(N, S), NS = stage_ns(N, S), PER = N / R;
+  constexpr int NT = threads_for(N), STEP = N / (NS * R);
+  constexpr bool kLast = S == stage_count(N) - 1;
+  const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < V / R; ++i) {
-    const int g = tid + i * nt, tr = g / per, j = g - tr * per;
+    const int g = kLast ? 2 * tid + (i & 1) + (i >> 1) * 2 * NT : tid + i * NT;
+    const int tr = g / PER, j = g - tr * PER;
 #pragma unroll
-    for (int r = 0; r < R; ++r) v[i * R + r] = sm[tr * n + j + r * per];
+    for (int r = 0; r < R; ++r) v[i * R + r] = sm[tr * N + j + r * PER];
   }
-  const int step = n / (ns * R);  // twiddle r of butterfly j is w^(r * (j mod ns) * step)
 #pragma unroll
   for (int i = 0; i < V / R; ++i) {
-    const int g = tid + i * nt, j = g % per, e = (j % ns) * step;
-    if (ns > 1) {
+    const int g = kLast ? 2 * tid + (i & 1) + (i >> 1) * 2 * NT : tid + i * NT;
+    const int e = (g % PER % NS) * STEP;  // twiddle r is w^(r e)
+    if constexpr (NS > 1) {
 #pragma unroll
       for (int r = 1; r < R; ++r) v[i * R + r] = cmul(v[i * R + r], twiddle(hi, lo, r * e));
     }
     dft<R>(&v[i * R]);
   }
-  __syncthreads();  // every thread has read this stage's inputs
+  if constexpr (kLast) {  // NS * R == N: outputs at j + q NS, pairs (j, j + 1) adjacent
 #pragma unroll
-  for (int i = 0; i < V / R; ++i) {
-    const int g = tid + i * nt, tr = g / per, j = g - tr * per, k = j % ns;
-    float2* dst = sm + tr * n + (j / ns) * ns * R + k;
+    for (int i = 0; i < V / R; i += 2) {
+      const int g = 2 * tid + (i >> 1) * 2 * NT, tr = g / PER, j = g - tr * PER;
+      if (tr < valid) {
 #pragma unroll
-    for (int q = 0; q < R; ++q) dst[q * ns] = v[i * R + q];
+        for (int q = 0; q < R; ++q) {
+          const float2 a = v[i * R + q], b = v[(i + 1) * R + q];
+          __stcs(reinterpret_cast<float4*>(gy + tr * N + j + q * NS), make_float4(a.x, a.y, b.x, b.y));
+        }
+      }
+    }
+  } else {
+    __syncthreads();  // every thread has read this stage's inputs
+#pragma unroll
+    for (int i = 0; i < V / R; ++i) {
+      const int g = tid + i * NT, tr = g / PER, j = g - tr * PER, k = j % NS;
+      float2* dst = sm + tr * N + (j / NS) * NS * R + k;
+#pragma unroll
+      for (int q = 0; q < R; ++q) dst[q * NS] = v[i * R + q];
+    }
+    __syncthreads();  // the outputs are visible to the next stage
+    stage<N, S + 1>(v, sm, hi, lo, gy, valid);
   }
-  __syncthreads();  // the outputs are visible to the next stage (or to the final store)
-  (void)last;
 }
 
-template <int V>
-__global__ void __launch_bounds__(1024) fft_l3(const float2* __restrict__ x, float2* __restrict__ y, int64_t batch,
-                                               int n, int per_block, Plan plan) {
-  extern __shared__ __align__(128) float2 sm[];  // per_block * n data, then n/64 + 64 twiddles
+template <int N>
+__global__ void __launch_bounds__(threads_for(N)) fft_l3(const float2* __restrict__ x, float2* __restrict__ y,
+                                                          int64_t batch) {
+  constexpr int T = transforms_per_block(N), ELEMS = T * N, NT = threads_for(N);
+  extern __shared__ __align__(128) float2 sm[];  // T * N data, then N/64 + 64 twiddles
   __shared__ __align__(8) uint64_t bar;
-  const int tid = threadIdx.x, nt = blockDim.x;
-  const int64_t first_tr = static_cast<int64_t>(blockIdx.x) * per_block;
-  const int valid = static_cast<int>(batch - first_tr < per_block ? batch - first_tr : per_block);
-  const int elems = per_block * n;
-  float2* hi = sm + elems;
-  float2* lo = hi + n / kLo;
+  const int tid = threadIdx.x;
+  const int64_t first_tr = static_cast<int64_t>(blockIdx.x) * T;
+  const int valid = static_cast<int>(batch - first_tr < T ? batch - first_tr : T);
+  float2* hi = sm + ELEMS;
+  float2* lo = hi + N / kLo;
   const uint32_t bar_addr = smem_addr(&bar);
-  const uint32_t bytes = static_cast<uint32_t>(valid) * static_cast<uint32_t>(n) * 8u;
+  const uint32_t bytes = static_cast<uint32_t>(valid) * static_cast<uint32_t>(N) * 8u;
   if (tid == 0) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar_addr) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar_addr), "r"(bytes) : "memory");
-    const char* src = reinterpret_cast<const char*>(x + first_tr * n);
+    const char* src = reinterpret_cast<const char*>(x + first_tr * N);
     const uint32_t dst = smem_addr(sm);
     for (uint32_t off = 0; off < bytes; off += 32768u) {
       const uint32_t chunk = bytes - off < 32768u ? bytes - off : 32768u;
@@ -128,14 +168,14 @@ __global__ void __launch_bounds__(1024) fft_l3(const float2* __restrict__ x, flo
     }
   }
   // Twiddle tables (double precision, rounded once) while the copies are in flight.
-  for (int i = tid; i < n / kLo + kLo; i += nt) {
-    const int e = i < n / kLo ? i * kLo : i - n / kLo;
+  for (int i = tid; i < N / kLo + kLo; i += NT) {
+    const int e = i < N / kLo ? i * kLo : i - N / kLo;
     double s, c;
-    sincospi(-2.0 * static_cast<double>(e) / static_cast<double>(n), &s, &c);
+    sincospi(-2.0 * static_cast<double>(e) / static_cast<double>(N), &s, &c);
     hi[i] = make_float2(static_cast<float>(c), static_cast<float>(s));  // hi and lo are contiguous
   }
   // A partial last block: the transforms past the batch are zeros (computed, never stored).
-  for (int i = valid * n + tid; i < elems; i += nt) sm[i] = make_float2(0.0f, 0.0f);
+  for (int i = valid * N + tid; i < ELEMS; i += NT) sm[i] = make_float2(0.0f, 0.0f);
   __syncthreads();  // tables, zeros and the barrier's initialisation are visible
   {
     uint32_t done = 0;
@@ -151,60 +191,46 @@ __global__ void __launch_bounds__(1024) fft_l3(const float2* __restrict__ x, flo
           : "memory");
     }
   }
-  float2 v[V];
-  int ns = 1;
-  for (int s = 0; s < plan.count; ++s) {
-    const bool last = s == plan.count - 1;
-    switch (plan.radix(s)) {
-      case 2: stage<V, 2>(v, sm, hi, lo, n, ns, last); break;
-      case 3:
-        if constexpr (V % 3 == 0) stage<V, 3>(v, sm, hi, lo, n, ns, last);
-        break;
-      default: stage<V, 4>(v, sm, hi, lo, n, ns, last); break;
-    }
-    ns *= plan.radix(s);
-  }
-  // 128-bit streaming stores of the valid transforms (n is even: rows of float4).
-  const float4* src4 = reinterpret_cast<const float4*>(sm);
-  float4* dst4 = reinterpret_cast<float4*>(y + first_tr * n);
-  const int count4 = valid * n / 2;
-  for (int i = tid; i < count4; i += nt) __stcs(dst4 + i, src4[i]);
+  float2 v[values_per_thread(N)];
+  stage<N, 0>(v, sm, hi, lo, y + first_tr * N, valid);
+}
+
+template <int N>
+cudaError_t launch(const float2* x, float2* y, int64_t batch, cudaStream_t stream) {
+  constexpr int T = transforms_per_block(N);
+  constexpr size_t kSmem = static_cast<size_t>(T * N + N / kLo + kLo) * sizeof(float2);
+  const cudaError_t err = cudaFuncSetAttribute(fft_l3<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+  if (err != cudaSuccess) return err;
+  const int64_t blocks = (batch + T - 1) / T;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  fft_l3<N><<<static_cast<unsigned>(blocks), threads_for(N), kSmem, stream>>>(x, y, batch);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 extern "C" int d2k_fft(const float* x, float* y, int64_t batch, int64_t n, cudaStream_t stream) {
-  if (batch <= 0 || n < 256 || n > 16384) return static_cast<int>(cudaErrorInvalidValue);
-  Plan plan{};
-  int m = static_cast<int>(n);
-  const bool three = m % 3 == 0;
-  if (three) { plan.add(3); m /= 3; }
-  int log2m = 0;
-  while (m % 2 == 0) { m /= 2; ++log2m; }
-  if (m != 1) return static_cast<int>(cudaErrorInvalidValue);
-  if (log2m % 2 == 1) plan.add(2);
-  for (int i = 0; i < log2m / 2; ++i) plan.add(4);
+  if (batch <= 0) return static_cast<int>(cudaErrorInvalidValue);
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(y) % 16 != 0)
     return static_cast<int>(cudaErrorInvalidValue);  // cudaMalloc gives 256-byte alignment
-
-  const int nn = static_cast<int>(n);
-  const int per_block = three ? (nn < 1536 ? 1536 / nn : 1) : (nn < 2048 ? 2048 / nn : 1);
-  const int elems = per_block * nn;
-  const int threads = elems / (three ? 12 : 16);
-  const size_t smem = static_cast<size_t>(elems + nn / kLo + kLo) * sizeof(float2);
-  const int64_t blocks = (batch + per_block - 1) / per_block;
-  if (blocks > 0x7fffffff) return static_cast<int>(cudaErrorInvalidValue);
   const float2* in = reinterpret_cast<const float2*>(x);
   float2* out = reinterpret_cast<float2*>(y);
   cudaError_t err;
-  if (three) {
-    err = cudaFuncSetAttribute(fft_l3<12>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return static_cast<int>(err);
-    fft_l3<12><<<static_cast<unsigned>(blocks), threads, smem, stream>>>(in, out, batch, nn, per_block, plan);
-  } else {
-    err = cudaFuncSetAttribute(fft_l3<16>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return static_cast<int>(err);
-    fft_l3<16><<<static_cast<unsigned>(blocks), threads, smem, stream>>>(in, out, batch, nn, per_block, plan);
+  switch (n) {  // one kernel per size: every index computation is by compile-time constants
+    case 256: err = launch<256>(in, out, batch, stream); break;
+    case 384: err = launch<384>(in, out, batch, stream); break;
+    case 512: err = launch<512>(in, out, batch, stream); break;
+    case 768: err = launch<768>(in, out, batch, stream); break;
+    case 1024: err = launch<1024>(in, out, batch, stream); break;
+    case 1536: err = launch<1536>(in, out, batch, stream); break;
+    case 2048: err = launch<2048>(in, out, batch, stream); break;
+    case 3072: err = launch<3072>(in, out, batch, stream); break;
+    case 4096: err = launch<4096>(in, out, batch, stream); break;
+    case 6144: err = launch<6144>(in, out, batch, stream); break;
+    case 8192: err = launch<8192>(in, out, batch, stream); break;
+    case 12288: err = launch<12288>(in, out, batch, stream); break;
+    case 16384: err = launch<16384>(in, out, batch, stream); break;
+    default: err = cudaErrorInvalidValue; break;  // the task's sizes: 2^a or 3 * 2^a in [256, 16384]
   }
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(err);
 }

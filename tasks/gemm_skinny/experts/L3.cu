@@ -63,7 +63,7 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
 __device__ __forceinline__ uint32_t lds_pair(uint32_t tile, int r, int k) {
   uint32_t v;
   const uint32_t addr = tile + r * 128 + ((((k >> 3) ^ (r & 7))) << 4) + (k & 7) * 2;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr));
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
   return v;
 }
 
