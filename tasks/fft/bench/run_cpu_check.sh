@@ -6,7 +6,7 @@
 # parities, several transforms per block and a partial last block. L3's inline PTX is rewritten by
 # emulate_l3.py (the bulk copies become memcpy, the mbarrier wait completes at once): its stages,
 # twiddle tables and 128-bit output copy run; the PTX itself is checked on the H200 (verify-tasks).
-# Usage: tasks/fft/bench/run_cpu_check.sh        (about a minute on a loaded 2-core machine)
+# Usage: tasks/fft/bench/run_cpu_check.sh        (about 4 minutes on a loaded 2-core machine)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 task=$(cd "$here/.." && pwd)

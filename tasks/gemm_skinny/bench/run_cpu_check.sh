@@ -7,7 +7,7 @@
 # PTX (TMA, mbarriers, ld.shared, mma.sync) is rewritten by emulate_l3.py into emulations of the
 # PTX ISA's semantics; the hardware's agreement is checked on the H200 by `d2k verify-tasks`.
 # -fno-strict-aliasing: the kernels view 16-byte vectors as bf16 pairs, as CUDA code does.
-# Usage: tasks/gemm_skinny/bench/run_cpu_check.sh        (a few minutes on a loaded 2-core machine)
+# Usage: tasks/gemm_skinny/bench/run_cpu_check.sh        (about 5 minutes on a loaded 2-core machine)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 task=$(cd "$here/.." && pwd)
