@@ -3,7 +3,8 @@
 // - one kernel per size n (2^a or 3 * 2^a in [256, 16384]): the plan (radices, ns, threads) is a
 //   compile-time constant, the stages are unrolled, and every index division or modulo is by a
 //   constant (shifts and multiplies instead of the ~20-instruction integer divisions that L2's
-//   runtime sizes cost, which make L2 instruction-bound rather than memory-bound);
+//   runtime sizes cost, which make L2 instruction-bound rather than memory-bound); powers of two
+//   use radix-8 stages (5 at n = 16384 instead of 7);
 // - the block's transforms (contiguous, T * n * 8 bytes) come into shared memory by bulk async
 //   copies (cp.async.bulk, UBLKCP in SASS) issued by one thread and tracked by an mbarrier, while
 //   the other threads build the twiddle tables;
@@ -19,6 +20,7 @@
 namespace {
 
 constexpr float kSqrt3Half = 0.86602540378443864676f;
+constexpr float kSqrtHalf = 0.70710678118654752440f;
 constexpr int kLo = 64;  // entries of the low twiddle table
 
 __device__ __forceinline__ float2 cmul(float2 a, float2 b) {
@@ -40,13 +42,30 @@ __device__ __forceinline__ void dft(float2* v) {
     v[0] = cadd(a, s);
     v[1] = make_float2(t.x + kSqrt3Half * d.x, t.y + kSqrt3Half * d.y);
     v[2] = make_float2(t.x - kSqrt3Half * d.x, t.y - kSqrt3Half * d.y);
-  } else {
+  } else if constexpr (R == 4) {
     const float2 s02 = cadd(v[0], v[2]), d02 = csub(v[0], v[2]);
     const float2 s13 = cadd(v[1], v[3]), d13 = mul_neg_i(csub(v[1], v[3]));
     v[0] = cadd(s02, s13);
     v[1] = cadd(d02, d13);
     v[2] = csub(s02, s13);
     v[3] = csub(d02, d13);
+  } else {  // R == 8: one radix-2 layer (decimation in frequency), W8^k, two 4-point DFTs
+    float2 s[4], d[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      s[k] = cadd(v[k], v[k + 4]);
+      d[k] = csub(v[k], v[k + 4]);
+    }
+    d[1] = make_float2(kSqrtHalf * (d[1].x + d[1].y), kSqrtHalf * (d[1].y - d[1].x));   // * (1 - i)/sqrt 2
+    d[2] = mul_neg_i(d[2]);                                                             // * -i
+    d[3] = make_float2(kSqrtHalf * (d[3].y - d[3].x), -kSqrtHalf * (d[3].x + d[3].y));  // * (-1 - i)/sqrt 2
+    dft<4>(s);
+    dft<4>(d);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      v[2 * q] = s[q];
+      v[2 * q + 1] = d[q];
+    }
   }
 }
 
@@ -56,21 +75,33 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 // The stages' radices, 2 bits each (stage s: (code >> 2s) & 3, 1 = radix 2, 2 = radix 3, 0 = radix 4),
 // in a scalar so that the stage loop indexes no array (no local memory).
-// The plan of size n (2^a or 3 * 2^a), fixed at compile time: a radix-2 stage when log2 of the
-// power of two is odd, then radix-4 stages, then a radix-3 stage when 3 divides n (last, so that
-// every stage before it has a power-of-two ns and the last stage has an even number of butterflies
-// per thread). Stockham allows any order of the radices.
+// The plan of size n, fixed at compile time. Powers of two: radix-8 stages (one radix-2 or radix-4
+// stage first when log2(n) is not a multiple of 3): 5 stages at n = 16384 instead of radix 4's 7,
+// so fewer shared-memory round trips and index computations per element. 3 * 2^a (12 values per
+// thread, which 8 does not divide): a radix-2 stage when a is odd, radix-4 stages, then the radix-3
+// stage last, so that every stage before it has a power-of-two ns. Every last stage has an even
+// number of butterflies per thread (16/8, 16/4 or 12/3). Stockham allows any order of the radices.
 __host__ __device__ constexpr bool has3(int n) { return n % 3 == 0; }
 __host__ __device__ constexpr int log2_of(int m) { int l = 0; while (m > 1) { m /= 2; ++l; } return l; }
 __host__ __device__ constexpr int stage_count(int n) {
-  const int l = log2_of(has3(n) ? n / 3 : n);
-  return (l % 2) + l / 2 + (has3(n) ? 1 : 0);
+  if (has3(n)) {
+    const int l = log2_of(n / 3);
+    return (l % 2) + l / 2 + 1;
+  }
+  const int l = log2_of(n);
+  return (l % 3 != 0 ? 1 : 0) + l / 3;
 }
 __host__ __device__ constexpr int stage_radix(int n, int s) {
-  const int l = log2_of(has3(n) ? n / 3 : n);
-  if (l % 2 == 1 && s == 0) return 2;
-  if (has3(n) && s == stage_count(n) - 1) return 3;
-  return 4;
+  if (has3(n)) {
+    const int l = log2_of(n / 3);
+    if (l % 2 == 1 && s == 0) return 2;
+    if (s == stage_count(n) - 1) return 3;
+    return 4;
+  }
+  const int l = log2_of(n);
+  if (s == 0 && l % 3 == 1) return 2;
+  if (s == 0 && l % 3 == 2) return 4;
+  return 8;
 }
 __host__ __device__ constexpr int stage_ns(int n, int s) {  // product of the radices before stage s
   int p = 1;
