@@ -73,11 +73,14 @@ struct RunOutcome {
   std::map<std::size_t, double> timing_begin, timing_end;
   std::map<std::size_t, std::uint64_t> keys;               // workload → the key released to it
   std::map<std::size_t, int> announced_samples;            // workload → timing_end's count
+  std::map<std::size_t, int> warmups;                      // workload → the warm-up count sent with its key
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
   double wait_ready_s = 0, run_s = 0;
   double eof_s = -1;              // the result channel's end, since the job was sent
+  double result_t = -1;           // arrival of the result frame, since the job was sent
+  double last_work_t = -1;        // arrival of the last call or timing_end frame (agent code ran before it)
 };
 
 // GPU-resident hooks: `on_slots` runs when an owner's "slots" frame arrives (the loop waits for it);
@@ -165,18 +168,23 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       if (on_slots) on_slots(*o.proc, ev);
     } else if (name == "call") {
       ++o.calls;
+      o.last_work_t = ev.t;
     } else if (name == "timing_ready") {
       // Released only now: the inputs of this phase's calls did not exist before this line.
       const auto w = ev.body.at("workload").get<std::size_t>();
       if (before_key) before_key();  // before the window opens: it is not charged to the candidate
       const std::uint64_t key = fresh_secret();
+      const int warmup = draw_warmup(job.timing, fresh_secret());  // never in the job (class 1)
       o.keys[w] = key;
-      o.timing_begin[w] = o.proc->send_line(json{{"key", key}}.dump());
+      o.warmups[w] = warmup;
+      o.timing_begin[w] = o.proc->send_line(json{{"key", key}, {"warmup", warmup}}.dump());
     } else if (name == "timing_end") {
       o.timing_end[ev.body.at("workload").get<std::size_t>()] = ev.t;
+      o.last_work_t = ev.t;
     } else if (name == "result") {
       try {
         o.result = result_from_json(ev.body);
+        o.result_t = ev.t;
         have_result = true;
       } catch (const WireError& e) {
         o.failure = "malformed";
@@ -294,13 +302,30 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
   return std::min(cfg.job_timeout_s, budget);
 }
 
-bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s,
+double tail_allowance_s(double reference_exit_s, const ParentBound& bound) {
+  return bound.tail_fixed_s + bound.tail_factor * std::max(0.0, reference_exit_s);
+}
+
+double bound_slack_s(int calls, double per_call_overhead_s, double batch_s, const ParentBound& bound) {
+  return bound.fixed_slack_s + calls * (bound.overhead_rel_slack * per_call_overhead_s + bound.call_slack_s) +
+         bound.batch_rel_slack * batch_s;
+}
+
+double flag_below_fraction(int calls, double window_s, double per_call_overhead_s, double batch_s,
+                           const ParentBound& bound) {
+  const double real = window_s - calls * per_call_overhead_s - batch_s;
+  if (!(real > 0)) return 0;
+  return std::max(0.0, (bound.fraction * real - bound_slack_s(calls, per_call_overhead_s, batch_s, bound)) / real);
+}
+
+bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s, double batch_s,
                               const ParentBound& bound, double* unexplained_s) {
-  if (claimed.samples <= 0 || !(claimed.median_s > 0) || !(window_s >= 0)) return true;
+  if (claimed.samples <= 0 || !(claimed.median_s > 0) || !(window_s >= 0) || !(batch_s >= 0)) return true;
   const double n = claimed.samples;
   const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
-  const double real = window_s - n * per_call_overhead_s;  // what the calls took, by the parent's clock
-  const double slack = bound.fixed_slack_s + n * (bound.overhead_rel_slack * per_call_overhead_s + bound.call_slack_s);
+  // What the calls took, by the parent's clock: the window less the trusted batch and per-call overheads.
+  const double real = window_s - n * per_call_overhead_s - batch_s;
+  const double slack = bound_slack_s(claimed.samples, per_call_overhead_s, batch_s, bound);
   const double excess = bound.fraction * real - slack - n * mean;
   if (unexplained_s != nullptr) *unexplained_s = std::max(0.0, excess);
   return excess > 0;
@@ -614,14 +639,22 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     return finish(Outcome::flagged, "the runner's result does not list the workloads it was given");
   }
 
+  // Timed calls the candidate made in workload w's phase: the warm-ups its key asked for and the
+  // samples it announced (-1: no phase).
+  auto timed_calls = [&](std::size_t w) {
+    const auto n = cand.announced_samples.find(w);
+    const auto warm = cand.warmups.find(w);
+    return n == cand.announced_samples.end() || warm == cand.warmups.end() ? -1 : warm->second + n->second;
+  };
   // 2. The trusted reference with the same correctness seeds, and a replay of every timed call the
-  // candidate made (the keys the parent released to it, as many samples as it announced).
+  // candidate made (the keys the parent released to it, its warm-ups and announced samples).
   for (std::size_t w = 0; w < ref_job.workloads.size(); ++w) {
     const auto key = cand.keys.find(w);
-    const auto n = cand.announced_samples.find(w);
-    if (key != cand.keys.end() && n != cand.announced_samples.end()) {
+    const int calls = timed_calls(w);
+    if (key != cand.keys.end() && calls > 0) {
       ref_job.workloads[w].replay_key = key->second;
-      ref_job.workloads[w].replay_samples = n->second;
+      ref_job.workloads[w].replay_samples = calls;  // warm-ups and samples: every timed call is verified
+      ref_job.workloads[w].replay_batch = cand.warmups.at(w) + timed_slots(cand_job, w);  // the candidate's batch
     }
   }
   if (resident) {
@@ -630,7 +663,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     for (std::size_t w = 0; w < ref_job.workloads.size(); ++w)
       if (ref_job.workloads[w].replay_samples > 0)
         replay.push_back({{"workload", w}, {"key", ref_job.workloads[w].replay_key},
-                          {"samples", ref_job.workloads[w].replay_samples}});
+                          {"samples", ref_job.workloads[w].replay_samples},
+                          {"batch", ref_job.workloads[w].replay_batch}});
     const auto t = Clock::now();
     release_owner(json{{"replay", replay}});
     res.phases.reference_s = since(t);
@@ -670,10 +704,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       std::size_t expected = 0;
       for (const Slot& s : cand_layout.slots) {
         if (s.workload != w) continue;
-        if (s.seed_index < 0) {
-          const auto n = cand.announced_samples.find(w);
-          if (n == cand.announced_samples.end() || -1 - s.seed_index >= n->second) continue;
-        }
+        if (s.seed_index < 0 && -1 - s.seed_index >= timed_calls(w)) continue;
         ++expected;
       }
       const auto& rchecks = ref.result->workloads[w].checks;
@@ -718,10 +749,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     };
     std::vector<Pair> pairs;
     for (const Slot& s : cand_layout.slots) {
-      if (s.seed_index < 0) {  // timed sample -1 - seed_index: only those the candidate took
-        const auto n = cand.announced_samples.find(s.workload);
-        if (n == cand.announced_samples.end() || -1 - s.seed_index >= n->second) continue;
-      }
+      // timed call -1 - seed_index (warm-ups, then samples): only those the candidate made
+      if (s.seed_index < 0 && -1 - s.seed_index >= timed_calls(s.workload)) continue;
       const Slot* rs = ref_layout.find(s.workload, s.seed_index, s.arg);
       if (rs == nullptr || rs->bytes != s.bytes) throw std::runtime_error("reference layout mismatch");
       pairs.push_back({&s, rs});
@@ -815,33 +844,27 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
         return finish(Outcome::flagged, "timing of workload " + we.name + " does not match what the runner reported while running");
       }
       // The parent's window: its own write of the phase's key to the arrival of timing_end. It holds
-      // the warm-ups and the samples, each with the trusted overhead the reference measured around
-      // the same calls (inputs, poison, hand-over) plus the empty sample (flush, syncs, bracket).
-      // Warm-ups hand nothing over: they carry the empty sample's overhead only (the first H200 run
-      // charged them the hand-over too, and a 256 MiB hand-over per warm-up flagged every honest
-      // kernel of vector_add's pow2_64m). Samples carry both.
-      const double sample_o = ref.result->sample_overhead_s;
-      const double replay_o = ref.result->workloads[w].replay_overhead_s;
+      // the batch (every timed call's inputs and poisoned outputs, then the samples' hand-over; the
+      // reference made and timed the same batch) and the warm-ups and samples, each with the empty
+      // sample's trusted overhead (flush, syncs, bracket).
+      const double per_call = ref.result->sample_overhead_s;
+      const double batch = ref.result->workloads[w].batch_in_s + ref.result->workloads[w].batch_out_s;
       TimingResult all_calls = *we.timing;
-      all_calls.samples += cand_job.timing.warmup;
-      const double per_call =
-          (all_calls.samples * sample_o + we.timing->samples * replay_o) / std::max(1, all_calls.samples);
+      all_calls.samples = timed_calls(w);  // warm-ups (drawn per phase) and samples
       const double window = e->second - b->second;
       double below = 0;
-      {
-        const double n = all_calls.samples;
-        const double real = window - n * per_call;
-        const double slack = config_.bound.fixed_slack_s + n * (config_.bound.overhead_rel_slack * per_call + config_.bound.call_slack_s);
-        we.window_s = window;
-        we.call_overhead_s = per_call;
-        we.flag_below_fraction = real > 0 ? std::max(0.0, (config_.bound.fraction * real - slack) / real) : 0;
-      }
-      // Both bounds allow the candidate's per-call overhead to differ from the reference's by
-      // bound.overhead_rel_slack of it (the hand-over copies vary that much between processes).
-      const bool implausible = claimed_time_implausible(all_calls, window, per_call, config_.flag_factor,
-                                                        config_.flag_slack_s + config_.bound.overhead_rel_slack * per_call,
-                                                        config_.flag_fixed_slack_s, &we.outside_s);
-      if (implausible || claim_below_parent_clock(all_calls, window, per_call, config_.bound, &below)) {
+      we.window_s = window;
+      we.call_overhead_s = per_call;
+      we.batch_s = batch;
+      we.calls = all_calls.samples;
+      we.parent_call_s = (window - batch) / std::max(1, all_calls.samples) - per_call;
+      we.flag_below_fraction = flag_below_fraction(all_calls.samples, window, per_call, batch, config_.bound);
+      // Both bounds allow the candidate's overheads to differ from the reference's by the bound's
+      // relative slacks (two processes' flushes and batches differ by that much).
+      const bool implausible = claimed_time_implausible(
+          all_calls, window - batch * (1 + config_.bound.batch_rel_slack), per_call, config_.flag_factor,
+          config_.flag_slack_s + config_.bound.overhead_rel_slack * per_call, config_.flag_fixed_slack_s, &we.outside_s);
+      if (implausible || claim_below_parent_clock(all_calls, window, per_call, batch, config_.bound, &below)) {
         res.flags.push_back("time_below_outside_bound");
         // Which bound fired, with its figures (a flag on an honest kernel must be diagnosable).
         char detail[256];
@@ -858,6 +881,20 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       }
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
+    }
+    // The tail (issue 23 item 4): from the candidate's last call or timing_end to its reap, only the
+    // runner's own end (SM clock, thread census, the result, CUDA teardown) is due. Agent code that
+    // runs there (a timer signal's handler, say) does work no window holds: bounded by the
+    // reference's own end (its result to its reap) and a constant.
+    if (timed > 0 && cand.last_work_t >= 0 && ref.result_t >= 0) {
+      res.phases.candidate_tail_s = std::max(0.0, cand.run_s - cand.last_work_t);
+      res.phases.tail_allowed_s = tail_allowance_s(ref.run_s - ref.result_t, config_.bound);
+      if (res.phases.candidate_tail_s > res.phases.tail_allowed_s) {
+        res.flags.push_back("tail_beyond_bound");
+        return finish(Outcome::flagged, "the candidate's runner took " + std::to_string(res.phases.candidate_tail_s) +
+                                            " s from its last call to its exit (at most " +
+                                            std::to_string(res.phases.tail_allowed_s) + " s allowed: work after the timed calls?)");
+      }
     }
     if (timed > 0) res.time_s = std::exp(log_sum / timed);
   }
@@ -952,6 +989,9 @@ json WorkloadEval::to_json() const {
     j["outside_s"] = outside_s;
     j["window_s"] = window_s;
     j["call_overhead_s"] = call_overhead_s;
+    j["batch_s"] = batch_s;
+    j["calls"] = calls;
+    j["parent_call_s"] = parent_call_s;
     j["flag_below_fraction"] = flag_below_fraction;
   }
   if (launches) {
@@ -975,7 +1015,8 @@ json EvalResult::to_json() const {
           {"phases",
            {{"reference_s", phases.reference_s}, {"wait_ready_s", phases.wait_ready_s},
             {"candidate_s", phases.candidate_s}, {"compare_s", phases.compare_s}, {"total_s", phases.total_s},
-            {"candidate_tail_s", phases.candidate_tail_s}}},
+            {"candidate_tail_s", phases.candidate_tail_s},
+            {"tail_allowed_s", phases.tail_allowed_s}}},
           {"runner_output", runner_output},
           {"launches_error", launches_error}};
 }
