@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <tuple>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -81,15 +83,75 @@ struct RunOutcome {
   double eof_s = -1;              // the result channel's end, since the job was sent
   double result_t = -1;           // arrival of the result frame, since the job was sent
   double last_work_t = -1;        // arrival of the last call or timing_end frame (agent code ran before it)
+  // The output-rewrite defence (host path): each timed phase's outputs as they were when the phase
+  // ended, taken while the runner was frozen (keyed hash of each slot; the key is drawn per run and
+  // never leaves the parent). (workload, seed index, argument) → hash.
+  std::uint64_t hash_key = 0;
+  std::map<std::tuple<std::size_t, int, std::size_t>, std::uint64_t> phase_hashes;
+  double frozen_s = 0;            // time the runner spent frozen for those snapshots
+  std::string snapshot_error;     // a phase's outputs could not be read when it ended
 };
 
 // GPU-resident hooks: `on_slots` runs when an owner's "slots" frame arrives (the loop waits for it);
 // `pass_fd` (>= 0) is sent on the runner's slots socket right after the job.
 using SlotsHook = std::function<void(RunnerProcess&, const Event&)>;
 
+// A keyed 64-bit hash of `bytes` bytes of `fd` from `offset` (8-byte words through a bijective
+// mix chained from the key; a tail shorter than a word is zero-padded). Without the key a changed
+// content cannot be made to keep its hash.
+std::uint64_t keyed_hash_update(std::uint64_t h, const unsigned char* p, std::size_t n) {
+  auto mix = [](std::uint64_t x) {
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ull;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dull;
+    x ^= x >> 33;
+    return x;
+  };
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = mix(h ^ w) + 0x9e3779b97f4a7c15ull;
+  }
+  if (i < n) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + i, n - i);
+    h = mix(h ^ w ^ (static_cast<std::uint64_t>(n - i) << 56)) + 0x9e3779b97f4a7c15ull;
+  }
+  return h;
+}
+
+std::uint64_t keyed_hash_fd(int fd, std::uint64_t offset, std::uint64_t bytes, std::uint64_t key) {
+  static thread_local std::vector<unsigned char> buf(8u << 20);
+  std::uint64_t h = key ^ bytes;
+  std::uint64_t done = 0;
+  while (done < bytes) {
+    // Whole chunks (multiples of 8 bytes but the last), so the chain equals keyed_hash's.
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), bytes - done));
+    std::size_t got = 0;
+    while (got < want) {
+      const ssize_t n = ::pread(fd, buf.data() + got, want - got, static_cast<off_t>(offset + done + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error("output file shorter than its layout");
+      got += static_cast<std::size_t>(n);
+    }
+    h = keyed_hash_update(h, buf.data(), want);
+    done += want;
+  }
+  return h;
+}
+
+std::uint64_t keyed_hash(const char* p, std::uint64_t bytes, std::uint64_t key) {
+  // The same chain as keyed_hash_fd's (its chunks are multiples of 8 bytes but the last).
+  return keyed_hash_update(key ^ bytes, reinterpret_cast<const unsigned char*>(p), static_cast<std::size_t>(bytes));
+}
+
 RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
-                   const SlotsHook& on_slots = {}, int pass_fd = -1, const std::function<void()>& before_key = {}) {
+                   const SlotsHook& on_slots = {}, int pass_fd = -1, const std::function<void()>& before_key = {},
+                   const Layout* snapshot = nullptr) {
   RunOutcome o;
+  if (snapshot != nullptr) o.hash_key = fresh_secret();
   o.proc = pool.take();
   const auto t0 = Clock::now();
   const auto ready = o.proc->wait_ready(ms(cfg.ready_timeout_s));
@@ -179,8 +241,34 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       o.warmups[w] = warmup;
       o.timing_begin[w] = o.proc->send_line(json{{"key", key}, {"warmup", warmup}}.dump());
     } else if (name == "timing_end") {
-      o.timing_end[ev.body.at("workload").get<std::size_t>()] = ev.t;
+      const auto w = ev.body.at("workload").get<std::size_t>();
+      o.timing_end[w] = ev.t;
       o.last_work_t = ev.t;
+      if (snapshot != nullptr && o.proc->output_fd() >= 0) {
+        // The output-rewrite defence: freeze the runner, take this phase's outputs (every timed
+        // call it announced), let it go on. Its window closes at the freeze (anything it did before
+        // is inside it); its tail starts at the thaw (the snapshot is the parent's own time).
+        const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
+        struct Thaw {
+          RunOutcome& o;
+          ~Thaw() {
+            const double t = o.proc->thaw();
+            o.last_work_t = std::max(o.last_work_t, t);
+          }
+        } thaw{o};
+        if (frozen >= 0) o.timing_end[w] = frozen;
+        const int calls = o.warmups[w] + ev.body.at("samples").get<int>();  // frames checked its count
+        const auto t_snap = Clock::now();
+        try {
+          for (const Slot& s : snapshot->slots)
+            if (s.workload == w && s.seed_index < 0 && -1 - s.seed_index < calls)
+              o.phase_hashes[{s.workload, s.seed_index, s.arg}] =
+                  keyed_hash_fd(o.proc->output_fd(), s.offset, s.bytes, o.hash_key);
+        } catch (const std::exception& e) {  // its output file shrunk (it may ftruncate its end)
+          o.snapshot_error = e.what();
+        }
+        o.frozen_s += since(t_snap);
+      }
     } else if (name == "result") {
       try {
         o.result = result_from_json(ev.body);
@@ -280,7 +368,8 @@ Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>&
 }
 
 bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, double sample_overhead_s,
-                              double factor, double slack_s, double fixed_slack_s, double* outside_s) {
+                              double factor, double slack_s, double fixed_slack_s, double* outside_s,
+                              double room_wall_s) {
   if (claimed.samples <= 0 || !(claimed.median_s > 0)) return true;
   const double n = claimed.samples;
   const double unexplained = phase_wall_s - n * sample_overhead_s;  // time the calls themselves took
@@ -288,7 +377,7 @@ bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, 
   // More samples than the parent's clock had room for, even for empty calls. The overhead is the
   // reference runner's, which exceeded the candidate's by more than 50 % on the H200 (2026-12-01:
   // 256 MiB hand-over copies into a fresh memfd), so only a claim of 3x the room is refused here.
-  if (n * sample_overhead_s > phase_wall_s * 3 + 1e-3) return true;
+  if (n * sample_overhead_s > (room_wall_s >= 0 ? room_wall_s : phase_wall_s) * 3 + 1e-3) return true;
   const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
   return unexplained > factor * n * mean + n * slack_s + fixed_slack_s;
 }
@@ -316,6 +405,13 @@ double flag_below_fraction(int calls, double window_s, double per_call_overhead_
   const double real = window_s - calls * per_call_overhead_s - batch_s;
   if (!(real > 0)) return 0;
   return std::max(0.0, (bound.fraction * real - bound_slack_s(calls, per_call_overhead_s, batch_s, bound)) / real);
+}
+
+double parent_floor_per_call_s(int calls, double window_s, double per_call_overhead_s, double batch_s, const ParentBound& bound) {
+  if (calls <= 0) return 0;
+  const double real = window_s - calls * per_call_overhead_s - batch_s;
+  const double floor = (bound.fraction * real - bound_slack_s(calls, per_call_overhead_s, batch_s, bound)) / calls;
+  return std::isfinite(floor) ? std::max(0.0, floor) : 0;
 }
 
 bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s, double batch_s,
@@ -558,6 +654,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   }
 
   // 1. The candidate in a fresh runner (the parent releases each timed phase's key when it is due).
+  // Host path: each timed phase's outputs are taken (hashed) when the phase ends, the runner frozen.
+  const Layout cand_snapshot_layout = output_layout(cand_job);
   RunOutcome cand;
   try {
     const auto t = Clock::now();
@@ -573,7 +671,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
                      g.agent->wait_started(deadline);
                      g.trusted->wait_started(deadline);
                    })
-                            : std::function<void()>());
+                            : std::function<void()>(),
+                   resident ? nullptr : &cand_snapshot_layout);
     release_pools();
     if (slots_fd >= 0) {  // the candidate's runner has exited: its mapping is gone
       ::close(slots_fd);
@@ -589,8 +688,10 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   if (!cand.timing_end.empty() && cand.eof_s >= 0) {
     double last_end = 0;
     for (const auto& [w, t] : cand.timing_end) last_end = std::max(last_end, t);
-    res.phases.candidate_tail_s = std::max(0.0, cand.run_s - last_end);
+    // From the last timing_end (or the thaw after its snapshot) to the reap.
+    res.phases.candidate_tail_s = std::max(0.0, cand.run_s - std::max(last_end, cand.last_work_t));
   }
+  res.phases.snapshot_s = cand.frozen_s;
   res.runner_output = tail(cand.proc->output(), 4000);
   if (cand.proc->output_dropped() > 0)
     res.runner_output += "\n[" + std::to_string(cand.proc->output_dropped()) + " more bytes of output dropped]";
@@ -757,12 +858,20 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     }
     std::vector<TensorCheck> checks(pairs.size());
     std::vector<std::string> errors(pairs.size());
+    std::atomic<bool> rewritten{false};  // a timed call's outputs changed after its phase ended
     std::atomic<std::size_t> next{0};
     auto worker = [&] {
       for (std::size_t i = next++; i < pairs.size(); i = next++) {
         try {
           const Slot& s = *pairs[i].cand;
           const auto got = read_slot(cand.proc->output_fd(), s);
+          if (s.seed_index < 0) {  // a timed call: its outputs as they were when its phase ended
+            const auto h = cand.phase_hashes.find({s.workload, s.seed_index, s.arg});
+            if (h == cand.phase_hashes.end() || keyed_hash(got.data(), got.size(), cand.hash_key) != h->second) {
+              rewritten = true;
+              continue;
+            }
+          }
           const auto want = read_slot(ref.proc->output_fd(), *pairs[i].ref);
           double atol = 0, rtol = 0;
           if (auto it = task.tolerances.find(std::string(dtype_name(s.dtype))); it != task.tolerances.end()) {
@@ -783,6 +892,16 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     for (std::size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
     worker();
     for (auto& t : pool) t.join();
+    if (rewritten || !cand.snapshot_error.empty()) {
+      // Only the runner's hand-over writes a timed slot, and only inside its own phase: a change
+      // afterwards is agent code fixing up outputs whose work no window held (issue 23).
+      res.flags.push_back("outputs_rewritten");
+      return finish(Outcome::flagged, cand.snapshot_error.empty()
+                                          ? "a timed call's outputs changed after its phase had ended (work done "
+                                            "outside the timed window)"
+                                          : "a timed phase's outputs could not be read when it ended: " +
+                                                cand.snapshot_error);
+    }
     for (const auto& e : errors)
       if (!e.empty()) throw std::runtime_error(e);
     for (std::size_t w = 0; w < workloads.size(); ++w) {
@@ -861,9 +980,13 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       we.flag_below_fraction = flag_below_fraction(all_calls.samples, window, per_call, batch, config_.bound);
       // Both bounds allow the candidate's overheads to differ from the reference's by the bound's
       // relative slacks (two processes' flushes and batches differ by that much).
+      we.runner_batch_s = rr.workloads[w].batch_in_s + rr.workloads[w].batch_out_s;
+      // The "room" test takes the whole window: a reference batch measured longer than the
+      // candidate's window (H200, 2026-12-02 02:22Z) is the reference's slowness, not a forgery.
       const bool implausible = claimed_time_implausible(
           all_calls, window - batch * (1 + config_.bound.batch_rel_slack), per_call, config_.flag_factor,
-          config_.flag_slack_s + config_.bound.overhead_rel_slack * per_call, config_.flag_fixed_slack_s, &we.outside_s);
+          config_.flag_slack_s + config_.bound.overhead_rel_slack * per_call, config_.flag_fixed_slack_s, &we.outside_s,
+          window);
       if (implausible || claim_below_parent_clock(all_calls, window, per_call, batch, config_.bound, &below)) {
         res.flags.push_back("time_below_outside_bound");
         // Which bound fired, with its figures (a flag on an honest kernel must be diagnosable).
@@ -879,6 +1002,10 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
         return finish(Outcome::flagged, "claimed time of workload " + we.name +
                                             " is below what the parent's clock measured (" + detail + ")");
       }
+      // The workload's time: the claimed median, raised to what the parent's clock guarantees per call.
+      we.claimed_median_s = we.timing->median_s;
+      we.median_floor_s = parent_floor_per_call_s(all_calls.samples, window, per_call, batch, config_.bound);
+      we.timing->median_s = std::max(we.timing->median_s, we.median_floor_s);
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
     }
@@ -993,6 +1120,9 @@ json WorkloadEval::to_json() const {
     j["calls"] = calls;
     j["parent_call_s"] = parent_call_s;
     j["flag_below_fraction"] = flag_below_fraction;
+    j["median_floor_s"] = median_floor_s;
+    j["claimed_median_s"] = claimed_median_s;
+    j["runner_batch_s"] = runner_batch_s;
   }
   if (launches) {
     json ls = json::array();
@@ -1016,7 +1146,7 @@ json EvalResult::to_json() const {
            {{"reference_s", phases.reference_s}, {"wait_ready_s", phases.wait_ready_s},
             {"candidate_s", phases.candidate_s}, {"compare_s", phases.compare_s}, {"total_s", phases.total_s},
             {"candidate_tail_s", phases.candidate_tail_s},
-            {"tail_allowed_s", phases.tail_allowed_s}}},
+            {"tail_allowed_s", phases.tail_allowed_s}, {"snapshot_s", phases.snapshot_s}}},
           {"runner_output", runner_output},
           {"launches_error", launches_error}};
 }

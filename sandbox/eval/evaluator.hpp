@@ -127,6 +127,16 @@ struct WorkloadEval {
   // The claimed fraction of the parent-measured call time (window less overheads) below which the
   // tight bound flags this workload, with this phase's sample count and slack (0: not timed).
   double flag_below_fraction = 0;
+  // The per-call time the parent's clock guarantees: (fraction × (window − calls × overhead −
+  // batch) − slack) / calls, never below 0. The workload's time (timing->median_s, what rewards
+  // use) is the claimed median raised to this floor: a kernel that piles the work of several calls
+  // into a few (whose inputs all exist once the batch is made) keeps its mean but not a low median
+  // (issue 23, "work shifting"). claimed_median_s keeps the runner's own median.
+  double median_floor_s = 0;
+  double claimed_median_s = 0;
+  // The candidate runner's own figures of its batch (untrusted, for diagnosis: the bound uses the
+  // reference's batch_s).
+  double runner_batch_s = 0;
   std::optional<std::vector<LaunchRecord>> launches;  // when requested and the runner could record
   nlohmann::json to_json() const;
 };
@@ -141,6 +151,9 @@ struct PhaseTimes {
   // and any GPU work it left are gone): work deferred past the timed phases would show here (measured, not yet bounded).
   double candidate_tail_s = 0;  // the candidate's last call or timing_end to its reap (timed evaluations)
   double tail_allowed_s = 0;    // its bound (tail_allowance_s)
+  // Host path: the time the candidate's runner was frozen while the parent took each timed phase's
+  // outputs (outside every window and the tail).
+  double snapshot_s = 0;
 };
 
 struct EvalResult {
@@ -237,7 +250,13 @@ double tail_allowance_s(double reference_exit_s, const ParentBound& bound);
 
 // The parent's outside check of one timed workload: true when the claimed time is far below what
 // the parent's clock allows. `outside_s` receives the per-sample bound.
+// `room_wall_s` (>= 0): the wall time the "more calls than room" test uses instead of
+// phase_wall_s (the evaluator passes the whole window: a trusted batch measured longer than the
+// candidate's window is the reference's slowness, never the candidate's forgery).
 bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, double sample_overhead_s,
-                              double factor, double slack_s, double fixed_slack_s, double* outside_s);
+                              double factor, double slack_s, double fixed_slack_s, double* outside_s,
+                              double room_wall_s = -1);
+// The per-call floor of a timed phase's time (WorkloadEval::median_floor_s).
+double parent_floor_per_call_s(int calls, double window_s, double per_call_overhead_s, double batch_s, const ParentBound& bound);
 
 }  // namespace d2k::runner

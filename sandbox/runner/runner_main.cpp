@@ -574,19 +574,32 @@ class Runner {
       batch_owned.push_back(p);
       return p;
     };
-    auto make_batch = [&](int calls, std::uint64_t key) {
+    // Allocation is not part of the batch (issue 23 item 1, H200 2026-12-02 02:22Z: the reference's
+    // measured batch, then holding about a thousand cudaMalloc calls right after the candidate's
+    // runner had freed as much, took 0.18-0.21 s against the candidate's whole window of
+    // 0.09-0.15 s). Both ends allocate every call's buffers BEFORE the key (the candidate before
+    // timing_ready, for the most warm-ups a key may ask for; the reference before its clock starts),
+    // so the measured batch is GPU work (generation, poison) and the hand-over only, the same
+    // route on both ends. Buffers hold no input before the key: knowing their addresses earns nothing.
+    auto alloc_batch = [&](int calls) {
       batch.assign(static_cast<std::size_t>(calls), std::vector<void*>(n, nullptr));
       for (std::size_t a = 0; a < n; ++a) {
         if (wl.args[a].role == ArgRole::scalar) continue;
         const std::uint64_t bytes = wl.args[a].count * dtype_size(wl.args[a].dtype);
         if (is_csr(a)) {
           void* shared = alloc(bytes);
-          upload_csr(shared, a, timed_seed(key, 0));
           for (auto& c : batch) c[a] = shared;
         } else {
           for (auto& c : batch) c[a] = alloc(bytes);
         }
       }
+    };
+    // The measured batch: the first `calls` calls' inputs from the key, outputs poisoned.
+    auto fill_batch = [&](int calls, std::uint64_t key) {
+      if (calls > static_cast<int>(batch.size())) throw Stop{Outcome::bad_job, "batch larger than its allocation"};
+      for (std::size_t a = 0; a < n; ++a)
+        if (wl.args[a].role != ArgRole::scalar && is_csr(a) && !batch.empty())
+          upload_csr(batch[0][a], a, timed_seed(key, 0));
       for (int c = 0; c < calls; ++c) fill(batch[static_cast<std::size_t>(c)], timed_seed(key, static_cast<std::uint64_t>(c)));
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
     };
@@ -661,8 +674,10 @@ class Runner {
     if (wl.replay_samples > 0) {
       if (agent_) throw Stop{Outcome::bad_job, "replay is for trusted runners"};
       const int calls = wl.replay_samples;  // the candidate's warm-ups and samples, all verified
+      alloc_batch(std::max(wl.replay_batch, calls));
+      RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
       auto t0 = Clock::now();
-      make_batch(std::max(wl.replay_batch, calls), wl.replay_key);
+      fill_batch(std::max(wl.replay_batch, calls), wl.replay_key);
       wr.batch_in_s = seconds_since(t0);
       auto beat = Clock::now();
       for (int i = 0; i < calls; ++i) {
@@ -713,10 +728,16 @@ class Runner {
       const unsigned clock_max = nvml_.sm_clock_max_mhz();
       // The key of this timed phase arrives only now, from the parent (whose clock starts here):
       // every timed call gets inputs of its own, unknown to the process before they are due.
+      const int slots = timed_slots(job_, w);
+      alloc_batch(warmup_range(job_.timing).second + slots);
+      RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
       emit_.send({{"event", "timing_ready"}, {"workload", w}});
       const auto [key, warm] = read_key();
-      const int slots = timed_slots(job_, w);
-      make_batch(warm + slots, key);
+      // The runner's own figures of its batch (untrusted: reported for diagnosis only; the parent
+      // bounds the phase with the reference's).
+      auto t_batch = Clock::now();
+      fill_batch(warm + slots, key);
+      wr.batch_in_s = seconds_since(t_batch);
       std::size_t next_call = 0;  // timed calls so far: warm-ups, then samples
       auto next = [&] { use(batch[next_call++]); };
       for (int i = 0; i < warm; ++i) {
@@ -727,10 +748,12 @@ class Runner {
       wr.timing = time_samples(call, check_ret, next, slots);
       // Every timed call's outputs (warm-ups too), handed over in one batch (the replay measures the
       // same hand-over).
+      t_batch = Clock::now();
       for (int i = 0; i < warm + wr.timing->samples; ++i) {
         use(batch[static_cast<std::size_t>(i)]);
         hand_over(-1 - i);
       }
+      wr.batch_out_s = seconds_since(t_batch);
       emit_.send({{"event", "timing_end"}, {"workload", w}, {"samples", wr.timing->samples}});
       TimingResult& t = *wr.timing;
       t.sm_clock_start_mhz = clock_start;

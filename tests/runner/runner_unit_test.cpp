@@ -562,6 +562,82 @@ TEST_CASE("the tight bound with the batch: the per-call slack of a memory-bound 
   CHECK(flag_below_fraction(calls, batch / 2, o, batch, b) == 0);
 }
 
+TEST_CASE("a reference batch measured longer than the candidate's whole window does not flag an honest claim",
+          "[runner][bound][threat]") {
+  // H200, 2026-12-02 02:22Z: the reference's batch (0.18-0.21 s, then holding its allocations) was
+  // longer than the candidate's whole window (0.09-0.15 s); the "more calls than room" test ran on
+  // the window less the batch (negative) and flagged every honest kernel.
+  TimingResult honest;
+  honest.samples = 13;  // warm-ups and samples
+  honest.median_s = honest.mean_s = 20e-6;
+  const double window = 0.12, batch = 0.2, o = 60e-6;
+  const double after_batch = window - batch * 1.1;
+  CHECK(claimed_time_implausible(honest, after_batch, o, 2.0, 50e-6, 5e-3, nullptr));  // the old room test
+  CHECK_FALSE(claimed_time_implausible(honest, after_batch, o, 2.0, 50e-6, 5e-3, nullptr, window));
+  CHECK_FALSE(claim_below_parent_clock(honest, window, o, batch, ParentBound{}, nullptr));
+  // The room test itself still bites on the whole window: 13 calls of 200 us overhead in 0.1 ms.
+  CHECK(claimed_time_implausible(honest, after_batch, 200e-6, 2.0, 50e-6, 5e-3, nullptr, 0.1e-3));
+}
+
+TEST_CASE("work shifting: the workload's time is the claimed median raised to the parent's per-call floor",
+          "[runner][bound][threat]") {
+  // 20 timed calls of a 1 ms kernel; the batch (every call's inputs) exists before the first call,
+  // so a kernel can do the work of two calls in half of them and none in the others: its mean stays
+  // honest (the tight bound passes) while its median is about zero.
+  const int calls = 20;
+  const double kernel = 1e-3, o = 40e-6, batch = 10e-3;
+  const double window = calls * (kernel + o) + batch;
+  const ParentBound b;
+  TimingResult shifted;
+  shifted.samples = calls;
+  shifted.mean_s = kernel;
+  shifted.median_s = 1e-6;
+  CHECK_FALSE(claim_below_parent_clock(shifted, window, o, batch, b, nullptr));
+  const double floor = parent_floor_per_call_s(calls, window, o, batch, b);
+  CHECK(floor > 0.7 * kernel);  // the claim's time becomes at least this (the evaluator: max(median, floor))
+  CHECK(floor < kernel);        // an honest median is never raised above the kernel's real time
+  // No call time in the window: no floor.
+  CHECK(parent_floor_per_call_s(calls, batch / 2, o, batch, b) == 0);
+  CHECK(parent_floor_per_call_s(0, window, o, batch, b) == 0);
+}
+
+TEST_CASE("freeze: a frozen runner writes nothing to its output file until it is thawed", "[runner][process][threat]") {
+  // The output-rewrite defence takes a timed phase's outputs with the runner frozen. A stand-in
+  // runner that, once ready, rewrites the first bytes of its output file (fd 4) as fast as it can.
+  const auto dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "freeze";
+  std::filesystem::create_directories(dir);
+  const auto script = dir / "scribbler.sh";
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\necho '{\"event\":\"ready\",\"seq\":0}' >&3\n"
+         "i=0\nwhile :; do i=$((i+1)); printf '%012d' \"$i\" 1<>/proc/self/fd/4; done\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  auto p = RunnerProcess::start({script, Mode::trusted, -1, false});
+  REQUIRE(p->wait_ready(std::chrono::seconds(10)));
+  auto head = [&] {
+    char buf[12] = {};
+    const ssize_t n = ::pread(p->output_fd(), buf, sizeof buf, 0);
+    return n == static_cast<ssize_t>(sizeof buf) ? std::string(buf, sizeof buf) : std::string();
+  };
+  auto changes_within = [&](std::chrono::milliseconds limit) {
+    const std::string first = head();
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      if (head() != first && !head().empty()) return true;
+      ::usleep(1000);
+    }
+    return false;
+  };
+  REQUIRE(changes_within(std::chrono::seconds(10)));  // it scribbles
+  CHECK(p->freeze(std::chrono::milliseconds(2000)) >= 0);
+  CHECK_FALSE(changes_within(std::chrono::milliseconds(300)));  // frozen: not one write
+  p->thaw();
+  CHECK(changes_within(std::chrono::seconds(10)));  // and on again
+  p->kill();
+  p->wait();
+}
+
 TEST_CASE("class 1: the warm-up count is not in the job; the parent draws it per phase", "[runner][wire][threat]") {
   std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[1]};
   const Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
