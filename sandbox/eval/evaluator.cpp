@@ -1004,7 +1004,9 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       }
       // The workload's time: the claimed median, raised to what the parent's clock guarantees per call.
       we.claimed_median_s = we.timing->median_s;
-      we.median_floor_s = parent_floor_per_call_s(all_calls.samples, window, per_call, batch, config_.bound);
+      const double bounded_mean = we.timing->mean_s > 0 ? we.timing->mean_s : we.timing->median_s;  // as the bounds take it
+      we.median_floor_s = std::max(config_.bound.median_of_mean * bounded_mean,
+                                   parent_floor_per_call_s(all_calls.samples, window, per_call, batch, config_.bound));
       we.timing->median_s = std::max(we.timing->median_s, we.median_floor_s);
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;

@@ -50,6 +50,10 @@ struct ParentBound {
   // evaluation is flagged (tail_beyond_bound). H200, 2026-12-01: tails of 0.06-0.15 s.
   double tail_fixed_s = 0.25;
   double tail_factor = 3;
+  // A workload's time is never below this fraction of its claimed mean (the mean is what the
+  // bounds check; the median alone is bounded by nothing): a median forged in the runner's memory,
+  // or work piled into a few of the calls, gains at most this much.
+  double median_of_mean = 0.9;
 };
 
 struct EvalConfig {
@@ -127,11 +131,12 @@ struct WorkloadEval {
   // The claimed fraction of the parent-measured call time (window less overheads) below which the
   // tight bound flags this workload, with this phase's sample count and slack (0: not timed).
   double flag_below_fraction = 0;
-  // The per-call time the parent's clock guarantees: (fraction × (window − calls × overhead −
-  // batch) − slack) / calls, never below 0. The workload's time (timing->median_s, what rewards
-  // use) is the claimed median raised to this floor: a kernel that piles the work of several calls
-  // into a few (whose inputs all exist once the batch is made) keeps its mean but not a low median
-  // (issue 23, "work shifting"). claimed_median_s keeps the runner's own median.
+  // The floor of the workload's time: the larger of bound.median_of_mean × the claimed mean and the
+  // per-call time the parent's clock guarantees, (fraction × (window − calls × overhead − batch) −
+  // slack) / calls. The workload's time (timing->median_s, what rewards use) is the claimed median
+  // raised to it: a kernel that piles the work of several calls into a few (their inputs all exist
+  // once the batch is made), or forges the median in the runner's memory, keeps its mean but not a
+  // low median (issue 23, "work shifting"). claimed_median_s keeps the runner's own median.
   double median_floor_s = 0;
   double claimed_median_s = 0;
   // The candidate runner's own figures of its batch (untrusted, for diagnosis: the bound uses the
