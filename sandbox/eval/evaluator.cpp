@@ -96,38 +96,49 @@ struct RunOutcome {
 // `pass_fd` (>= 0) is sent on the runner's slots socket right after the job.
 using SlotsHook = std::function<void(RunnerProcess&, const Event&)>;
 
-// A keyed 64-bit hash of `bytes` bytes of `fd` from `offset` (8-byte words through a bijective
-// mix chained from the key; a tail shorter than a word is zero-padded). Without the key a changed
-// content cannot be made to keep its hash.
-std::uint64_t keyed_hash_update(std::uint64_t h, const unsigned char* p, std::size_t n) {
-  auto mix = [](std::uint64_t x) {
+}  // namespace
+
+// A keyed 64-bit hash of an output slot: four lanes of 8-byte words (word i to lane i % 4, each lane
+// a chain of a bijective mix seeded from the key, so the lanes run in parallel), folded at the end;
+// a tail shorter than 32 bytes goes through lane 0 zero-padded. Without the key a changed content
+// cannot be made to keep its hash. The state carries across chunks that are multiples of 32 bytes.
+struct KeyedHash {
+  std::uint64_t lane[4];
+  std::uint64_t total = 0;
+  KeyedHash(std::uint64_t key, std::uint64_t bytes)
+      : lane{key ^ bytes, key + 0x9e3779b97f4a7c15ull, key ^ 0xc2b2ae3d27d4eb4full, key + 0x165667b19e3779f9ull} {}
+  static std::uint64_t mix(std::uint64_t x) {
     x ^= x >> 31;
     x *= 0x7fb5d329728ea185ull;
     x ^= x >> 27;
     x *= 0x81dadef4bc2dd44dull;
     x ^= x >> 33;
     return x;
-  };
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = mix(h ^ w) + 0x9e3779b97f4a7c15ull;
   }
-  if (i < n) {
-    std::uint64_t w = 0;
-    std::memcpy(&w, p + i, n - i);
-    h = mix(h ^ w ^ (static_cast<std::uint64_t>(n - i) << 56)) + 0x9e3779b97f4a7c15ull;
+  void update(const unsigned char* p, std::size_t n) {
+    std::size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      std::uint64_t w[4];
+      std::memcpy(w, p + i, 32);
+      for (int l = 0; l < 4; ++l) lane[l] = mix(lane[l] ^ w[l]) + 0x9e3779b97f4a7c15ull;
+    }
+    for (; i < n; i += 8) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, p + i, std::min<std::size_t>(8, n - i));
+      lane[0] = mix(lane[0] ^ w ^ (static_cast<std::uint64_t>(n - i) << 56)) + 0x9e3779b97f4a7c15ull;
+    }
+    total += n;
   }
-  return h;
-}
+  std::uint64_t digest() const {
+    return mix(lane[0] ^ mix(lane[1] ^ mix(lane[2] ^ mix(lane[3] ^ total))));
+  }
+};
 
 std::uint64_t keyed_hash_fd(int fd, std::uint64_t offset, std::uint64_t bytes, std::uint64_t key) {
-  static thread_local std::vector<unsigned char> buf(8u << 20);
-  std::uint64_t h = key ^ bytes;
+  thread_local std::vector<unsigned char> buf(8u << 20);  // a multiple of 32 bytes
+  KeyedHash h(key, bytes);
   std::uint64_t done = 0;
   while (done < bytes) {
-    // Whole chunks (multiples of 8 bytes but the last), so the chain equals keyed_hash's.
     const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), bytes - done));
     std::size_t got = 0;
     while (got < want) {
@@ -136,16 +147,22 @@ std::uint64_t keyed_hash_fd(int fd, std::uint64_t offset, std::uint64_t bytes, s
       if (n <= 0) throw std::runtime_error("output file shorter than its layout");
       got += static_cast<std::size_t>(n);
     }
-    h = keyed_hash_update(h, buf.data(), want);
+    h.update(buf.data(), want);
     done += want;
   }
-  return h;
+  return h.digest();
 }
 
 std::uint64_t keyed_hash(const char* p, std::uint64_t bytes, std::uint64_t key) {
-  // The same chain as keyed_hash_fd's (its chunks are multiples of 8 bytes but the last).
-  return keyed_hash_update(key ^ bytes, reinterpret_cast<const unsigned char*>(p), static_cast<std::size_t>(bytes));
+  KeyedHash h(key, bytes);
+  // The same chunking as keyed_hash_fd's (8 MiB), so that both see the same tail.
+  constexpr std::uint64_t kChunk = 8u << 20;
+  for (std::uint64_t done = 0; done < bytes; done += kChunk)
+    h.update(reinterpret_cast<const unsigned char*>(p) + done, static_cast<std::size_t>(std::min(kChunk, bytes - done)));
+  return h.digest();
 }
+
+namespace {
 
 RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
                    const SlotsHook& on_slots = {}, int pass_fd = -1, const std::function<void()>& before_key = {},
@@ -259,13 +276,29 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         if (frozen >= 0) o.timing_end[w] = frozen;
         const int calls = o.warmups[w] + ev.body.at("samples").get<int>();  // frames checked its count
         const auto t_snap = Clock::now();
-        try {
-          for (const Slot& s : snapshot->slots)
-            if (s.workload == w && s.seed_index < 0 && -1 - s.seed_index < calls)
-              o.phase_hashes[{s.workload, s.seed_index, s.arg}] =
-                  keyed_hash_fd(o.proc->output_fd(), s.offset, s.bytes, o.hash_key);
-        } catch (const std::exception& e) {  // its output file shrunk (it may ftruncate its end)
-          o.snapshot_error = e.what();
+        std::vector<const Slot*> todo;
+        for (const Slot& s : snapshot->slots)
+          if (s.workload == w && s.seed_index < 0 && -1 - s.seed_index < calls) todo.push_back(&s);
+        std::vector<std::uint64_t> hashes(todo.size());
+        std::vector<std::string> errs(todo.size());
+        std::atomic<std::size_t> next{0};
+        auto hash_some = [&] {
+          for (std::size_t i = next++; i < todo.size(); i = next++) {
+            try {
+              hashes[i] = keyed_hash_fd(o.proc->output_fd(), todo[i]->offset, todo[i]->bytes, o.hash_key);
+            } catch (const std::exception& e) {  // its output file shrunk (it may ftruncate its end)
+              errs[i] = e.what();
+            }
+          }
+        };
+        std::vector<std::thread> helpers;
+        const std::size_t nthreads = std::min<std::size_t>({todo.size(), 4, std::max(1u, std::thread::hardware_concurrency())});
+        for (std::size_t t = 1; t < nthreads; ++t) helpers.emplace_back(hash_some);
+        hash_some();
+        for (auto& t : helpers) t.join();
+        for (std::size_t i = 0; i < todo.size(); ++i) {
+          if (!errs[i].empty() && o.snapshot_error.empty()) o.snapshot_error = errs[i];
+          o.phase_hashes[{todo[i]->workload, todo[i]->seed_index, todo[i]->arg}] = hashes[i];
         }
         o.frozen_s += since(t_snap);
       }

@@ -364,6 +364,7 @@ class Runner {
     // stdin stays open: the parent releases each timed phase's key there, just in time.
     if (job_.measure_overhead) measure_overhead();
     if (job_.record_launches) start_launch_records();
+    make_staging();
     if (agent_) confine(so_fd);
     confine_step([&] { start_callback_thread(gpu_.stream); });
     const auto baseline_threads = all_threads();
@@ -380,6 +381,35 @@ class Runner {
     baseline_threads_ = baseline_threads;
 
     for (std::size_t w = 0; w < job_.workloads.size(); ++w) run_workload(w);
+  }
+
+  // Host path: a pinned buffer of the largest output slot, for the hand-over's device-to-host copies
+  // (made before any foreign code; without it the copies go through pageable memory).
+  void make_staging() {
+    if (job_.gpu_slots != SlotsRole::none || out_fd_ < 0) return;
+    std::uint64_t most = 0;
+    for (const Slot& s : layout_.slots) most = std::max(most, s.bytes);
+    if (most == 0) return;
+    if (cudaMallocHost(&staging_, most) != cudaSuccess) {
+      (void)cudaGetLastError();
+      staging_ = nullptr;
+      return;
+    }
+    staging_bytes_ = most;
+  }
+
+  // Host path: the pages of workload w's timed slots in the output file, allocated before the
+  // window (the reference does the same before its batch clock), so the hand-over inside it copies
+  // into existing pages on both ends. Best effort: a file that cannot be preallocated is written as before.
+  void prefault_timed_slots(std::size_t w) {
+    if (job_.gpu_slots != SlotsRole::none || out_fd_ < 0) return;
+    std::uint64_t lo = ~std::uint64_t{0}, hi = 0;
+    for (const Slot& s : layout_.slots)
+      if (s.workload == w && s.seed_index < 0) {
+        lo = std::min(lo, s.offset);
+        hi = std::max(hi, s.offset + s.bytes);
+      }
+    if (hi > lo) (void)::fallocate(out_fd_, 0, static_cast<off_t>(lo), static_cast<off_t>(hi - lo));
   }
 
   // GPU-resident owner (trusted): the candidate's output slots on the GPU, exported to the parent
@@ -603,7 +633,7 @@ class Runner {
       for (int c = 0; c < calls; ++c) fill(batch[static_cast<std::size_t>(c)], timed_seed(key, static_cast<std::uint64_t>(c)));
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
     };
-    std::vector<char> host;
+    std::vector<char> host;  // pageable fallback when no pinned staging buffer could be made
     WorkloadResult wr;
     auto hand_over = [&](int seed_index) {
       for (std::size_t a = 0; a < n; ++a) {
@@ -628,9 +658,15 @@ class Runner {
           wr.checks.push_back(std::move(check));
           continue;
         }
-        host.resize(slot->bytes);
-        RUNNER_CUDA(cudaMemcpy(host.data(), ptrs[a], slot->bytes, cudaMemcpyDeviceToHost), runtime_error);
-        pwrite_all(out_fd_, host.data(), host.size(), slot->offset);
+        // Through the pinned staging buffer (made before any foreign code): a pageable copy of a
+        // 256 MiB output took 0.15-0.25 s on the H200 and varied by a quarter between two runners.
+        char* stage = staging_ != nullptr && slot->bytes <= staging_bytes_ ? static_cast<char*>(staging_) : nullptr;
+        if (stage == nullptr) {
+          host.resize(slot->bytes);
+          stage = host.data();
+        }
+        RUNNER_CUDA(cudaMemcpy(stage, ptrs[a], slot->bytes, cudaMemcpyDeviceToHost), runtime_error);
+        pwrite_all(out_fd_, stage, slot->bytes, slot->offset);
       }
     };
 
@@ -675,6 +711,7 @@ class Runner {
       if (agent_) throw Stop{Outcome::bad_job, "replay is for trusted runners"};
       const int calls = wl.replay_samples;  // the candidate's warm-ups and samples, all verified
       alloc_batch(std::max(wl.replay_batch, calls));
+      prefault_timed_slots(w);
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
       auto t0 = Clock::now();
       fill_batch(std::max(wl.replay_batch, calls), wl.replay_key);
@@ -730,6 +767,7 @@ class Runner {
       // every timed call gets inputs of its own, unknown to the process before they are due.
       const int slots = timed_slots(job_, w);
       alloc_batch(warmup_range(job_.timing).second + slots);
+      prefault_timed_slots(w);
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
       emit_.send({{"event", "timing_ready"}, {"workload", w}});
       const auto [key, warm] = read_key();
@@ -843,6 +881,8 @@ class Runner {
   int out_fd_;
   int slots_fd_;
   SharedSlots slots_;
+  void* staging_ = nullptr;  // pinned, host path (make_staging)
+  std::uint64_t staging_bytes_ = 0;
   Nvml nvml_;
   LaunchRecorder launches_;
   Gpu gpu_;
