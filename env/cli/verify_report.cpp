@@ -71,6 +71,7 @@ LadderStep ladder_step(const KernelVerdict& slower, const KernelVerdict& faster,
 }
 
 bool memory_bound(const tasks::Task& task) {
+  if (task.memory_bound) return *task.memory_bound;  // stated in task.json, with its reason
   for (const auto& w : task.workloads) {
     const double b = task.bytes_of(w);
     if (!(b > 0) || task.flops_of(w) / b > kMemoryBoundIntensity) return false;
@@ -244,12 +245,15 @@ void derive_checks(TaskVerdict& v, const tasks::Task& task, double copy_bytes_pe
     else detail = short_of.empty() ? "every large workload (" + std::to_string(large) + ") ≥ " + fmt("%.0f", 100 * task.speed_of_light_target) + "% of copy bandwidth"
                                    : "short: " + short_of;
     if (!task.bound_bytes.empty()) detail += " (on the task's stated bound, " + task.bound_bytes + " bytes: " + task.bound_why + ")";
+    if (task.memory_bound) detail += " (memory-bound as task.json states: " + task.memory_bound_why + ")";
     v.checks.push_back({"speed of light: L3 ≥ " + fmt("%.0f", 100 * task.speed_of_light_target) +
                             "% of copy bandwidth on large workloads",
                         ok && large > 0, detail});
   } else {
     v.checks.push_back({"speed of light", true,
-                        "not memory-bound (flops/byte > 4): compared with copy bandwidth only for information"});
+                        task.memory_bound ? "not memory-bound (task.json: " + task.memory_bound_why +
+                                                "): compared with copy bandwidth only for information"
+                                          : "not memory-bound (flops/byte > 4): compared with copy bandwidth only for information"});
   }
 
   if (v.vendor && v.vendor->gating) {  // a library yardstick is reported, not checked

@@ -55,7 +55,8 @@ struct SolRow {
   bool passed = true;                        // only large workloads can fail
   std::string why;                           // for a shortfall: the likely cause
 };
-// flops(w)/bytes(w) ≤ kMemoryBoundIntensity on every workload.
+// flops(w)/bytes(w) ≤ kMemoryBoundIntensity on every workload, unless task.json states
+// "memory_bound" (then that).
 bool memory_bound(const tasks::Task& task);
 // target < 0: the task's own (task.json speed_of_light_target; 0.75 unless it states one).
 std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,

@@ -630,7 +630,7 @@ Task load_task(const fs::path& dir_in) {
   }
   const Obj root(j, file, "");
   root.only({"id", "title", "category", "statement", "entry", "signature", "main_file", "compile_flags",
-             "args", "workloads", "tolerances", "flops", "bytes", "bound", "speed_of_light_target", "properties",
+             "args", "workloads", "tolerances", "flops", "bytes", "bound", "speed_of_light_target", "memory_bound", "properties",
              "vendor"});
 
   Task t;
@@ -734,6 +734,13 @@ Task load_task(const fs::path& dir_in) {
     t.speed_of_light_target = root.number("speed_of_light_target");
     if (!(t.speed_of_light_target >= 0.5 && t.speed_of_light_target <= 1.0))
       root.fail("speed_of_light_target", "must be a fraction of copy bandwidth from 0.5 to 1.0");
+  }
+  if (root.has("memory_bound")) {
+    const Obj m = root.object("memory_bound");
+    m.only({"value", "why"});
+    t.memory_bound = m.boolean("value");
+    t.memory_bound_why = m.str("why", kMaxTitleLength * 4);
+    if (trim(t.memory_bound_why).empty()) m.fail("why", "must say why the task is (or is not) memory-bound on the GPU");
   }
   check_workload_sizes(t, file);
 

@@ -80,6 +80,11 @@ struct Task {
   // workloads (`d2k verify-tasks`); task.json "speed_of_light_target", 0.5..1.0. The v1 suite was
   // held to 0.75; the tasks of issue 16 state 0.8.
   double speed_of_light_target = 0.75;
+  // "memory_bound" in task.json: {"value": bool, "why": text}. Unset: memory-bound when every
+  // workload's flops/bytes is at most 4 (CUDA-core fp32); a tensor-core task (a skinny GEMM, whose
+  // ridge point on Hopper is hundreds of flops per byte) states it, with the reason.
+  std::optional<bool> memory_bound;
+  std::string memory_bound_why;
   std::vector<Property> properties;
   std::optional<Vendor> vendor;       // "vendor" in task.json
   std::vector<Guidance> guidance;     // L1, L2, L3 (index = layer - 1)

@@ -562,6 +562,25 @@ TEST_CASE("a task's speed-of-light target is a fraction from 0.5 to 1.0, 0.75 un
   }
 }
 
+TEST_CASE("a task may state whether it is memory-bound, with the reason", "[tasks]") {
+  TempDir tmp;
+  const fs::path dir = copy_task(tmp.path);
+  json j = read_json(dir);
+  CHECK_FALSE(load_task(dir).memory_bound.has_value());
+  j["memory_bound"] = {{"value", true}, {"why", "tensor cores: far below the ridge point"}};
+  write_json(dir, j);
+  const auto t = load_task(dir);
+  REQUIRE(t.memory_bound.has_value());
+  CHECK(*t.memory_bound);
+  CHECK(t.memory_bound_why == "tensor cores: far below the ridge point");
+  for (const json& bad : {json(true), json{{"value", true}}, json{{"value", true}, {"why", "  "}},
+                          json{{"value", "yes"}, {"why", "x"}}, json{{"value", true}, {"why", "x"}, {"extra", 1}}}) {
+    json x = j;
+    x["memory_bound"] = bad;
+    rejects(dir, x, "memory_bound");
+  }
+}
+
 TEST_CASE("a task's stated bound (bytes a design must touch) is checked at load", "[tasks]") {
   TempDir tmp;
   const fs::path dir = copy_task(tmp.path);

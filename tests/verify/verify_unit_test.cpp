@@ -629,6 +629,19 @@ TEST_CASE("a task's stated bound is the speed of light's byte count", "[verify][
     if (r.workload == "pow2_64m") CHECK_FALSE(r.passed);
 }
 
+TEST_CASE("task.json memory_bound overrides the flops-per-byte rule", "[verify][sol]") {
+  tasks::Task task = vector_add();
+  CHECK(runner::memory_bound(task));  // vector_add: 1 flop per 12 bytes
+  task.memory_bound = false;
+  task.memory_bound_why = "stated";
+  CHECK_FALSE(runner::memory_bound(task));
+  task.flops = "1000*n";  // far above 4 flops per byte
+  task.memory_bound.reset();
+  CHECK_FALSE(runner::memory_bound(task));
+  task.memory_bound = true;
+  CHECK(runner::memory_bound(task));
+}
+
 TEST_CASE("a task's own speed-of-light target (task.json speed_of_light_target) decides the check", "[verify][sol]") {
   tasks::Task task = vector_add();
   runner::TaskVerdict v;
