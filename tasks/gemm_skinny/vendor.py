@@ -16,6 +16,10 @@ import vendor_torch  # noqa: E402  (tasks/vendor_torch.py)
 
 def prepare(torch, F, T, S):
     x, W = T["x"], T["W"]
+    # The task asks for fp32 accumulation. PyTorch lets cuBLAS reduce bf16 split-K partials in
+    # reduced precision by default, which put 26,531 of 1,048,896 outputs of m64_n16389_k8192 outside
+    # the task's tolerance on the H200 (2026-12-02 07:48Z): the yardstick must do the task's op.
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     return lambda: {"y": F.linear(x, W)}
 
 
