@@ -34,12 +34,13 @@ if [ "${1:-}" = "--pack" ]; then
   echo "$BUILD" > "$PACK/BUILD_DIR"
   echo "$ROOT" > "$PACK/SOURCE_DIR"
   (cd "$BUILD" && find . \( -name CTestTestfile.cmake -o -name DartConfiguration.tcl \) -exec cp --parents {} "$PACK/build/" \;)
-  # Only what runs there: the GPU tests' binaries, the server and runner, the example client
-  # (the device call's tree is limited in size).
+  # Only what runs there: the GPU tests' binaries, the server and runner, the example client, the
+  # benches and the tenant tests (issue 22's attacks on that machine's cores: bench_tenants,
+  # env_tenants_test "[fair]", env_scheduler_test) (the device call's tree is limited in size).
   for f in "$BUILD"/bin/*; do
     [ -x "$f" ] || continue
     case "$(basename "$f")" in
-      d2k|d2k-runner|d2k_sandbox_probe|example_*|*gpu*|*exploits*|bench_*|d2k_runner_confine_test|d2k_sandbox_seccomp_test|d2k_runner_hardening_test) ;;
+      d2k|d2k-runner|d2k_sandbox_probe|example_*|*gpu*|*exploits*|bench_*|d2k_runner_confine_test|d2k_sandbox_seccomp_test|d2k_runner_hardening_test|env_tenants_test|env_scheduler_test) ;;
       *) continue ;;
     esac
     strip -o "$PACK/build/bin/$(basename "$f")" "$f"
