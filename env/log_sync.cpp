@@ -25,9 +25,7 @@ void LogSyncer::stop() {
 
 void LogSyncer::enqueue(const std::string& session, Pending& p) {
   p.queued = true;
-  auto& queue = ready_[p.tenant];
-  if (queue.empty()) turns_.push_back(p.tenant);
-  queue.push_back(session);
+  ready_.push(p.tenant, session);
 }
 
 void LogSyncer::request(const std::string& session, std::shared_ptr<LogFile> file, std::uint64_t record,
@@ -48,16 +46,9 @@ void LogSyncer::request(const std::string& session, std::shared_ptr<LogFile> fil
 void LogSyncer::work() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stopping_ || !turns_.empty(); });
-    if (turns_.empty()) return;  // stopping, and every sync asked for has run
-    // The tenant whose turn it is gives one session, then goes to the back if it has more.
-    std::string tenant = std::move(turns_.front());
-    turns_.pop_front();
-    auto queue = ready_.find(tenant);
-    const std::string session = std::move(queue->second.front());
-    queue->second.pop_front();
-    if (queue->second.empty()) ready_.erase(queue);
-    else turns_.push_back(std::move(tenant));
+    wake_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
+    if (ready_.empty()) return;  // stopping, and every sync asked for has run
+    const std::string session = ready_.pop();
     Pending& p = pending_.at(session);
     p.queued = false;
     p.running = true;

@@ -11,7 +11,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "env/episode_log.hpp"
+#include "env/fair_queue.hpp"
 
 namespace d2k::env {
 
@@ -60,10 +60,8 @@ class LogSyncer {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::unordered_map<std::string, Pending> pending_;
-  // Sessions with a sync to run and no thread on them, per tenant, oldest first; and the tenants
-  // that have some, the next to be served first.
-  std::unordered_map<std::string, std::deque<std::string>> ready_;
-  std::deque<std::string> turns_;
+  // Sessions with a sync to run and no thread on them, per tenant, round-robin.
+  FairQueue<std::string> ready_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

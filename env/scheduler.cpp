@@ -54,17 +54,14 @@ void WorkerPool::submit(std::function<void()> job, const std::string& tenant) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) throw std::runtime_error(name_ + ": pool is stopping");
-    auto& queue = jobs_[tenant];
-    if (queue.empty()) turns_.push_back(tenant);  // a tenant with nothing queued joins at the back
-    queue.push_back(std::move(job));
-    ++queued_;
+    jobs_.push(tenant, std::move(job));
   }
   wake_.notify_one();
 }
 
 std::size_t WorkerPool::queued() const {
   std::lock_guard lock(mutex_);
-  return queued_;
+  return jobs_.size();
 }
 
 double WorkerPool::busy_seconds() const { return static_cast<double>(busy_ns_.load()) * 1e-9; }
@@ -75,8 +72,6 @@ void WorkerPool::stop() {
     if (stopping_ && threads_.empty()) return;
     stopping_ = true;
     jobs_.clear();
-    turns_.clear();
-    queued_ = 0;
   }
   wake_.notify_all();
   for (auto& t : threads_)
@@ -89,17 +84,9 @@ void WorkerPool::work() {
     std::function<void()> job;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !turns_.empty(); });
-      if (turns_.empty()) return;  // stopping and nothing left
-      // The tenant whose turn it is gives one job, then goes to the back if it has more.
-      std::string tenant = std::move(turns_.front());
-      turns_.pop_front();
-      auto it = jobs_.find(tenant);
-      job = std::move(it->second.front());
-      it->second.pop_front();
-      --queued_;
-      if (it->second.empty()) jobs_.erase(it);
-      else turns_.push_back(std::move(tenant));
+      wake_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping and nothing left
+      job = jobs_.pop();
       ++running_;
     }
     auto start = std::chrono::steady_clock::now();

@@ -10,8 +10,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
+
+#include "env/fair_queue.hpp"
 
 namespace d2k::env {
 
@@ -36,9 +37,7 @@ class Mailbox {
 };
 
 // A fixed set of worker threads. Jobs are queued per tenant (the client that asked for them) and
-// taken round-robin between tenants, each tenant's in order of submission (issue 22.6): a client
-// with a hundred jobs queued delays another client's job by at most one job per other tenant
-// waiting, not by its hundred. A job that throws is caught and reported through `on_error` (a
+// taken round-robin between tenants (env/fair_queue.hpp, issue 22.6). A job that throws is caught and reported through `on_error` (a
 // worker never dies of it).
 class WorkerPool {
  public:
@@ -62,9 +61,7 @@ class WorkerPool {
   std::function<void(const std::string&)> on_error_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::unordered_map<std::string, std::deque<std::function<void()>>> jobs_;  // per tenant, oldest first
-  std::deque<std::string> turns_;  // tenants with jobs queued, the next to be served first
-  std::size_t queued_ = 0;
+  FairQueue<std::function<void()>> jobs_;  // per tenant, round-robin
   std::vector<std::thread> threads_;
   std::atomic<std::size_t> running_{0};
   std::atomic<std::uint64_t> busy_ns_{0};
