@@ -137,6 +137,9 @@ constexpr int kVx = 4;   // cells per thread along x
 #ifndef ST_BUFS
 #define ST_BUFS 2
 #endif
+#ifndef ST_EVEN
+#define ST_EVEN 1  // 1: every resident block an equal share of the (tile, plane) pairs; 0: tiles x z ranges
+#endif
 #ifndef ST_STCS
 #define ST_STCS 1
 #endif
@@ -160,18 +163,15 @@ __device__ __forceinline__ void st4(float* p, float4 v) {
 // z+kAheadV), so that no load is used sooner than kAheadV planes after it was issued. The plane in
 // shared memory alternates between two buffers: one barrier per plane.
 template <int TX>
-__global__ void __launch_bounds__(256, ST_MINB)
-stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
+__device__ __forceinline__ void march_segment(const float* __restrict__ in, float* __restrict__ out, int nx, int ny,
+                                              int nz, int bx, int by, int z0, int z1, int parity,
+                                              float (*s)[256 / TX + 2][kPad + TX * kVx + kPad]) {
   constexpr int kTxv = TX;
   constexpr int kTyv = 256 / TX;
   constexpr int kTileX = kTxv * kVx;
-  constexpr int kRow = kPad + kTileX + kPad;
-  __shared__ __align__(16) float s[kBufs][kTyv + 2][kRow];
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
-  const int x = static_cast<int>(blockIdx.x) * kTileX + tx * kVx;  // first of the thread's 4 cells
-  const int y = static_cast<int>(blockIdx.y) * kTyv + ty;
-  const int z0 = static_cast<int>(blockIdx.z) * zchunk;
-  const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // uniform over the block
+  const int x = bx * kTileX + tx * kVx;  // first of the thread's 4 cells
+  const int y = by * kTyv + ty;
   const int zlim = z1 < nz ? z1 + 1 : nz;              // planes z0-1 .. zlim-1 are read
   const bool in_xy = x < nx && y < ny;                 // nx % 4 == 0: all four cells or none
   const bool interior_y = y > 0 && y < ny - 1;
@@ -212,7 +212,7 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
     const int zh = z + kAheadV + 1;
     const float hx_next = (has_hx && zh < z1) ? in[zh * plane + hx_at] : 0.0f;
     const float4 hy_next = (has_hy && zh < z1) ? ld4(in + zh * plane + hy_at) : zero;
-    const int b = kBufs == 2 ? (z - z0) & 1 : 0;
+    const int b = kBufs == 2 ? (parity + z - z0) & 1 : 0;
     const float4 cur = q[1], below = q[0], above = q[2];
     *reinterpret_cast<float4*>(&s[b][ty + 1][c]) = cur;
     if (has_hx) s[b][ty + 1][hx_col] = hx[0];
@@ -250,6 +250,36 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
   }
 }
 
+// The block's work: one tile and one z range (grid = x tiles, y tiles, z ranges), or, with
+// `share` > 0 (the even split), an equal share of the sequence of (tile, plane) pairs in tile-major
+// order: positions [b * work / blocks, (b + 1) * work / blocks), marched as one segment per tile it
+// touches (a share that ends inside a tile's z range continues with the next tile from z = 0).
+template <int TX>
+__global__ void __launch_bounds__(256, ST_MINB)
+stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk,
+                     int gx, int work) {
+  __shared__ __align__(16) float s[kBufs][256 / TX + 2][kPad + TX * kVx + kPad];
+  int pos, end;
+  if (work > 0) {
+    const int64_t blocks = gridDim.x, b = blockIdx.x;
+    pos = static_cast<int>(b * work / blocks);
+    end = static_cast<int>((b + 1) * work / blocks);
+  } else {
+    const int tile = static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x);
+    const int z0 = static_cast<int>(blockIdx.z) * zchunk;
+    pos = tile * nz + z0;
+    end = tile * nz + (z0 + zchunk < nz ? z0 + zchunk : nz);
+  }
+  int parity = 0;  // planes marched so far: the two buffers keep alternating across segments
+  while (pos < end) {  // uniform over the block
+    const int tile = pos / nz, z0 = pos - tile * nz;
+    const int z1 = z0 + (end - pos) < nz ? z0 + (end - pos) : nz;
+    march_segment<TX>(in, out, nx, ny, nz, tile % gx, tile / gx, z0, z1, parity, s);
+    parity += z1 - z0;
+    pos += z1 - z0;
+  }
+}
+
 template <typename K>
 int occupancy(K kernel) {
   int n = 0;
@@ -280,13 +310,23 @@ extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny
     if ((quads + 15) / 16 * 16 < (quads + 31) / 32 * 32) tx = 16;
     if (tx == 16 && (quads + 7) / 8 * 8 < (quads + 15) / 16 * 16) tx = 8;
     const int ty = 256 / tx;
-    if (!march_grid((quads + tx - 1) / tx, (ny + ty - 1) / ty, nz, vec_blocks(tx), grid, zchunk))
+    const int64_t gx = (quads + tx - 1) / tx, gy = (ny + ty - 1) / ty;
+    const int64_t resident = static_cast<int64_t>(vec_blocks(tx)) * sm_count();
+    const int64_t work = gx * gy * nz;  // (tile, plane) pairs
+    int even = 0;
+    if (ST_EVEN && work >= resident && work <= 0x7fffffff) {
+      // The even split: one resident wave, every block the same number of (tile, plane) pairs.
+      grid = dim3(static_cast<unsigned>(resident));
+      even = static_cast<int>(work);
+    } else if (!march_grid(gx, gy, nz, vec_blocks(tx), grid, zchunk)) {
       return static_cast<int>(cudaErrorInvalidValue);
+    }
     const dim3 block(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
     const int ix = static_cast<int>(nx), iy = static_cast<int>(ny), iz = static_cast<int>(nz), ic = static_cast<int>(zchunk);
-    if (tx == 32) stencil3d_march_vec4<32><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
-    else if (tx == 16) stencil3d_march_vec4<16><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
-    else stencil3d_march_vec4<8><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
+    const int igx = static_cast<int>(gx);
+    if (tx == 32) stencil3d_march_vec4<32><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic, igx, even);
+    else if (tx == 16) stencil3d_march_vec4<16><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic, igx, even);
+    else stencil3d_march_vec4<8><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic, igx, even);
   } else {
     // Layer 2's kernel: one cell per thread.
     if (!march_grid((nx + kTx - 1) / kTx, (ny + kTy - 1) / kTy, nz, 8, grid, zchunk))
