@@ -164,6 +164,9 @@ __device__ __forceinline__ void entry_places(const int* __restrict__ ids, const 
 }
 
 constexpr int kCopyThreads = 128;
+#ifndef MP_MINB
+#define MP_MINB 1  // the sweep builds -DMP_MINB=12 (copy blocks per SM the register budget must allow)
+#endif
 #ifndef MP_LDCS
 #define MP_LDCS 0  // tasks/vector_add/bench/sweep/build.sh builds variants with -DMP_LDCS=0/1 -DMP_STCS=0/1 (streaming hints on the rows)
 #endif
@@ -188,7 +191,7 @@ __device__ __forceinline__ void store_row_chunk(uint4* p, uint4 v) {
 // One block per token, the row in 16-byte chunks: chunk c of the row goes to thread c % 128, V
 // chunks per thread, all loaded before the places are known.
 template <int V>
-__global__ void __launch_bounds__(kCopyThreads)
+__global__ void __launch_bounds__(kCopyThreads, MP_MINB)
 copy_rows_vec(const int* __restrict__ ids, const int* __restrict__ base, const uint4* __restrict__ x,
               uint4* __restrict__ rows, int* __restrict__ order, int k, int experts, int chunks, int row_chunks) {
   __shared__ int64_t s_dst[kMaxK];

@@ -259,25 +259,38 @@ __global__ void __launch_bounds__(256, ST_MINB)
 stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk,
                      int gx, int work) {
   __shared__ __align__(16) float s[kBufs][256 / TX + 2][kPad + TX * kVx + kPad];
-  int pos, end;
+#if ST_EVEN
+  int pos, end;  // positions in the (tile, plane) sequence, tile-major: tile * nz + z
   if (work > 0) {
     const int64_t blocks = gridDim.x, b = blockIdx.x;
     pos = static_cast<int>(b * work / blocks);
     end = static_cast<int>((b + 1) * work / blocks);
-  } else {
+  } else {  // one tile, one z range
     const int tile = static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x);
     const int z0 = static_cast<int>(blockIdx.z) * zchunk;
     pos = tile * nz + z0;
     end = tile * nz + (z0 + zchunk < nz ? z0 + zchunk : nz);
   }
+  // The end of the share waits in shared memory while the block marches (every thread writes the
+  // same value): one register less in the march, which has none to spare at 5 blocks per SM.
+  __shared__ int s_end;
+  s_end = end;
   int parity = 0;  // planes marched so far: the two buffers keep alternating across segments
-  while (pos < end) {  // uniform over the block
+  while (pos < s_end) {  // uniform over the block
+    const int left = s_end - pos;
     const int tile = pos / nz, z0 = pos - tile * nz;
-    const int z1 = z0 + (end - pos) < nz ? z0 + (end - pos) : nz;
+    const int z1 = z0 + left < nz ? z0 + left : nz;
     march_segment<TX>(in, out, nx, ny, nz, tile % gx, tile / gx, z0, z1, parity, s);
     parity += z1 - z0;
     pos += z1 - z0;
   }
+#else
+  const int z0 = static_cast<int>(blockIdx.z) * zchunk;
+  march_segment<TX>(in, out, nx, ny, nz, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), z0,
+                    z0 + zchunk < nz ? z0 + zchunk : nz, 0, s);
+  (void)gx;
+  (void)work;
+#endif
 }
 
 template <typename K>

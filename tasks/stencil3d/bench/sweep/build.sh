@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the variants of stencil3d's and moe_permute's layer-3 experts for a side-by-side timing on
+# the GPU with tasks/vector_add/bench/sweep/sweep.py (any machine with nvcc): bash build.sh OUTDIR
+# `<task>__cur.so` is the task's L3 as of main 1a81b30 (verified on the H200 at 2026-12-02 06:51Z);
+# the others are the task's experts/L3.cu with the -D switches it documents. OUTDIR/variants.json
+# lists each variant's switches, for pick.py.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+tasks=$(cd "$here/../../.." && pwd)
+out=${1:?OUTDIR}
+mkdir -p "$out"
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+json="{"
+so() {  # task variant switches...
+  local t=$1 v=$2; shift 2
+  local src="$tasks/$t/experts/L3.cu"
+  if [ "$v" = cur ]; then git -C "$tasks" show 1a81b30:tasks/$t/experts/L3.cu > "$out/$t.cur.cu"; src="$out/$t.cur.cu"; fi
+  nice "$nvcc" -O3 -arch=sm_90 -shared -Xcompiler -fPIC -lineinfo "$@" -o "$out/${t}__$v.so" "$src" &
+  json="$json\"${t}__$v\": \"$*\", "
+}
+nice "$nvcc" -O3 -arch=sm_90 -shared -Xcompiler -fPIC -o "$out/bw.so" "$tasks/vector_add/bench/sweep/bw.cu" &
+so stencil3d cur
+so stencil3d e1_b2 -DST_EVEN=1 -DST_BUFS=2
+so stencil3d e1_b1 -DST_EVEN=1 -DST_BUFS=1
+wait
+so stencil3d e0_b1 -DST_EVEN=0 -DST_BUFS=1
+so stencil3d e0_b2 -DST_EVEN=0 -DST_BUFS=2
+so stencil3d e1_b2_cs0 -DST_EVEN=1 -DST_BUFS=2 -DST_STCS=0
+wait
+so stencil3d e1_a2_m4 -DST_EVEN=1 -DST_BUFS=2 -DST_AHEAD=2 -DST_MINB=4
+so moe_permute cur
+wait
+so moe_permute tab -DMP_CHUNK=1024 -DMP_CMINB=1
+so moe_permute tab_cm2 -DMP_CHUNK=1024 -DMP_CMINB=2
+wait
+so moe_permute tab_c512 -DMP_CHUNK=512 -DMP_CMINB=1
+so moe_permute tab_c512_cm2 -DMP_CHUNK=512 -DMP_CMINB=2
+wait
+so moe_permute tab_cm2_st0 -DMP_CHUNK=1024 -DMP_CMINB=2 -DMP_STCS=0
+wait
+echo "${json%, }}" > "$out/variants.json"
+echo "built: $(ls "$out"/*.so | wc -l)"
