@@ -137,6 +137,9 @@ constexpr int kVx = 4;   // cells per thread along x
 #ifndef ST_BUFS
 #define ST_BUFS 2
 #endif
+#ifndef ST_TXMAX
+#define ST_TXMAX 32  // threads along x at most (32: 128 x 8 tiles; 16: 64 x 16 tiles, half the y halo per cell)
+#endif
 #ifndef ST_EVEN
 #define ST_EVEN 1  // 1: every resident block an equal share of the (tile, plane) pairs; 0: tiles x z ranges
 #endif
@@ -319,8 +322,8 @@ extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny
     // Threads along x: 16 or 8 instead of 32 only where that leaves fewer lanes past the row's end
     // (nx = 36: 16 threads, a 64-cell tile, where 32 threads would leave 23 of 32 idle).
     const int64_t quads = nx / kVx;
-    int tx = 32;
-    if ((quads + 15) / 16 * 16 < (quads + 31) / 32 * 32) tx = 16;
+    int tx = ST_TXMAX;
+    if (tx == 32 && (quads + 15) / 16 * 16 < (quads + 31) / 32 * 32) tx = 16;
     if (tx == 16 && (quads + 7) / 8 * 8 < (quads + 15) / 16 * 16) tx = 8;
     const int ty = 256 / tx;
     const int64_t gx = (quads + tx - 1) / tx, gy = (ny + ty - 1) / ty;

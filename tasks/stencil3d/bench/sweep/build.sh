@@ -24,10 +24,12 @@ so stencil3d e1_b2 -DST_EVEN=1 -DST_BUFS=2
 so stencil3d e1_b1 -DST_EVEN=1 -DST_BUFS=1
 wait
 so stencil3d e0_b1 -DST_EVEN=0 -DST_BUFS=1
-so stencil3d e0_b2 -DST_EVEN=0 -DST_BUFS=2
 so stencil3d e1_b2_cs0 -DST_EVEN=1 -DST_BUFS=2 -DST_STCS=0
 wait
 so stencil3d e1_a2_m4 -DST_EVEN=1 -DST_BUFS=2 -DST_AHEAD=2 -DST_MINB=4
+wait
+so stencil3d e0_b1_t16 -DST_EVEN=0 -DST_BUFS=1 -DST_TXMAX=16
+so stencil3d e0_b1_cs0 -DST_EVEN=0 -DST_BUFS=1 -DST_STCS=0
 so moe_permute cur
 wait
 so moe_permute tab -DMP_CHUNK=1024 -DMP_CMINB=1
@@ -37,6 +39,7 @@ so moe_permute tab_c512 -DMP_CHUNK=512 -DMP_CMINB=1
 so moe_permute tab_c512_cm2 -DMP_CHUNK=512 -DMP_CMINB=2
 wait
 so moe_permute tab_cm2_st0 -DMP_CHUNK=1024 -DMP_CMINB=2 -DMP_STCS=0
+so moe_permute tab_cm2_m12 -DMP_CHUNK=1024 -DMP_CMINB=2 -DMP_MINB=12
 wait
 echo "${json%, }}" > "$out/variants.json"
 echo "built: $(ls "$out"/*.so | wc -l)"
