@@ -4,13 +4,15 @@
 //     warp-level matching (match_any: one shared atomic per distinct expert per 32 entries) and
 //     writes them; the last block to finish (a self-resetting ticket) scans all experts x chunks
 //     counts, 16 per thread per step, into each chunk's first place per expert, and writes offsets.
+//     Its register budget is half an SM's (32 per thread), so copy blocks fit beside its blocks.
 //   - copy_rows_vec: one block per token finds its own entries' places: the rank of entry i among
 //     the earlier entries of its chunk with the same expert is a count of equal ids (the chunk's
-//     ids, up to 4 KB, come from the L2, all of a thread's at once; the few matches are counted
-//     with shared atomics). It loads its row (16-byte chunks) and counts before it waits for the
-//     scan: it is launched as a programmatic dependent of count_and_scan, so those loads and the
-//     launch itself overlap the index phase; then it writes order and stores the row to its k
-//     places (16-byte chunks, evict-first stores).
+//     ids, up to 4 KB, come from the L2, all of a thread's at once; a table in shared memory, one
+//     slot mask per expert, makes each id one shared load, and the few matches are counted with
+//     shared atomics). It loads its row (16-byte chunks) and the ids before it waits for the scan:
+//     it is launched as a programmatic dependent of count_and_scan, so those loads and the launch
+//     itself overlap the index phase; then it reads its scan values, writes order and stores the
+//     row to its k places (16-byte chunks, evict-first stores).
 // hidden not a multiple of 8, over 8,192, or misaligned pointers take a 2-byte copy with the same
 // place computation.
 #include <cstdint>
@@ -19,14 +21,9 @@
 
 namespace {
 
-#ifndef MP_CHUNK
-#define MP_CHUNK 1024  // the sweep builds variants with -DMP_CHUNK=512 (more, smaller chunks: shorter rank walks)
-#endif
-#ifndef MP_CMINB
-#define MP_CMINB 1  // count blocks per SM the count kernel's register budget allows (2: copy blocks fit beside it)
-#endif
-constexpr int kChunk = MP_CHUNK;        // entries per chunk
+constexpr int kChunk = 1024;            // entries per chunk
 constexpr int kCountThreads = kChunk;   // one entry per thread
+constexpr int kCountBlocksPerSm = 2;    // the count kernel's register budget (32): copy blocks fit beside it
 constexpr int kCountWarps = kCountThreads / 32;
 constexpr int64_t kMaxTokens = 65536, kMaxK = 16, kMaxExperts = 1024;
 constexpr int kMaxChunks = static_cast<int>((kMaxTokens * kMaxK + kChunk - 1) / kChunk);
@@ -38,7 +35,7 @@ __device__ unsigned g_ticket;  // 0 between calls: the last block of each call w
 __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void wait_for_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-__global__ void __launch_bounds__(kCountThreads, MP_CMINB)
+__global__ void __launch_bounds__(kCountThreads, kCountBlocksPerSm)
 count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __restrict__ offsets, int n,
                int experts, int chunks) {
   allow_dependents();  // the copy blocks may start their loads while this grid runs
@@ -164,11 +161,8 @@ __device__ __forceinline__ void entry_places(const int* __restrict__ ids, const 
 }
 
 constexpr int kCopyThreads = 128;
-#ifndef MP_MINB
-#define MP_MINB 1  // the sweep builds -DMP_MINB=12 (copy blocks per SM the register budget must allow)
-#endif
 #ifndef MP_LDCS
-#define MP_LDCS 0  // tasks/vector_add/bench/sweep/build.sh builds variants with -DMP_LDCS=0/1 -DMP_STCS=0/1 (streaming hints on the rows)
+#define MP_LDCS 0  // tasks/stencil3d/bench/sweep/build.sh builds variants with -DMP_LDCS=0/1 -DMP_STCS=0/1 (streaming hints on the rows)
 #endif
 #ifndef MP_STCS
 #define MP_STCS 1
@@ -191,7 +185,7 @@ __device__ __forceinline__ void store_row_chunk(uint4* p, uint4 v) {
 // One block per token, the row in 16-byte chunks: chunk c of the row goes to thread c % 128, V
 // chunks per thread, all loaded before the places are known.
 template <int V>
-__global__ void __launch_bounds__(kCopyThreads, MP_MINB)
+__global__ void __launch_bounds__(kCopyThreads, 1)
 copy_rows_vec(const int* __restrict__ ids, const int* __restrict__ base, const uint4* __restrict__ x,
               uint4* __restrict__ rows, int* __restrict__ order, int k, int experts, int chunks, int row_chunks) {
   __shared__ int64_t s_dst[kMaxK];

@@ -11,7 +11,8 @@
 // read again), the input with the default policy (the halo rows are read again by the neighbouring
 // tiles, from L2). The halo cells an edge thread contributes are loaded as far ahead as its own
 // column (a register ring each), so no load of the march is used in the plane it was issued; the
-// plane in shared memory alternates between two buffers (one barrier per plane). 48 registers: 5
+// plane sits in one shared buffer, with a barrier after it is written and one after it is read
+// (measured on the H200 faster than two alternating buffers with one barrier). 48 registers: 5
 // blocks of 256 threads per SM. The z split fills whole waves of as many blocks as the occupancy
 // API says fit. Grids whose nx is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
 #include <cstdint>
@@ -129,25 +130,19 @@ bool march_grid(int64_t gx, int64_t gy, int64_t nz, int blocks_per_sm, dim3& gri
 
 constexpr int kVx = 4;   // cells per thread along x
 #ifndef ST_AHEAD
-#define ST_AHEAD 1  // tasks/vector_add/bench/sweep/build.sh builds variants with -DST_AHEAD=..., -DST_MINB=..., -DST_BUFS=..., -DST_STCS=...
+#define ST_AHEAD 1  // tasks/stencil3d/bench/sweep/build.sh builds variants with -DST_AHEAD=..., -DST_MINB=..., -DST_BUFS=..., -DST_STCS=...
 #endif
 #ifndef ST_MINB
 #define ST_MINB 5
 #endif
 #ifndef ST_BUFS
-#define ST_BUFS 2
-#endif
-#ifndef ST_TXMAX
-#define ST_TXMAX 32  // threads along x at most (32: 128 x 8 tiles; 16: 64 x 16 tiles, half the y halo per cell)
-#endif
-#ifndef ST_EVEN
-#define ST_EVEN 1  // 1: every resident block an equal share of the (tile, plane) pairs; 0: tiles x z ranges
+#define ST_BUFS 1
 #endif
 #ifndef ST_STCS
 #define ST_STCS 1
 #endif
 constexpr int kAheadV = ST_AHEAD;  // planes in flight beyond z+1, for the column and for the halo
-constexpr int kBufs = ST_BUFS;     // shared plane buffers: 2 = one barrier per plane
+constexpr int kBufs = ST_BUFS;     // shared plane buffers: 1 = two barriers per plane, 2 = one
 constexpr int kPad = 4;  // floats before the row (16-byte aligned vectors)
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
@@ -164,17 +159,21 @@ __device__ __forceinline__ void st4(float* p, float4 v) {
 // two register rings as deep as the planes in flight: its column (planes z-1 .. z+1+kAheadV) and,
 // for the tile's edge threads, the halo cell (x) and halo vector (y) it contributes (planes z ..
 // z+kAheadV), so that no load is used sooner than kAheadV planes after it was issued. The plane in
-// shared memory alternates between two buffers: one barrier per plane.
+// shared memory: one buffer, a barrier after it is written and one after it is read (kBufs = 2:
+// two buffers alternating by plane, one barrier per plane; slower on the H200).
 template <int TX>
-__device__ __forceinline__ void march_segment(const float* __restrict__ in, float* __restrict__ out, int nx, int ny,
-                                              int nz, int bx, int by, int z0, int z1, int parity,
-                                              float (*s)[256 / TX + 2][kPad + TX * kVx + kPad]) {
+__global__ void __launch_bounds__(256, ST_MINB)
+stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
   constexpr int kTxv = TX;
   constexpr int kTyv = 256 / TX;
   constexpr int kTileX = kTxv * kVx;
+  constexpr int kRow = kPad + kTileX + kPad;
+  __shared__ __align__(16) float s[kBufs][kTyv + 2][kRow];
   const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
-  const int x = bx * kTileX + tx * kVx;  // first of the thread's 4 cells
-  const int y = by * kTyv + ty;
+  const int x = static_cast<int>(blockIdx.x) * kTileX + tx * kVx;  // first of the thread's 4 cells
+  const int y = static_cast<int>(blockIdx.y) * kTyv + ty;
+  const int z0 = static_cast<int>(blockIdx.z) * zchunk;
+  const int z1 = z0 + zchunk < nz ? z0 + zchunk : nz;  // uniform over the block
   const int zlim = z1 < nz ? z1 + 1 : nz;              // planes z0-1 .. zlim-1 are read
   const bool in_xy = x < nx && y < ny;                 // nx % 4 == 0: all four cells or none
   const bool interior_y = y > 0 && y < ny - 1;
@@ -215,7 +214,7 @@ __device__ __forceinline__ void march_segment(const float* __restrict__ in, floa
     const int zh = z + kAheadV + 1;
     const float hx_next = (has_hx && zh < z1) ? in[zh * plane + hx_at] : 0.0f;
     const float4 hy_next = (has_hy && zh < z1) ? ld4(in + zh * plane + hy_at) : zero;
-    const int b = kBufs == 2 ? (parity + z - z0) & 1 : 0;
+    const int b = kBufs == 2 ? (z - z0) & 1 : 0;
     const float4 cur = q[1], below = q[0], above = q[2];
     *reinterpret_cast<float4*>(&s[b][ty + 1][c]) = cur;
     if (has_hx) s[b][ty + 1][hx_col] = hx[0];
@@ -237,8 +236,9 @@ __device__ __forceinline__ void march_segment(const float* __restrict__ in, floa
       }
       st4(out + base, r);
     }
-    // With two buffers the next plane goes to the other one; the barrier of the next plane keeps
-    // this one from being overwritten while a slow thread still reads it.
+    // One buffer: the next plane overwrites it only after every thread has read this one. (With two
+    // buffers the next plane goes to the other one, and the barrier of the next plane keeps this
+    // one from being overwritten while a slow thread still reads it.)
     if (kBufs == 1) __syncthreads();
 #pragma unroll
     for (int k = 0; k < kAheadV + 1; ++k) q[k] = q[k + 1];
@@ -251,49 +251,6 @@ __device__ __forceinline__ void march_segment(const float* __restrict__ in, floa
     hx[kAheadV] = hx_next;
     hy[kAheadV] = hy_next;
   }
-}
-
-// The block's work: one tile and one z range (grid = x tiles, y tiles, z ranges), or, with
-// `share` > 0 (the even split), an equal share of the sequence of (tile, plane) pairs in tile-major
-// order: positions [b * work / blocks, (b + 1) * work / blocks), marched as one segment per tile it
-// touches (a share that ends inside a tile's z range continues with the next tile from z = 0).
-template <int TX>
-__global__ void __launch_bounds__(256, ST_MINB)
-stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk,
-                     int gx, int work) {
-  __shared__ __align__(16) float s[kBufs][256 / TX + 2][kPad + TX * kVx + kPad];
-#if ST_EVEN
-  int pos, end;  // positions in the (tile, plane) sequence, tile-major: tile * nz + z
-  if (work > 0) {
-    const int64_t blocks = gridDim.x, b = blockIdx.x;
-    pos = static_cast<int>(b * work / blocks);
-    end = static_cast<int>((b + 1) * work / blocks);
-  } else {  // one tile, one z range
-    const int tile = static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x);
-    const int z0 = static_cast<int>(blockIdx.z) * zchunk;
-    pos = tile * nz + z0;
-    end = tile * nz + (z0 + zchunk < nz ? z0 + zchunk : nz);
-  }
-  // The end of the share waits in shared memory while the block marches (every thread writes the
-  // same value): one register less in the march, which has none to spare at 5 blocks per SM.
-  __shared__ int s_end;
-  s_end = end;
-  int parity = 0;  // planes marched so far: the two buffers keep alternating across segments
-  while (pos < s_end) {  // uniform over the block
-    const int left = s_end - pos;
-    const int tile = pos / nz, z0 = pos - tile * nz;
-    const int z1 = z0 + left < nz ? z0 + left : nz;
-    march_segment<TX>(in, out, nx, ny, nz, tile % gx, tile / gx, z0, z1, parity, s);
-    parity += z1 - z0;
-    pos += z1 - z0;
-  }
-#else
-  const int z0 = static_cast<int>(blockIdx.z) * zchunk;
-  march_segment<TX>(in, out, nx, ny, nz, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), z0,
-                    z0 + zchunk < nz ? z0 + zchunk : nz, 0, s);
-  (void)gx;
-  (void)work;
-#endif
 }
 
 template <typename K>
@@ -322,27 +279,17 @@ extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny
     // Threads along x: 16 or 8 instead of 32 only where that leaves fewer lanes past the row's end
     // (nx = 36: 16 threads, a 64-cell tile, where 32 threads would leave 23 of 32 idle).
     const int64_t quads = nx / kVx;
-    int tx = ST_TXMAX;
-    if (tx == 32 && (quads + 15) / 16 * 16 < (quads + 31) / 32 * 32) tx = 16;
+    int tx = 32;
+    if ((quads + 15) / 16 * 16 < (quads + 31) / 32 * 32) tx = 16;
     if (tx == 16 && (quads + 7) / 8 * 8 < (quads + 15) / 16 * 16) tx = 8;
     const int ty = 256 / tx;
-    const int64_t gx = (quads + tx - 1) / tx, gy = (ny + ty - 1) / ty;
-    const int64_t resident = static_cast<int64_t>(vec_blocks(tx)) * sm_count();
-    const int64_t work = gx * gy * nz;  // (tile, plane) pairs
-    int even = 0;
-    if (ST_EVEN && work >= resident && work <= 0x7fffffff) {
-      // The even split: one resident wave, every block the same number of (tile, plane) pairs.
-      grid = dim3(static_cast<unsigned>(resident));
-      even = static_cast<int>(work);
-    } else if (!march_grid(gx, gy, nz, vec_blocks(tx), grid, zchunk)) {
+    if (!march_grid((quads + tx - 1) / tx, (ny + ty - 1) / ty, nz, vec_blocks(tx), grid, zchunk))
       return static_cast<int>(cudaErrorInvalidValue);
-    }
     const dim3 block(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
     const int ix = static_cast<int>(nx), iy = static_cast<int>(ny), iz = static_cast<int>(nz), ic = static_cast<int>(zchunk);
-    const int igx = static_cast<int>(gx);
-    if (tx == 32) stencil3d_march_vec4<32><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic, igx, even);
-    else if (tx == 16) stencil3d_march_vec4<16><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic, igx, even);
-    else stencil3d_march_vec4<8><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic, igx, even);
+    if (tx == 32) stencil3d_march_vec4<32><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
+    else if (tx == 16) stencil3d_march_vec4<16><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
+    else stencil3d_march_vec4<8><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
   } else {
     // Layer 2's kernel: one cell per thread.
     if (!march_grid((nx + kTx - 1) / kTx, (ny + kTy - 1) / kTy, nz, 8, grid, zchunk))
