@@ -1,6 +1,6 @@
 // What moe_permute's layer-3 expert uses beyond ../../stencil3d/bench/cuda_cpu_shim.hpp: the
 // programmatic dependent launch (cudaLaunchKernelEx with its attribute; blocks run one after
-// another here, so the dependency holds trivially), __ldcg, __threadfence, atomicInc.
+// another here, so the dependency holds trivially), __ldcg, __threadfence, atomicInc, atomicOr.
 #pragma once
 #include "cuda_cpu_shim.hpp"
 enum cudaLaunchAttributeID { cudaLaunchAttributeProgrammaticStreamSerialization = 6 };
@@ -25,3 +25,4 @@ inline unsigned atomicInc(unsigned* p, unsigned v) {
   while (!__atomic_compare_exchange_n(p, &old, old >= v ? 0u : old + 1u, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
   return old;
 }
+inline int atomicOr(int* p, int v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }

@@ -2,6 +2,7 @@
 # Runs moe_permute's reference, baseline and experts on the CPU through the CUDA emulation of
 # ../../stencil3d/bench (cuda_cpu_prep.py, cuda_cpu_shim.hpp) plus cuda_cpu_extra.hpp (what L3 adds:
 # the programmatic dependent launch, atomicInc, __ldcg), checked by check_moe_permute.cpp.
+# The last shape (17,600 entries over 1,000 experts) takes L3's last-block scan through two steps.
 # Usage: tasks/moe_permute/bench/run_cpu_check.sh [kernel files relative to the task, default all]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,7 +20,7 @@ for k in $kernels; do
   python3 "$shim/cuda_cpu_prep.py" "$task/$k" | sed -e 's/asm volatile("griddepcontrol\.[a-z_]*;" ::: "memory");//' \
     -e 's/#include "cuda_cpu_shim.hpp"/#include "cuda_cpu_extra.hpp"/' > "$out/$name.cpp"
   g++ -std=c++20 -O1 -pthread -w -I"$out/inc" -I"$out" -o "$out/$name" "$out/$name.cpp" "$here/check_moe_permute.cpp"
-  for d in "7 3 64 20" "3 5 64 4099" "1 8 128 64" "37 8 16 104" "300 6 160 40" "200 2 64 24" "129 4 96 4104" "600 8 5 16" "50 16 1024 8"; do
+  for d in "7 3 64 20" "3 5 64 4099" "1 8 128 64" "37 8 16 104" "300 6 160 40" "200 2 64 24" "129 4 96 4104" "600 8 5 16" "50 16 1024 8" "1100 16 1000 8"; do
     echo -n "moe_permute $k: "; "$out/$name" $d || fail=1
   done
 done

@@ -4,13 +4,15 @@
 //     warp-level matching (match_any: one shared atomic per distinct expert per 32 entries) and
 //     writes them; the last block to finish (a self-resetting ticket) scans all experts x chunks
 //     counts, 16 per thread per step, into each chunk's first place per expert, and writes offsets.
+//     Its register budget is half an SM's (32 per thread), so copy blocks fit beside its blocks.
 //   - copy_rows_vec: one block per token finds its own entries' places: the rank of entry i among
 //     the earlier entries of its chunk with the same expert is a count of equal ids (the chunk's
-//     ids, up to 4 KB, come from the L2, all of a thread's at once; the few matches are counted
-//     with shared atomics). It loads its row (16-byte chunks) and counts before it waits for the
-//     scan: it is launched as a programmatic dependent of count_and_scan, so those loads and the
-//     launch itself overlap the index phase; then it writes order and stores the row to its k
-//     places (16-byte chunks, evict-first stores).
+//     ids, up to 4 KB, come from the L2, all of a thread's at once; a table in shared memory, one
+//     slot mask per expert, makes each id one shared load, and the few matches are counted with
+//     shared atomics). It loads its row (16-byte chunks) and the ids before it waits for the scan:
+//     it is launched as a programmatic dependent of count_and_scan, so those loads and the launch
+//     itself overlap the index phase; then it reads its scan values, writes order and stores the
+//     row to its k places (16-byte chunks, evict-first stores).
 // hidden not a multiple of 8, over 8,192, or misaligned pointers take a 2-byte copy with the same
 // place computation.
 #include <cstdint>
@@ -19,8 +21,10 @@
 
 namespace {
 
-constexpr int kChunk = 1024;         // entries per chunk
-constexpr int kCountThreads = 1024;  // one entry per thread
+constexpr int kChunk = 1024;            // entries per chunk
+constexpr int kCountThreads = kChunk;   // one entry per thread
+constexpr int kCountBlocksPerSm = 2;    // the count kernel's register budget (32): copy blocks fit beside it
+constexpr int kCountWarps = kCountThreads / 32;
 constexpr int64_t kMaxTokens = 65536, kMaxK = 16, kMaxExperts = 1024;
 constexpr int kMaxChunks = static_cast<int>((kMaxTokens * kMaxK + kChunk - 1) / kChunk);
 constexpr int kScanItems = 16;
@@ -31,12 +35,12 @@ __device__ unsigned g_ticket;  // 0 between calls: the last block of each call w
 __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void wait_for_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-__global__ void __launch_bounds__(kCountThreads)
+__global__ void __launch_bounds__(kCountThreads, kCountBlocksPerSm)
 count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __restrict__ offsets, int n,
                int experts, int chunks) {
   allow_dependents();  // the copy blocks may start their loads while this grid runs
   extern __shared__ int hist[];
-  __shared__ int warp_sums[kCountThreads / 32];
+  __shared__ int warp_sums[kCountWarps];
   __shared__ bool s_last;
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
@@ -77,12 +81,12 @@ count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __res
     if (lane == 31) warp_sums[warp] = incl;
     __syncthreads();
     if (warp == 0) {
-      int w = warp_sums[lane];
+      int w = lane < kCountWarps ? warp_sums[lane] : 0;
       for (int d = 1; d < 32; d <<= 1) {
         const int o = __shfl_up_sync(0xffffffffu, w, d);
         if (lane >= d) w += o;
       }
-      warp_sums[lane] = w;
+      if (lane < kCountWarps) warp_sums[lane] = w;
     }
     __syncthreads();
     int run = carry + (warp > 0 ? warp_sums[warp - 1] : 0) + incl - sum;
@@ -91,7 +95,7 @@ count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __res
       if (first + u < m) counts[first + u] = run;
       run += v[u];
     }
-    carry += warp_sums[kCountThreads / 32 - 1];
+    carry += warp_sums[kCountWarps - 1];
     __syncthreads();
   }
   for (int e = tid; e < experts; e += kCountThreads) offsets[e] = counts[e * chunks];
@@ -99,18 +103,22 @@ count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __res
 }
 
 // The places of token t's k entries, for a block of THREADS threads: rank of entry i = t k + s
-// among the entries of its chunk before it with the same expert (the block's threads walk the
-// chunk's ids before the token's last entry and count the equal ones with shared atomics: about
-// k / experts of the compares match), then, after the index grid has finished, place = the
-// chunk's first place for that expert + rank. Thread s < k writes order[place] = i and dst[s] =
-// place x row_units. Ends with a barrier: dst is ready for the whole block. All of a thread's
-// walk loads (at most kChunk + kMaxK ids over the block) are issued together, before the first
-// barrier: one L2 latency for the walk instead of one per step.
+// among the entries of its chunk before it with the same expert, then, after the index grid has
+// finished, place = the chunk's first place for that expert + rank. The block's threads walk the
+// chunk's ids before the token's last entry: all of a thread's walk loads (at most kChunk + kMaxK
+// ids over the block) are issued together at the start, one L2 latency for the walk instead of
+// one per step. A table in shared memory, one bit mask per expert (bit s: slot s of this token
+// has that expert), turns each walked id into one shared load: about k / experts of them hit, and
+// only those look at the slots (a token's entries may start a new chunk part-way: each slot
+// counts only ids from its own chunk). The thread of slot s issues its scan load as soon as the
+// index grid has finished, before the walk's compares, so that L2 round trip overlaps them. Thread
+// s < k writes order[place] = i and dst[s] = place x row_units. Ends with a barrier: dst is ready
+// for the whole block. `tab` holds `experts` ints.
 template <int THREADS>
 __device__ __forceinline__ void entry_places(const int* __restrict__ ids, const int* __restrict__ base,
-                                             int* __restrict__ order, int64_t t, int k, int chunks,
-                                             int64_t row_units, int64_t* dst) {
-  __shared__ int s_id[kMaxK], s_first[kMaxK], s_rank[kMaxK];
+                                             int* __restrict__ order, int64_t t, int k, int experts, int chunks,
+                                             int64_t row_units, int* tab, int64_t* dst) {
+  __shared__ int s_first[kMaxK], s_rank[kMaxK];
   constexpr int kWalk = (kChunk + kMaxK + THREADS - 1) / THREADS;  // ids per thread, at most
   const int tid = static_cast<int>(threadIdx.x);
   const int i0 = static_cast<int>(t) * k;
@@ -122,25 +130,30 @@ __device__ __forceinline__ void entry_places(const int* __restrict__ ids, const 
     const int j = lo + tid + u * THREADS;
     walk[u] = j < hi ? ids[j] : -1;  // ids are in [0, experts): -1 marks no entry
   }
+  const int my_id = tid < k ? ids[i0 + tid] : 0;
+  for (int e = tid; e < experts; e += THREADS) tab[e] = 0;
   if (tid < k) {
-    const int i = i0 + tid;
-    s_id[tid] = ids[i];
-    s_first[tid] = i / kChunk * kChunk;  // start of this entry's chunk
+    s_first[tid] = (i0 + tid) / kChunk * kChunk;  // start of this entry's chunk
     s_rank[tid] = 0;
   }
   __syncthreads();
-#pragma unroll
-  for (int u = 0; u < kWalk; ++u) {
-    const int j = lo + tid + u * THREADS;
-    if (walk[u] < 0) continue;
-    for (int s = 0; s < k; ++s)
-      if (walk[u] == s_id[s] && j < i0 + s && j >= s_first[s]) atomicAdd(&s_rank[s], 1);
-  }
+  if (tid < k) atomicOr(&tab[my_id], 1 << tid);
   __syncthreads();
   wait_for_prerequisites();  // count_and_scan has finished: its scan is visible
+  const int first = tid < k ? __ldcg(base + my_id * chunks + (i0 + tid) / kChunk) : 0;
+#pragma unroll
+  for (int u = 0; u < kWalk; ++u) {
+    if (walk[u] < 0) continue;
+    const int j = lo + tid + u * THREADS;
+    for (unsigned m = static_cast<unsigned>(tab[walk[u]]); m != 0; m &= m - 1) {
+      const int s = __ffs(static_cast<int>(m)) - 1;
+      if (j < i0 + s && j >= s_first[s]) atomicAdd(&s_rank[s], 1);
+    }
+  }
+  __syncthreads();
   if (tid < k) {
     const int i = i0 + tid;
-    const int p = __ldcg(base + s_id[tid] * chunks + i / kChunk) + s_rank[tid];
+    const int p = first + s_rank[tid];
     order[p] = i;
     dst[tid] = static_cast<int64_t>(p) * row_units;
   }
@@ -149,7 +162,7 @@ __device__ __forceinline__ void entry_places(const int* __restrict__ ids, const 
 
 constexpr int kCopyThreads = 128;
 #ifndef MP_LDCS
-#define MP_LDCS 0  // tasks/vector_add/bench/sweep/build.sh builds variants with -DMP_LDCS=0/1 -DMP_STCS=0/1 (streaming hints on the rows)
+#define MP_LDCS 0  // tasks/stencil3d/bench/sweep/build.sh builds variants with -DMP_LDCS=0/1 -DMP_STCS=0/1 (streaming hints on the rows)
 #endif
 #ifndef MP_STCS
 #define MP_STCS 1
@@ -172,10 +185,11 @@ __device__ __forceinline__ void store_row_chunk(uint4* p, uint4 v) {
 // One block per token, the row in 16-byte chunks: chunk c of the row goes to thread c % 128, V
 // chunks per thread, all loaded before the places are known.
 template <int V>
-__global__ void __launch_bounds__(kCopyThreads)
+__global__ void __launch_bounds__(kCopyThreads, 1)
 copy_rows_vec(const int* __restrict__ ids, const int* __restrict__ base, const uint4* __restrict__ x,
-              uint4* __restrict__ rows, int* __restrict__ order, int k, int chunks, int row_chunks) {
+              uint4* __restrict__ rows, int* __restrict__ order, int k, int experts, int chunks, int row_chunks) {
   __shared__ int64_t s_dst[kMaxK];
+  __shared__ int s_tab[kMaxExperts];
   const int64_t t = blockIdx.x;
   const uint4* src = x + t * row_chunks;
   uint4 v[V];
@@ -184,7 +198,7 @@ copy_rows_vec(const int* __restrict__ ids, const int* __restrict__ base, const u
     const int c = static_cast<int>(threadIdx.x) + u * kCopyThreads;
     if (c < row_chunks) v[u] = load_row_chunk(src + c);
   }
-  entry_places<kCopyThreads>(ids, base, order, t, k, chunks, row_chunks, s_dst);
+  entry_places<kCopyThreads>(ids, base, order, t, k, experts, chunks, row_chunks, s_tab, s_dst);
   for (int s = 0; s < k; ++s) {
     uint4* dst = rows + s_dst[s];
 #pragma unroll
@@ -201,10 +215,12 @@ constexpr int kScalarThreads = 256;
 // the token's k places.
 __global__ void __launch_bounds__(kScalarThreads)
 copy_rows_scalar(const int* __restrict__ ids, const int* __restrict__ base, const __nv_bfloat16* __restrict__ x,
-                 __nv_bfloat16* __restrict__ rows, int* __restrict__ order, int k, int chunks, int64_t hidden) {
+                 __nv_bfloat16* __restrict__ rows, int* __restrict__ order, int k, int experts, int chunks,
+                 int64_t hidden) {
   __shared__ int64_t s_dst[kMaxK];
+  __shared__ int s_tab[kMaxExperts];
   const int64_t t = blockIdx.x;
-  entry_places<kScalarThreads>(ids, base, order, t, k, chunks, hidden, s_dst);
+  entry_places<kScalarThreads>(ids, base, order, t, k, experts, chunks, hidden, s_tab, s_dst);
   const __nv_bfloat16* src = x + t * hidden;
   for (int64_t c = threadIdx.x; c < hidden; c += kScalarThreads) {
     const __nv_bfloat16 v = src[c];
@@ -238,10 +254,10 @@ cudaError_t launch_dependent(void (*kernel)(Params...), unsigned grid, unsigned 
 
 template <int V>
 cudaError_t launch_vec(const int* ids, const int* base, const __nv_bfloat16* x, __nv_bfloat16* rows, int* order,
-                       int64_t tokens, int k, int chunks, int row_chunks, cudaStream_t stream) {
+                       int64_t tokens, int k, int experts, int chunks, int row_chunks, cudaStream_t stream) {
   return launch_dependent(copy_rows_vec<V>, static_cast<unsigned>(tokens), kCopyThreads, stream, ids, base,
-                          reinterpret_cast<const uint4*>(x), reinterpret_cast<uint4*>(rows), order, k, chunks,
-                          row_chunks);
+                          reinterpret_cast<const uint4*>(x), reinterpret_cast<uint4*>(rows), order, k, experts,
+                          chunks, row_chunks);
 }
 
 }  // namespace
@@ -266,18 +282,18 @@ extern "C" int d2k_moe_permute(const void* topk_ids, const __nv_bfloat16* x, int
   if (aligned && hidden % 8 == 0 && hidden <= 8 * 8 * kCopyThreads) {
     const int c = static_cast<int>(hidden / 8);
     switch ((c + kCopyThreads - 1) / kCopyThreads) {
-      case 1: err = launch_vec<1>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
-      case 2: err = launch_vec<2>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
-      case 3: err = launch_vec<3>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
-      case 4: err = launch_vec<4>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
-      case 5: err = launch_vec<5>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
-      case 6: err = launch_vec<6>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
-      case 7: err = launch_vec<7>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
-      default: err = launch_vec<8>(ids, counts, x, rows, order, tokens, kk, chunks, c, stream); break;
+      case 1: err = launch_vec<1>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
+      case 2: err = launch_vec<2>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
+      case 3: err = launch_vec<3>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
+      case 4: err = launch_vec<4>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
+      case 5: err = launch_vec<5>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
+      case 6: err = launch_vec<6>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
+      case 7: err = launch_vec<7>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
+      default: err = launch_vec<8>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
     }
   } else {
     err = launch_dependent(copy_rows_scalar, static_cast<unsigned>(tokens), kScalarThreads, stream, ids,
-                           static_cast<const int*>(counts), x, rows, order, kk, chunks, hidden);
+                           static_cast<const int*>(counts), x, rows, order, kk, e, chunks, hidden);
   }
   return static_cast<int>(err);
 }

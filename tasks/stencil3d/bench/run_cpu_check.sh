@@ -2,7 +2,7 @@
 # Runs the reference, baseline and experts of stencil3d (and, with "moe", moe_permute's own check,
 # tasks/moe_permute/bench/run_cpu_check.sh, which adds what its L3 needs to this emulation) on the
 # CPU through cuda_cpu_shim.hpp against a plain C++ ground truth, on small odd grids. No GPU needed.
-# Usage: tasks/stencil3d/bench/run_cpu_check.sh [moe]
+# Usage: tasks/stencil3d/bench/run_cpu_check.sh [moe]   (KERNELS="experts/L3.cu ..." checks only those files)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 tasks=$(cd "$here/../.." && pwd)
@@ -18,7 +18,7 @@ build() {  # $1 task, $2 kernel file (relative), $3 driver
   g++ -std=c++20 -O1 -pthread -w -I"$out/inc" -I"$out" -o "$out/$name" "$out/$name.cpp" "$3"
   echo "$out/$name"
 }
-kernels="reference.cu baseline.cu experts/L1.cu experts/L2.cu experts/L3.cu"
+kernels="${KERNELS:-reference.cu baseline.cu experts/L1.cu experts/L2.cu experts/L3.cu}"
 for k in $kernels; do
   bin=$(build stencil3d "$k" "$here/check_stencil3d.cpp")
   for d in "13 7 5" "2 9 4" "1 1 1" "40 9 37" "36 20 13" "20 35 6" "132 17 9" "260 10 7" "508 9 5"; do
