@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,15 @@ struct EvaluationReport {
   // What this evaluation cost the GPU (stats: the real busy fraction, not queue occupancy):
   double gpu_phase_s = 0;     // wall time of its runner jobs on the GPU (trusted reference + candidate)
   double timed_s = 0;         // of which timed sample loops (the runners' own clock)
+};
+
+// The GPU part of an evaluation and what finishes it (GpuBackend::evaluate_gpu).
+struct GpuStage {
+  double gpu_phase_s = 0;  // as EvaluationReport::gpu_phase_s, known when the GPU part ends
+  double timed_s = 0;      // as EvaluationReport::timed_s
+  // The rest of the evaluation, none of it GPU work (design-property checks with cuobjdump, speed of
+  // light, reward): the server runs it on a CPU pool while the GPU's queue starts its next run.
+  std::function<EvaluationReport()> finish;
 };
 
 // Reports a preparation's stage ("trusted builds", "calibration") as it starts.
@@ -80,6 +90,17 @@ class GpuBackend {
   virtual std::vector<GpuInfo> gpus() const = 0;
   // Blocking, called from that GPU's queue thread (one timed run at a time per GPU).
   virtual EvaluationReport evaluate(const EvaluationJob& job) = 0;
+  // What the server calls (issue 15 item 6): the GPU part, from that GPU's queue thread, and a
+  // `finish` that does no GPU work, called later from another thread. A backend that does not split
+  // its work keeps this default: all of it here, `finish` only hands the report over.
+  virtual GpuStage evaluate_gpu(const EvaluationJob& job) {
+    auto report = std::make_shared<EvaluationReport>(evaluate(job));
+    GpuStage stage;
+    stage.gpu_phase_s = report->gpu_phase_s;
+    stage.timed_s = report->timed_s;
+    stage.finish = [report] { return *report; };
+    return stage;
+  }
   // Readies `task` on `gpu` ahead of its evaluations (docs/pipeline.md): trusted builds and the
   // calibration of baseline and experts, read from the persisted caches when they hold them.
   // Blocking, called from that GPU's preparation thread while evaluations of ready tasks go on;

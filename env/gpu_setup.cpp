@@ -35,51 +35,35 @@ class RunnerBackend final : public GpuBackend {
     return out;
   }
 
-  EvaluationReport evaluate(const EvaluationJob& job) override {
+  EvaluationReport evaluate(const EvaluationJob& job) override { return evaluate_gpu(job).finish(); }
+
+  // The GPU part: the evaluation's runner jobs, the calibration it is rewarded against (a lookup once
+  // the task is prepared) and this GPU's copy bandwidth (measured once). The finish reads only what
+  // these left: cuobjdump on the kernel, the property checker, the speed of light and the reward.
+  GpuStage evaluate_gpu(const EvaluationJob& job) override {
     runner::EvalRequest req;
     req.task = job.task;
     req.so_path = job.kernel_so;
     req.workloads = job.include_hidden ? runner::WorkloadSet::all : runner::WorkloadSet::visible;
     req.gpu = job.gpu;
     req.record_launches = true;  // launch records for the design properties (first correctness call only)
-    runner::EvalResult r = evaluator_->evaluate(req);
-    EvaluationReport report;
-    report.gpu_phase_s = r.phases.reference_s + r.phases.candidate_s;
-    for (const auto& w : r.workloads)
-      if (w.timing) report.timed_s += w.timing->phase_s;
-    report.evaluation = r.to_json();
-    report.outcome = sandbox::step_outcome_of_evaluation(r.status);
-    report.message = r.message;
-    if (report.outcome != r.status) {  // the evaluator's own failure: the agent sees runtime_error
-      report.evaluation["status"] = sandbox::to_string(report.outcome);
-      report.evaluation["evaluator_status"] = sandbox::to_string(r.status);
+    auto r = std::make_shared<runner::EvalResult>(evaluator_->evaluate(req));
+    GpuStage stage;
+    stage.gpu_phase_s = r->phases.reference_s + r->phases.candidate_s;
+    for (const auto& w : r->workloads)
+      if (w.timing) stage.timed_s += w.timing->phase_s;
+    std::shared_ptr<runner::CalibrationEntry> cal;
+    if (r->ok()) {
+      cal = std::make_shared<runner::CalibrationEntry>(evaluator_->calibrate(*job.task, job.gpu));
+      copy_bandwidth(job.gpu);
     }
-    RewardInputs in;
-    in.status = report.outcome;
-    in.compiled = true;
-    in.layer = job.layer;
-    if (r.ok()) {
-      runner::CalibrationEntry cal = evaluator_->calibrate(*job.task, job.gpu);
-      report.evaluation["properties"] = design_properties(job, r, cal);
-      report.evaluation["implementation"] = tools::implementation_score(report.evaluation["properties"], job.layer);
-      report.evaluation["speed_of_light"] = speed_of_light(job, r, cal);
-      int expert_layer = job.layer == 0 ? 3 : job.layer;
-      const auto& expert = cal.experts.at(expert_layer);
-      for (const auto& w : r.workloads) {
-        const tasks::Workload* tw = job.task->find_workload(w.name);
-        if (!w.timing || !tw || !tw->timed) continue;  // correctness-only workloads do not count
-        auto e = expert.find(w.name);
-        auto b = cal.baseline.find(w.name);
-        if (e == expert.end() || b == cal.baseline.end()) continue;
-        in.agent_us.push_back(w.timing->median_s * 1e6);
-        in.expert_us.push_back(e->second * 1e6);
-        in.baseline_us.push_back(b->second * 1e6);
-      }
-    }
-    RewardResult rr = compute_reward(in, reward_);
-    report.reward = rr.reward;
-    report.breakdown = rr.breakdown;
-    return report;
+    stage.finish = [this, job, r, cal, gpu_phase_s = stage.gpu_phase_s, timed_s = stage.timed_s] {
+      EvaluationReport report = finish(job, *r, cal.get());
+      report.gpu_phase_s = gpu_phase_s;
+      report.timed_s = timed_s;
+      return report;
+    };
+    return stage;
   }
 
   // Trusted builds of every kernel the task ships (reference, baseline, experts: the build cache
@@ -111,6 +95,51 @@ class RunnerBackend final : public GpuBackend {
   }
 
  private:
+  EvaluationReport finish(const EvaluationJob& job, const runner::EvalResult& r, const runner::CalibrationEntry* cal) {
+    EvaluationReport report;
+    report.evaluation = r.to_json();
+    report.outcome = sandbox::step_outcome_of_evaluation(r.status);
+    report.message = r.message;
+    if (report.outcome != r.status) {  // the evaluator's own failure: the agent sees runtime_error
+      report.evaluation["status"] = sandbox::to_string(report.outcome);
+      report.evaluation["evaluator_status"] = sandbox::to_string(r.status);
+    }
+    RewardInputs in;
+    in.status = report.outcome;
+    in.compiled = true;
+    in.layer = job.layer;
+    if (r.ok() && cal) {
+      report.evaluation["properties"] = design_properties(job, r, *cal);
+      report.evaluation["implementation"] = tools::implementation_score(report.evaluation["properties"], job.layer);
+      report.evaluation["speed_of_light"] = speed_of_light(job, r, *cal);
+      int expert_layer = job.layer == 0 ? 3 : job.layer;
+      const auto& expert = cal->experts.at(expert_layer);
+      for (const auto& w : r.workloads) {
+        const tasks::Workload* tw = job.task->find_workload(w.name);
+        if (!w.timing || !tw || !tw->timed) continue;  // correctness-only workloads do not count
+        auto e = expert.find(w.name);
+        auto b = cal->baseline.find(w.name);
+        if (e == expert.end() || b == cal->baseline.end()) continue;
+        in.agent_us.push_back(w.timing->median_s * 1e6);
+        in.expert_us.push_back(e->second * 1e6);
+        in.baseline_us.push_back(b->second * 1e6);
+      }
+    }
+    RewardResult rr = compute_reward(in, reward_);
+    report.reward = rr.reward;
+    report.breakdown = rr.breakdown;
+    return report;
+  }
+
+  // This GPU's device-to-device copy bandwidth, measured in a runner the first time (GPU work: only
+  // from the GPU's queue thread).
+  runner::CopyBandwidth copy_bandwidth(int gpu) {
+    std::lock_guard lock(copy_mu_);
+    auto it = copy_bw_.find(gpu);
+    if (it == copy_bw_.end()) it = copy_bw_.emplace(gpu, evaluator_->measure_copy_bandwidth(gpu)).first;
+    return it->second;
+  }
+
   // The task's design properties, checked mechanically on this kernel (the same checker as
   // `d2k verify-tasks`): {id: {met, state, layer, title, detail}}.
   nlohmann::json design_properties(const EvaluationJob& job, const runner::EvalResult& r,
@@ -154,23 +183,24 @@ class RunnerBackend final : public GpuBackend {
   // Speed of light per visible timed workload (sandbox/tools/speed_of_light.hpp) against this GPU's
   // copy bandwidth, measured once per GPU in a runner (the clock-derived peak until then).
   nlohmann::json speed_of_light(const EvaluationJob& job, const runner::EvalResult& r,
-                                const runner::CalibrationEntry& cal) {
+                                const runner::CalibrationEntry& cal) const {
     tools::SolInputs in;
     in.expert_layer = job.layer == 0 ? 3 : job.layer;
     if (auto e = cal.experts.find(in.expert_layer); e != cal.experts.end()) in.expert_s = e->second;
     const auto& d = evaluator_->gpus().at(static_cast<std::size_t>(job.gpu));
     in.peak = tools::peak_flops_for(d.name, *job.task);
+    runner::CopyBandwidth bw;
     {
-      std::lock_guard lock(copy_mu_);
-      auto it = copy_bw_.find(job.gpu);
-      if (it == copy_bw_.end()) it = copy_bw_.emplace(job.gpu, evaluator_->measure_copy_bandwidth(job.gpu)).first;
-      if (it->second.ok) {
-        in.copy_bytes_per_s = it->second.bytes_per_s;
-        in.copy_source = "measured device-to-device copy (bytes read + written / median time)";
-      } else {
-        in.copy_bytes_per_s = d.peak_dram_bytes_per_s();
-        in.copy_source = "memory clock × bus width × 2 (the copy measurement failed: " + it->second.error + ")";
-      }
+      std::lock_guard lock(copy_mu_);  // measured by evaluate_gpu before any finish of this GPU
+      if (auto it = copy_bw_.find(job.gpu); it != copy_bw_.end()) bw = it->second;
+      else bw.error = "not measured on this GPU";
+    }
+    if (bw.ok) {
+      in.copy_bytes_per_s = bw.bytes_per_s;
+      in.copy_source = "measured device-to-device copy (bytes read + written / median time)";
+    } else {
+      in.copy_bytes_per_s = d.peak_dram_bytes_per_s();
+      in.copy_source = "memory clock × bus width × 2 (the copy measurement failed: " + bw.error + ")";
     }
     std::vector<tools::MeasuredMedian> medians;
     for (const auto& w : r.workloads)
@@ -180,7 +210,7 @@ class RunnerBackend final : public GpuBackend {
 
   std::unique_ptr<runner::Evaluator> evaluator_;
   RewardConfig reward_;
-  std::mutex copy_mu_;
+  mutable std::mutex copy_mu_;
   std::map<int, runner::CopyBandwidth> copy_bw_;
   std::optional<std::filesystem::path> cuobjdump_;
   std::filesystem::path nvcc_;

@@ -196,6 +196,9 @@ Server::Server(Config config, tasks::TaskSet tasks, std::shared_ptr<GpuBackend> 
   // Workspace actions are milliseconds each: two workers keep a client's 256 KiB patches off the
   // loop without taking the cores from the loop and the compiles.
   step_pool_ = std::make_unique<WorkerPool>("steps", 2, on_worker_error);
+  // The CPU half of evaluations (GpuBackend::evaluate_gpu's finish): mostly cuobjdump, one process
+  // each; one worker per GPU keeps pace with the GPUs' queues, two at least.
+  finish_pool_ = std::make_unique<WorkerPool>("finish", std::max<std::size_t>(2, gpu_info_.size()), on_worker_error);
   for (std::size_t i = 0; i < gpu_info_.size(); ++i) {
     gpu_queues_.push_back(std::make_unique<WorkerPool>("gpu" + std::to_string(i), 1, on_worker_error));
     gpu_counters_.push_back(std::make_unique<GpuCounters>());
@@ -219,6 +222,7 @@ Server::~Server() {
   compile_pool_.reset();
   step_pool_.reset();
   gpu_queues_.clear();
+  finish_pool_.reset();
   if (stop_fd_ >= 0) ::close(stop_fd_);
 }
 
@@ -469,6 +473,7 @@ void Server::run() {
   compile_pool_->stop();
   step_pool_->stop();
   for (auto& q : gpu_queues_) q->stop();
+  finish_pool_->stop();  // after the GPU queues: a run that ended hands its finish over first
   if (recorder_) recorder_->stop_sync();  // the end records made durable; their reports are not needed
 }
 
@@ -1039,30 +1044,46 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
     // failed), then queues on the GPU.
     auto enqueue = [this, job, type, submit, compile_json, session_id, route, id, tenant](double waited_s) {
       gpu_queues_.at(static_cast<std::size_t>(job.gpu))
-          ->submit([this, job, type, submit, compile_json, session_id, route, id, waited_s]() {
-          EvaluationReport report;
+          ->submit([this, job, type, submit, compile_json, session_id, route, id, waited_s, tenant]() {
           Landed done;
           done.submit = submit;
           done.prepare_wait_s = waited_s;
           done.last = {{"action", type}, {"compile", compile_json}};
+          auto failed = [](Landed& d, const std::exception& e) {
+            d.last["ok"] = false;
+            d.last["error"] = error_json(Error(ErrorCode::internal, std::string("evaluation failed: ") + e.what()));
+          };
+          GpuStage stage;
           try {
-            report = gpu_->evaluate(job);
+            stage = gpu_->evaluate_gpu(job);
             GpuCounters& counters = *gpu_counters_.at(static_cast<std::size_t>(job.gpu));
             ++counters.evaluations;
-            counters.phase_ns += static_cast<std::uint64_t>(std::max(0.0, report.gpu_phase_s) * 1e9);
-            counters.timed_ns += static_cast<std::uint64_t>(std::max(0.0, report.timed_s) * 1e9);
-            done.last["ok"] = report.outcome == sandbox::Outcome::ok;
-            done.last["evaluation"] = report.evaluation;
-            if (report.outcome != sandbox::Outcome::ok)
-              done.last["error"] = outcome_error_json(
-                  report.outcome, report.message.empty() ? "the evaluation failed" : report.message);
+            counters.phase_ns += static_cast<std::uint64_t>(std::max(0.0, stage.gpu_phase_s) * 1e9);
+            counters.timed_ns += static_cast<std::uint64_t>(std::max(0.0, stage.timed_s) * 1e9);
           } catch (const std::exception& e) {
-            done.last["ok"] = false;
-            done.last["error"] = error_json(Error(ErrorCode::internal, std::string("evaluation failed: ") + e.what()));
+            failed(done, e);
+            land(session_id, id, route, std::move(done));
+            return;
           }
-          done.reward = report.reward;
-          done.breakdown = report.breakdown;
-          land(session_id, id, route, std::move(done));
+          // The rest is CPU work (property checks, reward): off this queue, so its next timed run
+          // starts now (issue 15 item 6).
+          auto finish = [this, stage = std::move(stage), done = std::move(done), failed, session_id, route, id]() mutable {
+            EvaluationReport report;
+            try {
+              report = stage.finish();
+              done.last["ok"] = report.outcome == sandbox::Outcome::ok;
+              done.last["evaluation"] = report.evaluation;
+              if (report.outcome != sandbox::Outcome::ok)
+                done.last["error"] = outcome_error_json(
+                    report.outcome, report.message.empty() ? "the evaluation failed" : report.message);
+            } catch (const std::exception& e) {
+              failed(done, e);
+            }
+            done.reward = report.reward;
+            done.breakdown = report.breakdown;
+            land(session_id, id, route, std::move(done));
+          };
+          finish_pool_->submit(std::move(finish), tenant);
         }, tenant);
     };
     if (preparation_) preparation_->when_ready(job.gpu, *job.task, session_id, std::move(enqueue));
@@ -1313,6 +1334,8 @@ Value Server::op_stats() const {
             {"busy_fraction", uptime > 0 ? compile_pool_->busy_seconds() / uptime / compile_pool_->workers() : 0.0},
             {"cache_hits", compiler_->cache_hits()},
             {"cache_misses", compiler_->cache_misses()}}},
+          // Evaluations whose GPU part is done, being finished off the GPU queues (properties, reward).
+          {"finishing", {{"workers", finish_pool_->workers()}, {"queued", finish_pool_->queued()}, {"running", finish_pool_->running()}}},
           {"gpus", gpus}};
 }
 

@@ -207,6 +207,7 @@ class Server {
   };
   std::unordered_map<std::string, std::deque<Outgoing>> outbox_;
   std::vector<std::unique_ptr<WorkerPool>> gpu_queues_;  // one per GPU: one timed run at a time
+  std::unique_ptr<WorkerPool> finish_pool_;  // evaluations' CPU half (GpuStage::finish), off the GPU queues
   std::vector<std::unique_ptr<GpuCounters>> gpu_counters_;
   std::unique_ptr<Preparation> preparation_;  // with a GPU backend: every task readied on every GPU
   zmq::context_t context_{1};

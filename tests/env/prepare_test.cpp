@@ -522,3 +522,98 @@ TEST_CASE("d2k calibrate names what it cannot do", "[prepare][cli]") {
     std::filesystem::remove_all(state);
   }
 }
+
+namespace {
+
+// evaluate_gpu() counts GPU parts; their finish blocks until the test opens the gate, as if
+// cuobjdump took long. Without the split (the whole evaluation on the GPU's queue thread) a second
+// evaluation's GPU part could not start while the first one's finish is held.
+class SplitBackend final : public d2k::env::GpuBackend {
+ public:
+  std::vector<d2k::env::GpuInfo> gpus() const override { return {{0, "Split GPU", 1024}}; }
+  d2k::env::EvaluationReport evaluate(const d2k::env::EvaluationJob& job) override { return evaluate_gpu(job).finish(); }
+  d2k::env::GpuStage evaluate_gpu(const d2k::env::EvaluationJob& job) override {
+    (void)job;
+    {
+      std::lock_guard lock(mu_);
+      ++gpu_parts_;
+    }
+    cv_.notify_all();
+    d2k::env::GpuStage stage;
+    stage.gpu_phase_s = 0.25;
+    stage.timed_s = 0.05;
+    stage.finish = [this] {
+      std::unique_lock lock(mu_);
+      ++finishing_;
+      cv_.wait(lock, [&] { return open_; });
+      d2k::env::EvaluationReport r;
+      r.outcome = Outcome::ok;
+      r.evaluation = {{"status", "ok"}, {"properties", {{"checked", true}}}};
+      r.reward = 0.75;
+      return r;
+    };
+    return stage;
+  }
+  void cancel_all() override {}
+  void open() {
+    {
+      std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  int gpu_parts() {
+    std::lock_guard lock(mu_);
+    return gpu_parts_;
+  }
+  int finishing() {
+    std::lock_guard lock(mu_);
+    return finishing_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  int gpu_parts_ = 0, finishing_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("an evaluation's CPU half runs off the GPU's queue: the next timed run starts meanwhile",
+          "[server][prepare][slow]") {
+  auto gpu = std::make_shared<SplitBackend>();
+  d2k::env::Config cfg = d2k::test::test_config();
+  cfg.prepare = false;
+  TestServer srv(cfg, gpu);
+  Client c(srv.endpoint);
+  std::vector<std::string> sessions;
+  for (int i = 0; i < 2; ++i) {
+    sessions.push_back(c.reset("vector_add", 1, 7 + i)["session"].get<std::string>());
+    c.step(sessions.back(), {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", d2k::test::kGoodKernel}});
+  }
+  Value replies[2];
+  std::thread first([&] {
+    Client c2(srv.endpoint);
+    replies[0] = c2.step(sessions[0], {{"type", "evaluate"}});
+  });
+  REQUIRE(eventually([&] { return gpu->finishing() == 1; }));
+  std::thread second([&] {
+    Client c3(srv.endpoint);
+    replies[1] = c3.step(sessions[1], {{"type", "evaluate"}});
+  });
+  // The first evaluation's finish is held; the GPU's queue is free for the second's GPU part.
+  REQUIRE(eventually([&] { return gpu->gpu_parts() == 2; }));
+  Value st = c.stats();
+  CHECK(st["gpus"][0]["evaluations"] == 2);
+  CHECK(st["gpus"][0]["busy_s"].get<double>() == Approx(0.5));
+  CHECK(st["finishing"]["running"].get<int>() >= 1);
+  gpu->open();
+  first.join();
+  second.join();
+  for (const auto& r : replies) {
+    CHECK(r["observation"]["last"]["ok"] == true);
+    CHECK(r["observation"]["last"]["evaluation"]["properties"]["checked"] == true);
+    CHECK(r["reward"].get<double>() == Approx(0.75));
+  }
+}
