@@ -31,17 +31,34 @@ using TrustedBuild = std::function<std::filesystem::path(const tasks::Task&, con
 
 // The parent's tight bound (issue 23, classes 3, 10, 11): over a timed phase's window (the
 // parent's write of the key to the arrival of timing_end), the claimed calls must account for at
-// least `fraction` of what the parent's clock leaves once the trusted per-call overhead is
-// subtracted, less the slack: fixed_slack_s + calls × (overhead_rel_slack × overhead + call_slack_s).
+// least `fraction` of what the parent's clock leaves once the trusted batch time (the reference's
+// own batch of the same calls' inputs, poisoned outputs and hand-over) and the trusted per-call
+// overhead (the empty sample: L2 flush, syncs, bracket) are subtracted, less the slack:
+// fixed_slack_s + calls × (overhead_rel_slack × overhead + call_slack_s) + batch_rel_slack × batch.
 struct ParentBound {
   double fraction = 0.95;
-  // The reference's per-call overhead stands for the candidate's within 100 %: on the H200 two runner
-  // processes' overheads (input generation, poison, 4 MiB..256 MiB hand-over copies into a fresh
-  // memfd) differed by more than 10 %, then by more than 50 %, and flagged honest kernels (two
-  // 2026-12-01 runs, tests/README.md). Where that overhead dominates the call, the bound is loose.
-  double overhead_rel_slack = 1.0;
-  double call_slack_s = 50e-6;       // per call: scheduling, the frame's pipe latency
-  double fixed_slack_s = 5e-3;       // per phase: NVML clock reads, thread census, the key's round trip
+  // Since the batch (issue 23 item 1, 2026-12-02) the per-call overhead is the empty sample only
+  // (the same flush kernel and syncs in both processes); the input generation, poison and
+  // hand-over copies, which differed between two runner processes by more than 50 % per call on
+  // the H200 (2026-12-01), are one batch whose slack is relative to the whole batch.
+  double overhead_rel_slack = 0.5;
+  // The host path's hand-over (device-to-host copies into the memfd) varied by about a quarter
+  // between the candidate and the reference on the H200 (2026-12-02 07:04Z: vector_add pow2_64m,
+  // 12 outputs of 256 MiB, 2.1-2.75 s against the reference's 2.2 s; it flagged an honest run at
+  // 0.1). Pinned staging and preallocated memfd pages now make it smaller and steadier; the slack
+  // stays at a quarter of B.
+  double batch_rel_slack = 0.25;
+  double call_slack_s = 20e-6;       // per call: scheduling
+  double fixed_slack_s = 2e-3;       // per phase: the key's and timing_end's pipe hops and wake-ups
+  // The candidate's tail (its last call or timing_end to its reap) may take at most
+  // tail_fixed_s + tail_factor × the reference's end (its result frame to its reap); beyond it the
+  // evaluation is flagged (tail_beyond_bound). H200, 2026-12-01: tails of 0.06-0.15 s.
+  double tail_fixed_s = 0.25;
+  double tail_factor = 3;
+  // A workload's time is never below this fraction of its claimed mean (the mean is what the
+  // bounds check; the median alone is bounded by nothing): a median forged in the runner's memory,
+  // or work piled into a few of the calls, gains at most this much.
+  double median_of_mean = 0.9;
 };
 
 struct EvalConfig {
@@ -76,9 +93,11 @@ struct EvalConfig {
   // call's outputs there device to device, and the trusted runner compares them with the
   // reference's on the GPU after the agent runner has exited. Off: outputs go through host memfds
   // and are compared here on the CPU. Agent-mode candidates only (calibration keeps the CPU path).
-  // Off by default: on the H200 (2026-12-01 22:40Z, tests/README.md) it was correct everywhere, but 2
-  // of 13 honest evaluations of vector_add were flagged by the 2x outside bound on the first timed
-  // workload (a 5-26 ms fixed cost in that phase that the trusted overhead does not hold).
+  // Off by default: on the H200 (2026-12-01 22:40Z, tests/README.md) 2 of 13 honest evaluations of
+  // vector_add were flagged by the 2x outside bound on the first timed workload; and agent code can
+  // rewrite its GPU slots until it exits (its queued GPU work outlives any stop of its process), so
+  // an earlier timed phase's outputs cannot be taken at the phase's end here as on the host path
+  // (docs/threat-model.md, "output rewrite").
   bool gpu_resident = false;
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
@@ -109,9 +128,25 @@ struct WorkloadEval {
   double outside_s = 0;                       // the parent's per-sample bound (0: not timed)
   double window_s = 0;                        // the parent's window of the timed phase (key to timing_end)
   double call_overhead_s = 0;                 // the trusted per-call overhead the bound subtracts
+  double batch_s = 0;                         // the trusted batch time the bound subtracts (inputs, hand-over)
+  int calls = 0;                              // timed calls in the window (warm-ups and samples)
+  // The parent's time per call: (window - batch) / calls - call overhead. Signed: below zero the
+  // trusted overheads exceed what the window held (the bound is then blind; bench/README.md).
+  double parent_call_s = 0;
   // The claimed fraction of the parent-measured call time (window less overheads) below which the
   // tight bound flags this workload, with this phase's sample count and slack (0: not timed).
   double flag_below_fraction = 0;
+  // The floor of the workload's time: the larger of bound.median_of_mean × the claimed mean and the
+  // per-call time the parent's clock guarantees, (fraction × (window − calls × overhead − batch) −
+  // slack) / calls. The workload's time (timing->median_s, what rewards use) is the claimed median
+  // raised to it: a kernel that piles the work of several calls into a few (their inputs all exist
+  // once the batch is made), or forges the median in the runner's memory, keeps its mean but not a
+  // low median (issue 23, "work shifting"). claimed_median_s keeps the runner's own median.
+  double median_floor_s = 0;
+  double claimed_median_s = 0;
+  // The candidate runner's own figures of its batch (untrusted, for diagnosis: the bound uses the
+  // reference's batch_s).
+  double runner_batch_s = 0;
   std::optional<std::vector<LaunchRecord>> launches;  // when requested and the runner could record
   nlohmann::json to_json() const;
 };
@@ -124,7 +159,11 @@ struct PhaseTimes {
   double total_s = 0;
   // The parent's clock from the last timing_end to the candidate's reap (its process, CUDA context
   // and any GPU work it left are gone): work deferred past the timed phases would show here (measured, not yet bounded).
-  double candidate_tail_s = 0;
+  double candidate_tail_s = 0;  // the candidate's last call or timing_end to its reap (timed evaluations)
+  double tail_allowed_s = 0;    // its bound (tail_allowance_s)
+  // Host path: the time the candidate's runner was frozen while the parent took each timed phase's
+  // outputs (outside every window and the tail).
+  double snapshot_s = 0;
 };
 
 struct EvalResult {
@@ -209,12 +248,29 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
 // The tight bound: true when `claimed` (samples = every call in the window, warm-ups included) is
 // below bound.fraction of the parent-measured time less overheads and slack; `unexplained_s`
 // receives the excess.
-bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s,
+bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s, double batch_s,
                               const ParentBound& bound, double* unexplained_s);
+// The tight bound's slack for `calls` calls, and the claimed fraction of the parent-measured call
+// time below which it flags (0 when the window leaves no call time).
+double bound_slack_s(int calls, double per_call_overhead_s, double batch_s, const ParentBound& bound);
+double flag_below_fraction(int calls, double window_s, double per_call_overhead_s, double batch_s,
+                           const ParentBound& bound);
+// The most the candidate's tail may take, given the reference's end (result frame to reap).
+double tail_allowance_s(double reference_exit_s, const ParentBound& bound);
 
 // The parent's outside check of one timed workload: true when the claimed time is far below what
 // the parent's clock allows. `outside_s` receives the per-sample bound.
+// `room_wall_s` (>= 0): the wall time the "more calls than room" test uses instead of
+// phase_wall_s (the evaluator passes the whole window: a trusted batch measured longer than the
+// candidate's window is the reference's slowness, never the candidate's forgery).
 bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, double sample_overhead_s,
-                              double factor, double slack_s, double fixed_slack_s, double* outside_s);
+                              double factor, double slack_s, double fixed_slack_s, double* outside_s,
+                              double room_wall_s = -1);
+// The keyed hash of a timed output slot that the parent takes at its phase's end (host path), from
+// the output file and from a buffer (both give the same value for the same bytes and key).
+std::uint64_t keyed_hash_fd(int fd, std::uint64_t offset, std::uint64_t bytes, std::uint64_t key);
+std::uint64_t keyed_hash(const char* p, std::uint64_t bytes, std::uint64_t key);
+// The per-call floor of a timed phase's time (WorkloadEval::median_floor_s).
+double parent_floor_per_call_s(int calls, double window_s, double per_call_overhead_s, double batch_s, const ParentBound& bound);
 
 }  // namespace d2k::runner

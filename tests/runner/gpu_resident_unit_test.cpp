@@ -185,8 +185,8 @@ TEST_CASE("gpu-resident: an owner sends slots before any call and never a timing
   }
 }
 
-TEST_CASE("gpu-resident: the switch is off by default (until its bound is proven on the H200)", "[runner][resident]") {
-  CHECK_FALSE(EvalConfig{}.gpu_resident);
+TEST_CASE("gpu-resident: the switch is off by default (outputs rewritable until exit there)", "[runner][resident]") {
+  CHECK_FALSE(EvalConfig{}.gpu_resident);  // off: its output-rewrite hole (docs/threat-model.md) is open there
 }
 
 TEST_CASE("gpu-resident: a pool's wait_started waits for spares still starting, bounded by its deadline", "[runner][resident][process]") {
