@@ -295,6 +295,9 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, const tasks::Vendor
     py.env_overrides = {{"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
                         {"CUDA_VISIBLE_DEVICES", std::to_string(tools.gpu)},
                         {"PYTHONDONTWRITEBYTECODE", "1"}};
+    // Dies with verify-tasks: a vendor.py that outlived its killed parent kept timing on the GPU
+    // and time-sliced with the next evaluations (H200, 2026-12-02 07:51Z: an honest kernel flagged).
+    py.die_with_parent = true;
     py.in = sandbox::Stdio::to_file(in_file);
     py.out = sandbox::Stdio::to_file(out_file);
     // Within --time-budget (at least a minute); a vendor.py killed at its deadline still leaves

@@ -59,6 +59,20 @@ struct ParentBound {
   // bounds check; the median alone is bounded by nothing): a median forged in the runner's memory,
   // or work piled into a few of the calls, gains at most this much.
   double median_of_mean = 0.9;
+  // The host path's bound (threat-v4, 2026-12-02): main's older slack, which passed its H200 runs,
+  // written in the batch's terms. On main every sample carried its own inputs and hand-over in its
+  // per-call overhead with 50 % slack; with the batch that is 50 % of B. The tight constants above
+  // (25 % of B, 2 ms, 20 us per call) flagged honest kernels on the host path on the H200
+  // (2026-12-02 07:56Z: the device-to-host hand-over inside the window differs between two runner
+  // processes by more than 25 %), so they apply on the GPU-resident path only (no host hand-over in
+  // its window).
+  static ParentBound host() {
+    ParentBound b;
+    b.batch_rel_slack = 0.5;
+    b.call_slack_s = 50e-6;
+    b.fixed_slack_s = 5e-3;
+    return b;
+  }
 };
 
 struct EvalConfig {
@@ -87,7 +101,15 @@ struct EvalConfig {
   double flag_factor = 2.0;
   double flag_slack_s = 50e-6;
   double flag_fixed_slack_s = 5e-3;
-  ParentBound bound;                          // and the tight bound (below)
+  ParentBound bound;                          // the tight bound, on the GPU-resident path
+  ParentBound host_bound = ParentBound::host();  // the looser one, on the host path (and trusted runs)
+  // A flag that rests on the parent's clock alone (time_below_outside_bound, tail_beyond_bound) is
+  // confirmed by this many fresh evaluations (new runners, keys, seeds) before it stands; the last
+  // run is reported. A foreign process on the GPU (H200, 2026-12-02 07:51Z: a vendor.py that
+  // outlived its killed `d2k verify-tasks` time-sliced with the candidate and left 17.9 ms in an
+  // honest phase's window) is transient; a kernel that hides work is flagged again. Each confirmed
+  // run is bounded on its own, so a retry lets no forged claim through.
+  int clock_flag_retries = 1;
   // GPU-resident outputs (docs/timing-protocol.md): the trusted runner owns the candidate's output
   // slots on the GPU (CUDA VMM, POSIX fd passed through this process), the agent runner copies each
   // call's outputs there device to device, and the trusted runner compares them with the
@@ -179,6 +201,9 @@ struct EvalResult {
   PhaseTimes phases;
   std::string runner_output;                  // the candidate runner's stdout/stderr (capped)
   std::string launches_error;                 // why launch records are missing (when requested)
+  // When an earlier run of this evaluation was flagged on the parent's clock and re-run
+  // (EvalConfig::clock_flag_retries): its message, for diagnosis (empty: no retry).
+  std::string retried_flag;
   bool ok() const { return status == sandbox::Outcome::ok; }
   nlohmann::json to_json() const;
 };
@@ -207,6 +232,9 @@ class Evaluator {
   // Blocking; thread-safe; evaluations on one GPU run one at a time. Never throws for a bad
   // kernel: every failure is a typed status.
   EvalResult evaluate(const EvalRequest& request);
+  // The bound that applies to an evaluation: the tight one on the GPU-resident path, the host one
+  // otherwise (and for trusted runs, which always take the host path).
+  const ParentBound& bound_for(bool resident) const { return resident ? config_.bound : config_.host_bound; }
 
   // Times baseline and experts (trusted runners, checked against the reference) on all
   // workloads, once per (GPU model, driver, toolchain, task hash); later calls read the cache.
@@ -224,6 +252,7 @@ class Evaluator {
   const EvalConfig& config() const { return config_; }
 
  private:
+  EvalResult evaluate_once(const EvalRequest& request);
   struct Gpu;
   EvalConfig config_;
   std::vector<DeviceInfo> gpus_;
@@ -241,6 +270,12 @@ class Evaluator {
 // ("generator_unsupported", "bad_job") for what the runner cannot generate.
 Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>& workloads,
              const std::vector<std::uint64_t>& seeds, const std::string& so_path, const TimingSpec& timing);
+
+// True when `r` was flagged on the parent's clock alone (time_below_outside_bound,
+// tail_beyond_bound): a flag that a transient foreign load on the GPU can raise, so the evaluator
+// confirms it with a fresh run (EvalConfig::clock_flag_retries). Flags backed by evidence (a forged
+// frame, rewritten outputs, a foreign thread) are never retried.
+bool flag_needs_confirmation(const EvalResult& r);
 
 // The candidate's GPU time budget for `job` (see EvalConfig::budget_factor).
 double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<double> reference_s);

@@ -581,6 +581,60 @@ TEST_CASE("a reference batch measured longer than the candidate's whole window d
   CHECK(claimed_time_implausible(honest, after_batch, 200e-6, 2.0, 50e-6, 5e-3, nullptr, 0.1e-3));
 }
 
+TEST_CASE("the host path keeps main's slack: a hand-over 35 % slower than the reference's is not flagged there",
+          "[runner][bound][threat]") {
+  // H200, 2026-12-02 07:56Z (threat-v3, host path): softmax's L3 on attn16k_f32 and `honest` on
+  // odd_49k were flagged because the candidate's device-to-host hand-over, inside its window, took
+  // more than 1.25 x the reference's. Here: 30 calls of 61 us, a 0.5 ms empty sample, the
+  // reference's batch 1.0 s and the candidate's own 1.35 s.
+  TimingResult honest;
+  honest.samples = 30;
+  honest.median_s = honest.mean_s = 61e-6;
+  const double o = 0.5e-3, ref_batch = 1.0, cand_batch = 1.35;
+  const double window = cand_batch + honest.samples * (o + honest.mean_s);
+  const ParentBound tight;                       // the resident path's
+  const ParentBound host = ParentBound::host();  // the host path's: main's 50 % of the hand-over
+  CHECK(claim_below_parent_clock(honest, window, o, ref_batch, tight, nullptr));
+  CHECK_FALSE(claim_below_parent_clock(honest, window, o, ref_batch, host, nullptr));
+  // The host bound is main's, in the batch's terms: 5 ms + calls x (50 % of o + 50 us) + 50 % of B
+  // is main's 5 ms + calls x (50 % of o' + 50 us) with o' = o + B / calls.
+  CHECK(bound_slack_s(30, o, ref_batch, host) ==
+        Approx(5e-3 + 30 * (0.5 * (o + ref_batch / 30) + 50e-6)));
+  CHECK(host.fraction == tight.fraction);
+  CHECK(host.median_of_mean == tight.median_of_mean);
+  // It still bites where the work is long against the hand-over: 3 calls of 100 ms claimed at 80 %.
+  TimingResult forged;
+  forged.samples = 3;
+  forged.median_s = forged.mean_s = 80e-3;
+  CHECK(claim_below_parent_clock(forged, 3 * (100e-3 + o) + 20e-3, o, 20e-3, host, nullptr));
+}
+
+TEST_CASE("only flags that rest on the parent's clock alone are confirmed by a fresh run", "[runner][bound][threat]") {
+  // H200, 2026-12-02 07:51Z: honest_two_streams flagged on a timed n = 1 workload (17.9 ms
+  // unexplained) while a vendor.py of a killed `d2k verify-tasks` was still timing on the GPU; the
+  // same control passed twice at 07:56Z. A clock flag is re-run; evidence is not.
+  EvalResult r;
+  r.status = d2k::sandbox::Outcome::flagged;
+  r.flags = {"time_below_outside_bound"};
+  CHECK(flag_needs_confirmation(r));
+  r.flags = {"tail_beyond_bound"};
+  CHECK(flag_needs_confirmation(r));
+  r.flags = {"forged_result_channel"};
+  CHECK_FALSE(flag_needs_confirmation(r));
+  r.flags = {"outputs_rewritten"};
+  CHECK_FALSE(flag_needs_confirmation(r));
+  r.flags = {"time_below_outside_bound", "background_thread"};  // evidence beside the clock: stands
+  CHECK_FALSE(flag_needs_confirmation(r));
+  r.flags = {};
+  CHECK_FALSE(flag_needs_confirmation(r));  // flagged without a reason: not a clock flag
+  r.status = d2k::sandbox::Outcome::ok;
+  r.flags = {"throttled"};
+  CHECK_FALSE(flag_needs_confirmation(r));
+  EvalConfig cfg;
+  CHECK(cfg.clock_flag_retries == 1);
+  CHECK(cfg.bound.batch_rel_slack < cfg.host_bound.batch_rel_slack);
+}
+
 TEST_CASE("work shifting: the workload's time is the claimed median raised to the parent's per-call floor",
           "[runner][bound][threat]") {
   // 20 timed calls of a 1 ms kernel; the batch (every call's inputs) exists before the first call,
