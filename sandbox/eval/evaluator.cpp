@@ -2,7 +2,9 @@
 
 #include "sandbox/eval/frames.hpp"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -89,6 +91,7 @@ struct RunOutcome {
   std::uint64_t hash_key = 0;
   std::map<std::tuple<std::size_t, int, std::size_t>, std::uint64_t> phase_hashes;
   double frozen_s = 0;            // time the runner spent frozen for those snapshots
+  std::map<std::size_t, double> snapshot_late_s;  // resident: a phase's snapshot later than its copy time
   std::string snapshot_error;     // a phase's outputs could not be read when it ended
 };
 
@@ -164,9 +167,33 @@ std::uint64_t keyed_hash(const char* p, std::uint64_t bytes, std::uint64_t key) 
 
 namespace {
 
+// One message (a line) from a SOCK_SEQPACKET socket within `timeout_ms`.
+bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error) {
+  pollfd p{sock, POLLIN, 0};
+  const int rc = ::poll(&p, 1, timeout_ms);
+  if (rc <= 0) {
+    error = rc == 0 ? "no snapshot reply from the owner runner" : std::string("poll: ") + std::strerror(errno);
+    return false;
+  }
+  char buf[4096];
+  const ssize_t got = ::recv(sock, buf, sizeof buf, 0);
+  if (got <= 0) {
+    error = "the owner runner closed its slots socket";
+    return false;
+  }
+  line.assign(buf, static_cast<std::size_t>(got));
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  return true;
+}
+
+// GPU-resident path: takes workload w's first `calls` timed slots into the owner's own memory (the
+// agent runner is frozen meanwhile); returns the seconds by which the snapshot was later than its
+// own copy time allows (agent GPU work still running after timing_end), or -1 with `error`.
+using SnapPhase = std::function<double(std::size_t w, int calls, std::string& error)>;
+
 RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
                    const SlotsHook& on_slots = {}, int pass_fd = -1, const std::function<void()>& before_key = {},
-                   const Layout* snapshot = nullptr) {
+                   const Layout* snapshot = nullptr, const SnapPhase& snap_phase = {}) {
   RunOutcome o;
   if (snapshot != nullptr) o.hash_key = fresh_secret();
   o.proc = pool.take();
@@ -261,7 +288,28 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       const auto w = ev.body.at("workload").get<std::size_t>();
       o.timing_end[w] = ev.t;
       o.last_work_t = ev.t;
-      if (snapshot != nullptr && o.proc->output_fd() >= 0) {
+      if (snap_phase) {
+        // The output-rewrite defence, GPU-resident path: freeze the agent runner (it queues no more
+        // GPU work), have the owner copy this phase's timed slots into its own memory, thaw. GPU
+        // work the agent queued before the freeze that runs ahead of the owner's copy delays it:
+        // that delay (beyond the copy's own time) is charged to the phase's window.
+        const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
+        const auto t_snap = Clock::now();
+        std::string err;
+        const double late = snap_phase(w, o.warmups[w] + ev.body.at("samples").get<int>(), err);
+        const double thawed = o.proc->thaw();
+        o.last_work_t = std::max(o.last_work_t, thawed);
+        o.frozen_s += since(t_snap);
+        if (late < 0) {
+          o.failure = "snapshot";
+          o.detail = err;
+          o.proc->kill();
+          break;
+        }
+        if (frozen >= 0) o.timing_end[w] = frozen;
+        o.timing_end[w] += late;
+        o.snapshot_late_s[w] = late;
+      } else if (snapshot != nullptr && o.proc->output_fd() >= 0) {
         // The output-rewrite defence: freeze the runner, take this phase's outputs (every timed
         // call it announced), let it go on. Its window closes at the freeze (anything it did before
         // is inside it); its tail starts at the thaw (the snapshot is the parent's own time).
@@ -422,6 +470,11 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
     if (job.timing.enabled && w.time) timed += 1;
   const double budget = cfg.budget_factor * *reference_s + cfg.budget_constant_s + timed * 2 * job.timing.time_cap_s;
   return std::min(cfg.job_timeout_s, budget);
+}
+
+double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound) {
+  if (!std::isfinite(took_s) || !std::isfinite(copy_s)) return 0;
+  return std::max(0.0, took_s - std::max(0.0, copy_s) - bound.snapshot_allow_s);
 }
 
 double tail_allowance_s(double reference_exit_s, const ParentBound& bound) {
@@ -632,6 +685,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   std::promise<std::pair<int, std::uint64_t>> slots_promise;
   std::promise<std::optional<json>> go_promise;
   bool go_sent = false;
+  std::atomic<RunnerProcess*> owner_proc{nullptr};  // resident: the owner, while it waits for "go"
   std::thread owner;
   auto release_owner = [&](std::optional<json> go) {
     if (!owner.joinable()) return;
@@ -676,6 +730,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
           std::string err;
           const int fd = recv_fd(proc.slots_socket(), 10000, err);
           const auto bytes = ev.body.value("bytes", std::uint64_t{0});
+          owner_proc.store(&proc);  // the candidate's thread asks it for phase snapshots (below)
           got_slots->store(true);
           slots_promise.set_value({fd, bytes});
           const std::optional<json> go = go_future.get();
@@ -706,6 +761,39 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     cand_job.gpu_slots_bytes = slots_bytes;
   }
 
+  // GPU-resident: each timed phase's snapshot, taken by the owner (which waits for "go" meanwhile,
+  // blocked in its slots hook: only this thread talks to it until then).
+  const SnapPhase snap_phase = [&](std::size_t w, int calls, std::string& error) -> double {
+    RunnerProcess* op = owner_proc.load();
+    if (op == nullptr) {
+      error = "the owner runner is gone";
+      return -1;
+    }
+    const auto t0 = Clock::now();
+    if (op->send_line(json{{"snap", w}, {"calls", calls}}.dump()) < 0) {
+      error = "the owner runner does not take its snapshot line";
+      return -1;
+    }
+    std::string line;
+    if (!recv_line(op->slots_socket(), 10000, line, error)) return -1;
+    const double took = since(t0);
+    try {
+      const json r = json::parse(line);
+      if (!r.value("error", std::string()).empty()) {
+        error = "the owner's snapshot failed: " + r.at("error").get<std::string>();
+        return -1;
+      }
+      if (r.at("snapped").get<long long>() != static_cast<long long>(w)) {
+        error = "the owner answered a snapshot of another workload";
+        return -1;
+      }
+      return snapshot_charge_s(took, r.at("copy_s").get<double>(), bound);
+    } catch (const json::exception& e) {
+      error = std::string("malformed snapshot reply: ") + e.what();
+      return -1;
+    }
+  };
+
   // 1. The candidate in a fresh runner (the parent releases each timed phase's key when it is due).
   // Host path: each timed phase's outputs are taken (hashed) when the phase ends, the runner frozen.
   const Layout cand_snapshot_layout = output_layout(cand_job);
@@ -725,7 +813,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
                      g.trusted->wait_started(deadline);
                    })
                             : std::function<void()>(),
-                   resident ? nullptr : &cand_snapshot_layout);
+                   resident ? nullptr : &cand_snapshot_layout, resident ? snap_phase : SnapPhase());
     release_pools();
     if (slots_fd >= 0) {  // the candidate's runner has exited: its mapping is gone
       ::close(slots_fd);
@@ -760,6 +848,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   if (cand.exit.signal == SIGSYS)
     return finish(Outcome::sandbox_violation, "the kernel's code made a forbidden system call (killed by the seccomp filter)");
   if (cand.failure == "not_ready") return finish(Outcome::internal_error, "candidate runner did not start: " + cand.detail);
+  if (cand.failure == "snapshot") return finish(Outcome::internal_error, "a timed phase's output snapshot: " + cand.detail);
   if (cand.failure == "timeout") return finish(Outcome::timeout, cand.detail);
   if (cand.failure == "forged_frame") {
     res.flags.push_back("forged_result_channel");
@@ -1034,6 +1123,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       // Both bounds allow the candidate's overheads to differ from the reference's by the bound's
       // relative slacks (two processes' flushes and batches differ by that much).
       we.runner_batch_s = rr.workloads[w].batch_in_s + rr.workloads[w].batch_out_s;
+      if (auto it = cand.snapshot_late_s.find(w); it != cand.snapshot_late_s.end()) we.snapshot_late_s = it->second;
       // The "room" test takes the whole window: a reference batch measured longer than the
       // candidate's window (H200, 2026-12-02 02:22Z) is the reference's slowness, not a forgery.
       const bool implausible = claimed_time_implausible(
@@ -1178,6 +1268,7 @@ json WorkloadEval::to_json() const {
     j["median_floor_s"] = median_floor_s;
     j["claimed_median_s"] = claimed_median_s;
     j["runner_batch_s"] = runner_batch_s;
+    j["snapshot_late_s"] = snapshot_late_s;
   }
   if (launches) {
     json ls = json::array();

@@ -59,6 +59,10 @@ struct ParentBound {
   // bounds check; the median alone is bounded by nothing): a median forged in the runner's memory,
   // or work piled into a few of the calls, gains at most this much.
   double median_of_mean = 0.9;
+  // GPU-resident: a phase's output snapshot (the owner's copy at timing_end) may take this much
+  // beyond the copy's own time (the parent's and the owner's pipe hops and wake-ups) before the
+  // excess is charged to the phase's window.
+  double snapshot_allow_s = 1e-3;
   // The host path's bound (threat-v4, 2026-12-02): main's older slack, which passed its H200 runs,
   // written in the batch's terms. On main every sample carried its own inputs and hand-over in its
   // per-call overhead with 50 % slack; with the batch that is 50 % of B. The tight constants above
@@ -169,6 +173,9 @@ struct WorkloadEval {
   // The candidate runner's own figures of its batch (untrusted, for diagnosis: the bound uses the
   // reference's batch_s).
   double runner_batch_s = 0;
+  // GPU-resident: how much later than its own copy time the owner's snapshot of this phase's
+  // outputs finished (charged to window_s: agent GPU work that ran after timing_end).
+  double snapshot_late_s = 0;
   std::optional<std::vector<LaunchRecord>> launches;  // when requested and the runner could record
   nlohmann::json to_json() const;
 };
@@ -290,6 +297,11 @@ bool claim_below_parent_clock(const TimingResult& claimed, double window_s, doub
 double bound_slack_s(int calls, double per_call_overhead_s, double batch_s, const ParentBound& bound);
 double flag_below_fraction(int calls, double window_s, double per_call_overhead_s, double batch_s,
                            const ParentBound& bound);
+// GPU-resident: what a phase's output snapshot adds to the phase's window: the parent's time from
+// asking the owner to its reply, less the copy's own time (at the rate the owner measured before
+// the candidate ran) and bound.snapshot_allow_s; never negative. A non-finite time charges nothing
+// (the evaluator then fails the snapshot instead).
+double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound);
 // The most the candidate's tail may take, given the reference's end (result frame to reap).
 double tail_allowance_s(double reference_exit_s, const ParentBound& bound);
 

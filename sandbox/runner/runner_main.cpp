@@ -350,7 +350,8 @@ class Runner {
       throw Stop{Outcome::setup_error, std::string("sizing the output file: ") + std::strerror(errno)};
     if (!gpu_slots && out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
     // What an earlier job left behind (the owner's slots of this evaluation are expected).
-    const std::uint64_t owned = job_.gpu_slots == SlotsRole::user ? job_.gpu_slots_bytes : 0;
+    // (The owner holds its slots and, as large, its own copy of them for the phase snapshots.)
+    const std::uint64_t owned = job_.gpu_slots == SlotsRole::user ? 2 * job_.gpu_slots_bytes : 0;
     confine_step([&] { check_clean_device(owned); });
     confine_step([&] {  // a GPU left hot or slowed down is waited out (heartbeats) or refused
       wait_until_cool([&] { return nvml_.condition(); }, kMaxCoolWaitS, [&] { emit_.send({{"event", "heartbeat"}}); });
@@ -423,11 +424,68 @@ class Runner {
     const std::string sent = send_fd(slots_fd_, fd);
     ::close(fd);
     if (!sent.empty()) throw Stop{Outcome::setup_error, "output slots: " + sent};
-    ::close(slots_fd_);
-    slots_fd_ = -1;
+    // The phase snapshots (the output-rewrite defence on this path): the owner's own copy of the
+    // slots, poisoned like them, into which each timed phase's slots are copied when the parent
+    // asks (the phase's timing_end has arrived and the agent runner is frozen); the timed calls
+    // are compared from this copy, so what agent code writes into its slots after the phase is never
+    // compared. The copy rate is measured here, before the candidate runs (no other context
+    // competes), so that the parent can tell a snapshot delayed by agent GPU work from the copy's
+    // own time. The replies go back on the slots socket (the parent's own channel to this runner).
+    RUNNER_CUDA(cudaMalloc(&snap_, slots_.size()), setup_error);
+    cudaEvent_t c0 = nullptr, c1 = nullptr;
+    RUNNER_CUDA(cudaEventCreate(&c0), setup_error);
+    RUNNER_CUDA(cudaEventCreate(&c1), setup_error);
+    RUNNER_CUDA(cudaEventRecord(c0, gpu_.stream), setup_error);
+    RUNNER_CUDA(cudaMemcpyAsync(snap_, slots_.data(), slots_.size(), cudaMemcpyDeviceToDevice, gpu_.stream), setup_error);
+    RUNNER_CUDA(cudaEventRecord(c1, gpu_.stream), setup_error);
+    RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), setup_error);
+    float copy_ms = 0;
+    RUNNER_CUDA(cudaEventElapsedTime(&copy_ms, c0, c1), setup_error);
+    const double s_per_byte = slots_.size() > 0 ? copy_ms * 1e-3 / static_cast<double>(slots_.size()) : 0;
     emit_.send({{"event", "slots"}, {"bytes", slots_.size()}});
     std::string line;
-    if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no go line on stdin"};
+    for (;;) {
+      if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no go line on stdin"};
+      json snap;
+      try {
+        snap = json::parse(line);
+      } catch (const json::exception& e) {
+        throw Stop{Outcome::bad_job, std::string("bad line on stdin: ") + e.what()};
+      }
+      if (!snap.contains("snap")) break;  // the go line
+      std::string error;
+      std::uint64_t bytes = 0;
+      int copies = 0;
+      try {
+        const auto w = snap.at("snap").get<std::size_t>();
+        const int calls = snap.at("calls").get<int>();
+        if (w >= job_.workloads.size() || calls < 0 || calls > timed_call_slots(job_, w)) throw Stop{Outcome::bad_job, "snapshot out of the layout"};
+        for (const Slot& sl : layout_.slots) {
+          if (sl.workload != w || sl.seed_index >= 0 || -1 - sl.seed_index >= calls) continue;
+          const cudaError_t rc = cudaMemcpyAsync(static_cast<char*>(snap_) + sl.offset, slots_.data() + sl.offset, sl.bytes,
+                                                 cudaMemcpyDeviceToDevice, gpu_.stream);
+          if (rc != cudaSuccess && error.empty()) error = cudaGetErrorString(rc);
+          bytes += sl.bytes;
+          ++copies;
+        }
+        const cudaError_t rc = cudaStreamSynchronize(gpu_.stream);
+        if (rc != cudaSuccess && error.empty()) error = cudaGetErrorString(rc);
+        snapped_.insert(w);
+      } catch (const json::exception& e) {
+        error = std::string("bad snapshot line: ") + e.what();
+      }
+      // The copy's own time at the rate measured above (plus 10 us per copy issued).
+      const json reply = {{"snapped", snap.value("snap", -1)}, {"bytes", bytes},
+                          {"copy_s", static_cast<double>(bytes) * s_per_byte + copies * 10e-6}, {"error", error}};
+      const std::string text = reply.dump() + "\n";
+      if (::write(slots_fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+        throw Stop{Outcome::setup_error, "snapshot reply: " + std::string(std::strerror(errno))};
+      if (!error.empty()) throw Stop{Outcome::runtime_error, "snapshot: " + error};
+    }
+    cudaEventDestroy(c0);
+    cudaEventDestroy(c1);
+    ::close(slots_fd_);
+    slots_fd_ = -1;
     try {
       const json go = json::parse(line);
       for (const auto& r : go.at("replay")) {
@@ -651,7 +709,11 @@ class Runner {
           if (auto it = job_.tolerances.find(std::string(dtype_name(slot->dtype))); it != job_.tolerances.end())
             tol = it->second;
           TensorCheck check;
-          RUNNER_CUDA(compare_on_gpu(slots_.data() + slot->offset, ptrs[a], slot->dtype, slot->count, tol.atol, tol.rtol,
+          // A timed call's slot is compared from the phase's snapshot when the parent took one
+          // (always, on this path: the slot itself stays writable by agent code until it exits).
+          const char* got = (slot->seed_index < 0 && snapped_.count(w) != 0 ? static_cast<const char*>(snap_)
+                                                                             : slots_.data()) + slot->offset;
+          RUNNER_CUDA(compare_on_gpu(got, ptrs[a], slot->dtype, slot->count, tol.atol, tol.rtol,
                                      gpu_.stream, check), runtime_error);
           check.seed_index = seed_index;
           check.arg_index = a;
@@ -881,6 +943,8 @@ class Runner {
   int out_fd_;
   int slots_fd_;
   SharedSlots slots_;
+  void* snap_ = nullptr;               // owner: its own copy of the phase snapshots (own_slots)
+  std::set<std::size_t> snapped_;      // owner: workloads whose timed slots were snapshotted
   void* staging_ = nullptr;  // pinned, host path (make_staging)
   std::uint64_t staging_bytes_ = 0;
   Nvml nvml_;

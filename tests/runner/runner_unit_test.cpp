@@ -635,6 +635,28 @@ TEST_CASE("only flags that rest on the parent's clock alone are confirmed by a f
   CHECK(cfg.bound.batch_rel_slack < cfg.host_bound.batch_rel_slack);
 }
 
+TEST_CASE("resident snapshot: agent GPU work that delays the owner's copy past timing_end is charged to the window",
+          "[runner][bound][threat]") {
+  // The owner copies a phase's timed slots into its own memory when timing_end arrives (the agent
+  // runner frozen). Agent work queued before the freeze runs ahead of that copy on the GPU: what the
+  // snapshot took beyond the copy's own time and the allowance for the pipe hops is charged.
+  const ParentBound b;
+  CHECK(snapshot_charge_s(0.4e-3, 0.2e-3, b) == 0);          // an honest snapshot: nothing
+  CHECK(snapshot_charge_s(5.2e-3, 0.2e-3, b) == Approx(4e-3));  // 5 ms of deferred work: 4 ms charged
+  CHECK(snapshot_charge_s(0.1e-3, 3.0, b) == 0);             // never negative
+  CHECK(snapshot_charge_s(0.1e-3, -1.0, b) == 0);
+  CHECK(snapshot_charge_s(std::numeric_limits<double>::infinity(), 0, b) == 0);
+  // Charged work counts against the claim like any other: 20 calls of 1 ms, claimed honestly, and
+  // 20 ms of the calls' work deferred past timing_end: the window grows by it and the claim is flagged.
+  TimingResult claim;
+  claim.samples = 20;
+  claim.median_s = claim.mean_s = 0.1e-3;  // the calls returned at once: 0.1 ms each
+  const double o = 40e-6, batch = 5e-3;
+  const double window = 20 * (0.1e-3 + o) + batch;
+  CHECK_FALSE(claim_below_parent_clock(claim, window, o, batch, b, nullptr));
+  CHECK(claim_below_parent_clock(claim, window + snapshot_charge_s(20e-3 + 0.3e-3, 0.3e-3, b), o, batch, b, nullptr));
+}
+
 TEST_CASE("work shifting: the workload's time is the claimed median raised to the parent's per-call floor",
           "[runner][bound][threat]") {
   // 20 timed calls of a 1 ms kernel; the batch (every call's inputs) exists before the first call,
