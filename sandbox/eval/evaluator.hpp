@@ -119,12 +119,13 @@ struct EvalConfig {
   // call's outputs there device to device, and the trusted runner compares them with the
   // reference's on the GPU after the agent runner has exited. Off: outputs go through host memfds
   // and are compared here on the CPU. Agent-mode candidates only (calibration keeps the CPU path).
-  // Off by default: on the H200 (2026-12-01 22:40Z, tests/README.md) 2 of 13 honest evaluations of
-  // vector_add were flagged by the 2x outside bound on the first timed workload; and agent code can
-  // rewrite its GPU slots until it exits (its queued GPU work outlives any stop of its process), so
-  // an earlier timed phase's outputs cannot be taken at the phase's end here as on the host path
-  // (docs/threat-model.md, "output rewrite").
-  bool gpu_resident = false;
+  // On by default (session 11): the timed calls' slots are compared from the owner's own copy taken
+  // at each phase's end (the output-rewrite defence of this path), its window holds no host
+  // hand-over (the tight bound applies), and on the H200 (2026-12-02 10:15Z and 10:22Z,
+  // tests/README.md) no honest control of the exploit suite and no task kernel evaluated
+  // (vector_add, softmax, rmsnorm, gemm_bf16: baseline and L3) was flagged on it. Off: the host path,
+  // with main's looser slack (ParentBound::host).
+  bool gpu_resident = true;
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
   TrustedBuild build_trusted;
