@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
       const d2k::tasks::Task task = d2k::tasks::load_task(fs::path(D2K_TASKS_DIR) / name);
       const fs::path so = nvcc_build(task.expert_path(3), state / "candidate", name + "_L3");
       std::map<std::string, std::vector<double>> ph;
-      std::map<std::string, std::vector<double>> med, outside, over, frac, samples;
+      std::map<std::string, std::vector<double>> med, outside, over, frac, samples, batch, window, own_batch, cmed;
       int ok = 0;
       for (int r = 0; r <= runs; ++r) {  // run 0 warms the pools and the task's GPU budget
         d2k::runner::EvalRequest req;
@@ -106,22 +106,30 @@ int main(int argc, char** argv) {
         ph["total"].push_back(e.phases.total_s);
         ph["wall"].push_back(wall);
         ph["tail"].push_back(e.phases.candidate_tail_s);
+        ph["snapshot"].push_back(e.phases.snapshot_s);
         for (const auto& w : e.workloads) {
           if (!w.timing) continue;
           med[w.name].push_back(w.timing->median_s);
-          outside[w.name].push_back(w.outside_s);
+          outside[w.name].push_back(w.parent_call_s);  // signed: below 0 the trusted overheads exceed the window
+          batch[w.name].push_back(w.batch_s);
+          window[w.name].push_back(w.window_s);
+          own_batch[w.name].push_back(w.runner_batch_s);  // the candidate's own figure (untrusted)
+          cmed[w.name].push_back(w.claimed_median_s);
           over[w.name].push_back(w.call_overhead_s);
           frac[w.name].push_back(w.flag_below_fraction);
           samples[w.name].push_back(w.timing->samples);
         }
       }
-      std::printf("  %-10s %-8s ok %d/%d  median phases [s]: wait_ready %.3f  candidate %.3f  reference %.3f  compare %.3f  total %.3f  (wall %.3f; last timing_end to exit %.3f)\n",
+      std::printf("  %-10s %-8s ok %d/%d  median phases [s]: wait_ready %.3f  candidate %.3f  reference %.3f  compare %.3f  total %.3f  (wall %.3f; last timing_end to exit %.3f; outputs taken at phase ends %.3f)\n",
                   name.c_str(), mode.c_str(), ok, runs, median(ph["wait_ready"]), median(ph["candidate"]),
-                  median(ph["reference"]), median(ph["compare"]), median(ph["total"]), median(ph["wall"]), median(ph["tail"]));
+                  median(ph["reference"]), median(ph["compare"]), median(ph["total"]), median(ph["wall"]), median(ph["tail"]),
+                  median(ph["snapshot"]));
       for (const auto& [w, v] : med)
-        std::printf("      %-18s kernel %.1f us  parent per call %.1f us  trusted overhead/call %.1f us  samples %.0f  "
-                    "flags a claim below %.1f %% of the parent's call time\n",
-                    w.c_str(), median(v) * 1e6, median(outside[w]) * 1e6, median(over[w]) * 1e6, median(samples[w]),
+        std::printf("      %-18s kernel %.1f us (claimed %.1f)  parent per call %.1f us  trusted overhead/call %.1f us  "
+                    "window %.1f us  trusted batch %.1f us (candidate's own %.1f us)  samples %.0f  flags a claim below "
+                    "%.1f %% of the parent's call time\n",
+                    w.c_str(), median(v) * 1e6, median(cmed[w]) * 1e6, median(outside[w]) * 1e6, median(over[w]) * 1e6,
+                    median(window[w]) * 1e6, median(batch[w]) * 1e6, median(own_batch[w]) * 1e6, median(samples[w]),
                     100 * median(frac[w]));
     }
   }

@@ -160,6 +160,8 @@ KernelVerdict verify_kernel(const tasks::Task& task, const std::string& label, c
   std::printf("    %s%s%s (%.1f s: reference %.1f, start %.1f, candidate %.1f, compare %.1f)\n", k.status.c_str(),
               k.message.empty() ? "" : ": ", k.message.c_str(), k.evaluate_s, r.phases.reference_s,
               r.phases.wait_ready_s, r.phases.candidate_s, r.phases.compare_s);
+  if (!r.retried_flag.empty())  // a clock flag confirmed (or not) by a fresh run (EvalConfig::clock_flag_retries)
+    std::printf("      (a first run was flagged and re-run: %s)\n", one_line(r.retried_flag).c_str());
   for (const auto& [w, t] : k.times) std::printf("      %-24s %10.1f µs%s\n", w.c_str(), t * 1e6, k.correct[w] ? "" : "  WRONG");
 
   in.launches_missing = r.launches_error.empty() ? (r.ok() ? "" : "evaluation " + std::string(sandbox::to_string(r.status))) : r.launches_error;
@@ -295,6 +297,9 @@ runner::VendorVerdict verify_vendor(const tasks::Task& task, const tasks::Vendor
     py.env_overrides = {{"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
                         {"CUDA_VISIBLE_DEVICES", std::to_string(tools.gpu)},
                         {"PYTHONDONTWRITEBYTECODE", "1"}};
+    // Dies with verify-tasks: a vendor.py that outlived its killed parent kept timing on the GPU
+    // and time-sliced with the next evaluations (H200, 2026-12-02 07:51Z: an honest kernel flagged).
+    py.die_with_parent = true;
     py.in = sandbox::Stdio::to_file(in_file);
     py.out = sandbox::Stdio::to_file(out_file);
     // Within --time-budget (at least a minute); a vendor.py killed at its deadline still leaves

@@ -2,11 +2,15 @@
 
 #include "sandbox/eval/frames.hpp"
 
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <tuple>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -73,20 +77,125 @@ struct RunOutcome {
   std::map<std::size_t, double> timing_begin, timing_end;
   std::map<std::size_t, std::uint64_t> keys;               // workload → the key released to it
   std::map<std::size_t, int> announced_samples;            // workload → timing_end's count
+  std::map<std::size_t, int> warmups;                      // workload → the warm-up count sent with its key
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
   double wait_ready_s = 0, run_s = 0;
   double eof_s = -1;              // the result channel's end, since the job was sent
+  double result_t = -1;           // arrival of the result frame, since the job was sent
+  double last_work_t = -1;        // arrival of the last call or timing_end frame (agent code ran before it)
+  // The output-rewrite defence (host path): each timed phase's outputs as they were when the phase
+  // ended, taken while the runner was frozen (keyed hash of each slot; the key is drawn per run and
+  // never leaves the parent). (workload, seed index, argument) → hash.
+  std::uint64_t hash_key = 0;
+  std::map<std::tuple<std::size_t, int, std::size_t>, std::uint64_t> phase_hashes;
+  double frozen_s = 0;            // time the runner spent frozen for those snapshots
+  std::map<std::size_t, double> snapshot_late_s;  // resident: a phase's snapshot later than its copy time
+  std::string snapshot_error;     // a phase's outputs could not be read when it ended
 };
 
 // GPU-resident hooks: `on_slots` runs when an owner's "slots" frame arrives (the loop waits for it);
 // `pass_fd` (>= 0) is sent on the runner's slots socket right after the job.
 using SlotsHook = std::function<void(RunnerProcess&, const Event&)>;
 
+}  // namespace
+
+// A keyed 64-bit hash of an output slot: four lanes of 8-byte words (word i to lane i % 4, each lane
+// a chain of a bijective mix seeded from the key, so the lanes run in parallel), folded at the end;
+// a tail shorter than 32 bytes goes through lane 0 zero-padded. Without the key a changed content
+// cannot be made to keep its hash. The state carries across chunks that are multiples of 32 bytes.
+struct KeyedHash {
+  std::uint64_t lane[4];
+  std::uint64_t total = 0;
+  KeyedHash(std::uint64_t key, std::uint64_t bytes)
+      : lane{key ^ bytes, key + 0x9e3779b97f4a7c15ull, key ^ 0xc2b2ae3d27d4eb4full, key + 0x165667b19e3779f9ull} {}
+  static std::uint64_t mix(std::uint64_t x) {
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ull;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dull;
+    x ^= x >> 33;
+    return x;
+  }
+  void update(const unsigned char* p, std::size_t n) {
+    std::size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      std::uint64_t w[4];
+      std::memcpy(w, p + i, 32);
+      for (int l = 0; l < 4; ++l) lane[l] = mix(lane[l] ^ w[l]) + 0x9e3779b97f4a7c15ull;
+    }
+    for (; i < n; i += 8) {
+      std::uint64_t w = 0;
+      std::memcpy(&w, p + i, std::min<std::size_t>(8, n - i));
+      lane[0] = mix(lane[0] ^ w ^ (static_cast<std::uint64_t>(n - i) << 56)) + 0x9e3779b97f4a7c15ull;
+    }
+    total += n;
+  }
+  std::uint64_t digest() const {
+    return mix(lane[0] ^ mix(lane[1] ^ mix(lane[2] ^ mix(lane[3] ^ total))));
+  }
+};
+
+std::uint64_t keyed_hash_fd(int fd, std::uint64_t offset, std::uint64_t bytes, std::uint64_t key) {
+  thread_local std::vector<unsigned char> buf(8u << 20);  // a multiple of 32 bytes
+  KeyedHash h(key, bytes);
+  std::uint64_t done = 0;
+  while (done < bytes) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), bytes - done));
+    std::size_t got = 0;
+    while (got < want) {
+      const ssize_t n = ::pread(fd, buf.data() + got, want - got, static_cast<off_t>(offset + done + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error("output file shorter than its layout");
+      got += static_cast<std::size_t>(n);
+    }
+    h.update(buf.data(), want);
+    done += want;
+  }
+  return h.digest();
+}
+
+std::uint64_t keyed_hash(const char* p, std::uint64_t bytes, std::uint64_t key) {
+  KeyedHash h(key, bytes);
+  // The same chunking as keyed_hash_fd's (8 MiB), so that both see the same tail.
+  constexpr std::uint64_t kChunk = 8u << 20;
+  for (std::uint64_t done = 0; done < bytes; done += kChunk)
+    h.update(reinterpret_cast<const unsigned char*>(p) + done, static_cast<std::size_t>(std::min(kChunk, bytes - done)));
+  return h.digest();
+}
+
+namespace {
+
+// One message (a line) from a SOCK_SEQPACKET socket within `timeout_ms`.
+bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error) {
+  pollfd p{sock, POLLIN, 0};
+  const int rc = ::poll(&p, 1, timeout_ms);
+  if (rc <= 0) {
+    error = rc == 0 ? "no snapshot reply from the owner runner" : std::string("poll: ") + std::strerror(errno);
+    return false;
+  }
+  char buf[4096];
+  const ssize_t got = ::recv(sock, buf, sizeof buf, 0);
+  if (got <= 0) {
+    error = "the owner runner closed its slots socket";
+    return false;
+  }
+  line.assign(buf, static_cast<std::size_t>(got));
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  return true;
+}
+
+// GPU-resident path: takes workload w's first `calls` timed slots into the owner's own memory (the
+// agent runner is frozen meanwhile); returns the seconds by which the snapshot was later than its
+// own copy time allows (agent GPU work still running after timing_end), or -1 with `error`.
+using SnapPhase = std::function<double(std::size_t w, int calls, std::string& error)>;
+
 RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
-                   const SlotsHook& on_slots = {}, int pass_fd = -1, const std::function<void()>& before_key = {}) {
+                   const SlotsHook& on_slots = {}, int pass_fd = -1, const std::function<void()>& before_key = {},
+                   const Layout* snapshot = nullptr, const SnapPhase& snap_phase = {}) {
   RunOutcome o;
+  if (snapshot != nullptr) o.hash_key = fresh_secret();
   o.proc = pool.take();
   const auto t0 = Clock::now();
   const auto ready = o.proc->wait_ready(ms(cfg.ready_timeout_s));
@@ -165,18 +274,86 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       if (on_slots) on_slots(*o.proc, ev);
     } else if (name == "call") {
       ++o.calls;
+      o.last_work_t = ev.t;
     } else if (name == "timing_ready") {
       // Released only now: the inputs of this phase's calls did not exist before this line.
       const auto w = ev.body.at("workload").get<std::size_t>();
       if (before_key) before_key();  // before the window opens: it is not charged to the candidate
       const std::uint64_t key = fresh_secret();
+      const int warmup = draw_warmup(job.timing, fresh_secret());  // never in the job (class 1)
       o.keys[w] = key;
-      o.timing_begin[w] = o.proc->send_line(json{{"key", key}}.dump());
+      o.warmups[w] = warmup;
+      o.timing_begin[w] = o.proc->send_line(json{{"key", key}, {"warmup", warmup}}.dump());
     } else if (name == "timing_end") {
-      o.timing_end[ev.body.at("workload").get<std::size_t>()] = ev.t;
+      const auto w = ev.body.at("workload").get<std::size_t>();
+      o.timing_end[w] = ev.t;
+      o.last_work_t = ev.t;
+      if (snap_phase) {
+        // The output-rewrite defence, GPU-resident path: freeze the agent runner (it queues no more
+        // GPU work), have the owner copy this phase's timed slots into its own memory, thaw. GPU
+        // work the agent queued before the freeze that runs ahead of the owner's copy delays it:
+        // that delay (beyond the copy's own time) is charged to the phase's window.
+        const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
+        const auto t_snap = Clock::now();
+        std::string err;
+        const double late = snap_phase(w, o.warmups[w] + ev.body.at("samples").get<int>(), err);
+        const double thawed = o.proc->thaw();
+        o.last_work_t = std::max(o.last_work_t, thawed);
+        o.frozen_s += since(t_snap);
+        if (late < 0) {
+          o.failure = "snapshot";
+          o.detail = err;
+          o.proc->kill();
+          break;
+        }
+        if (frozen >= 0) o.timing_end[w] = frozen;
+        o.timing_end[w] += late;
+        o.snapshot_late_s[w] = late;
+      } else if (snapshot != nullptr && o.proc->output_fd() >= 0) {
+        // The output-rewrite defence: freeze the runner, take this phase's outputs (every timed
+        // call it announced), let it go on. Its window closes at the freeze (anything it did before
+        // is inside it); its tail starts at the thaw (the snapshot is the parent's own time).
+        const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
+        struct Thaw {
+          RunOutcome& o;
+          ~Thaw() {
+            const double t = o.proc->thaw();
+            o.last_work_t = std::max(o.last_work_t, t);
+          }
+        } thaw{o};
+        if (frozen >= 0) o.timing_end[w] = frozen;
+        const int calls = o.warmups[w] + ev.body.at("samples").get<int>();  // frames checked its count
+        const auto t_snap = Clock::now();
+        std::vector<const Slot*> todo;
+        for (const Slot& s : snapshot->slots)
+          if (s.workload == w && s.seed_index < 0 && -1 - s.seed_index < calls) todo.push_back(&s);
+        std::vector<std::uint64_t> hashes(todo.size());
+        std::vector<std::string> errs(todo.size());
+        std::atomic<std::size_t> next{0};
+        auto hash_some = [&] {
+          for (std::size_t i = next++; i < todo.size(); i = next++) {
+            try {
+              hashes[i] = keyed_hash_fd(o.proc->output_fd(), todo[i]->offset, todo[i]->bytes, o.hash_key);
+            } catch (const std::exception& e) {  // its output file shrunk (it may ftruncate its end)
+              errs[i] = e.what();
+            }
+          }
+        };
+        std::vector<std::thread> helpers;
+        const std::size_t nthreads = std::min<std::size_t>({todo.size(), 4, std::max(1u, std::thread::hardware_concurrency())});
+        for (std::size_t t = 1; t < nthreads; ++t) helpers.emplace_back(hash_some);
+        hash_some();
+        for (auto& t : helpers) t.join();
+        for (std::size_t i = 0; i < todo.size(); ++i) {
+          if (!errs[i].empty() && o.snapshot_error.empty()) o.snapshot_error = errs[i];
+          o.phase_hashes[{todo[i]->workload, todo[i]->seed_index, todo[i]->arg}] = hashes[i];
+        }
+        o.frozen_s += since(t_snap);
+      }
     } else if (name == "result") {
       try {
         o.result = result_from_json(ev.body);
+        o.result_t = ev.t;
         have_result = true;
       } catch (const WireError& e) {
         o.failure = "malformed";
@@ -272,7 +449,8 @@ Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>&
 }
 
 bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, double sample_overhead_s,
-                              double factor, double slack_s, double fixed_slack_s, double* outside_s) {
+                              double factor, double slack_s, double fixed_slack_s, double* outside_s,
+                              double room_wall_s) {
   if (claimed.samples <= 0 || !(claimed.median_s > 0)) return true;
   const double n = claimed.samples;
   const double unexplained = phase_wall_s - n * sample_overhead_s;  // time the calls themselves took
@@ -280,7 +458,7 @@ bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, 
   // More samples than the parent's clock had room for, even for empty calls. The overhead is the
   // reference runner's, which exceeded the candidate's by more than 50 % on the H200 (2026-12-01:
   // 256 MiB hand-over copies into a fresh memfd), so only a claim of 3x the room is refused here.
-  if (n * sample_overhead_s > phase_wall_s * 3 + 1e-3) return true;
+  if (n * sample_overhead_s > (room_wall_s >= 0 ? room_wall_s : phase_wall_s) * 3 + 1e-3) return true;
   const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
   return unexplained > factor * n * mean + n * slack_s + fixed_slack_s;
 }
@@ -294,13 +472,42 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
   return std::min(cfg.job_timeout_s, budget);
 }
 
-bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s,
+double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound) {
+  if (!std::isfinite(took_s) || !std::isfinite(copy_s)) return 0;
+  return std::max(0.0, took_s - std::max(0.0, copy_s) - bound.snapshot_allow_s);
+}
+
+double tail_allowance_s(double reference_exit_s, const ParentBound& bound) {
+  return bound.tail_fixed_s + bound.tail_factor * std::max(0.0, reference_exit_s);
+}
+
+double bound_slack_s(int calls, double per_call_overhead_s, double batch_s, const ParentBound& bound) {
+  return bound.fixed_slack_s + calls * (bound.overhead_rel_slack * per_call_overhead_s + bound.call_slack_s) +
+         bound.batch_rel_slack * batch_s;
+}
+
+double flag_below_fraction(int calls, double window_s, double per_call_overhead_s, double batch_s,
+                           const ParentBound& bound) {
+  const double real = window_s - calls * per_call_overhead_s - batch_s;
+  if (!(real > 0)) return 0;
+  return std::max(0.0, (bound.fraction * real - bound_slack_s(calls, per_call_overhead_s, batch_s, bound)) / real);
+}
+
+double parent_floor_per_call_s(int calls, double window_s, double per_call_overhead_s, double batch_s, const ParentBound& bound) {
+  if (calls <= 0) return 0;
+  const double real = window_s - calls * per_call_overhead_s - batch_s;
+  const double floor = (bound.fraction * real - bound_slack_s(calls, per_call_overhead_s, batch_s, bound)) / calls;
+  return std::isfinite(floor) ? std::max(0.0, floor) : 0;
+}
+
+bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s, double batch_s,
                               const ParentBound& bound, double* unexplained_s) {
-  if (claimed.samples <= 0 || !(claimed.median_s > 0) || !(window_s >= 0)) return true;
+  if (claimed.samples <= 0 || !(claimed.median_s > 0) || !(window_s >= 0) || !(batch_s >= 0)) return true;
   const double n = claimed.samples;
   const double mean = claimed.mean_s > 0 ? claimed.mean_s : claimed.median_s;
-  const double real = window_s - n * per_call_overhead_s;  // what the calls took, by the parent's clock
-  const double slack = bound.fixed_slack_s + n * (bound.overhead_rel_slack * per_call_overhead_s + bound.call_slack_s);
+  // What the calls took, by the parent's clock: the window less the trusted batch and per-call overheads.
+  const double real = window_s - n * per_call_overhead_s - batch_s;
+  const double slack = bound_slack_s(claimed.samples, per_call_overhead_s, batch_s, bound);
   const double excess = bound.fraction * real - slack - n * mean;
   if (unexplained_s != nullptr) *unexplained_s = std::max(0.0, excess);
   return excess > 0;
@@ -378,7 +585,26 @@ std::filesystem::path Evaluator::build_trusted(const tasks::Task& task, const st
   return so;
 }
 
+bool flag_needs_confirmation(const EvalResult& r) {
+  if (r.status != Outcome::flagged) return false;
+  for (const auto& f : r.flags)
+    if (f != "time_below_outside_bound" && f != "tail_beyond_bound") return false;
+  return !r.flags.empty();
+}
+
 EvalResult Evaluator::evaluate(const EvalRequest& req) {
+  EvalResult res = evaluate_once(req);
+  for (int retry = 0; retry < config_.clock_flag_retries && flag_needs_confirmation(res); ++retry) {
+    const std::string first = res.message;
+    const double spent = res.phases.total_s;
+    res = evaluate_once(req);
+    res.retried_flag = first;
+    res.phases.total_s += spent;
+  }
+  return res;
+}
+
+EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   const auto t_start = Clock::now();
   EvalResult res;
   res.gpu = req.gpu;
@@ -440,6 +666,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   // GPU-resident outputs (EvalConfig::gpu_resident): the trusted runner owns the candidate's output
   // slots on the GPU and compares them there after the candidate's runner has exited.
   const bool resident = config_.gpu_resident && !req.trusted;
+  const ParentBound& bound = bound_for(resident);
   if (resident) {
     ref_job.gpu_slots = SlotsRole::owner;
     ref_job.timing = cand_job.timing;  // the same slot layout; an owner never times
@@ -458,6 +685,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   std::promise<std::pair<int, std::uint64_t>> slots_promise;
   std::promise<std::optional<json>> go_promise;
   bool go_sent = false;
+  std::atomic<RunnerProcess*> owner_proc{nullptr};  // resident: the owner, while it waits for "go"
   std::thread owner;
   auto release_owner = [&](std::optional<json> go) {
     if (!owner.joinable()) return;
@@ -502,6 +730,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
           std::string err;
           const int fd = recv_fd(proc.slots_socket(), 10000, err);
           const auto bytes = ev.body.value("bytes", std::uint64_t{0});
+          owner_proc.store(&proc);  // the candidate's thread asks it for phase snapshots (below)
           got_slots->store(true);
           slots_promise.set_value({fd, bytes});
           const std::optional<json> go = go_future.get();
@@ -532,7 +761,42 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     cand_job.gpu_slots_bytes = slots_bytes;
   }
 
+  // GPU-resident: each timed phase's snapshot, taken by the owner (which waits for "go" meanwhile,
+  // blocked in its slots hook: only this thread talks to it until then).
+  const SnapPhase snap_phase = [&](std::size_t w, int calls, std::string& error) -> double {
+    RunnerProcess* op = owner_proc.load();
+    if (op == nullptr) {
+      error = "the owner runner is gone";
+      return -1;
+    }
+    const auto t0 = Clock::now();
+    if (op->send_line(json{{"snap", w}, {"calls", calls}}.dump()) < 0) {
+      error = "the owner runner does not take its snapshot line";
+      return -1;
+    }
+    std::string line;
+    if (!recv_line(op->slots_socket(), 10000, line, error)) return -1;
+    const double took = since(t0);
+    try {
+      const json r = json::parse(line);
+      if (!r.value("error", std::string()).empty()) {
+        error = "the owner's snapshot failed: " + r.at("error").get<std::string>();
+        return -1;
+      }
+      if (r.at("snapped").get<long long>() != static_cast<long long>(w)) {
+        error = "the owner answered a snapshot of another workload";
+        return -1;
+      }
+      return snapshot_charge_s(took, r.at("copy_s").get<double>(), bound);
+    } catch (const json::exception& e) {
+      error = std::string("malformed snapshot reply: ") + e.what();
+      return -1;
+    }
+  };
+
   // 1. The candidate in a fresh runner (the parent releases each timed phase's key when it is due).
+  // Host path: each timed phase's outputs are taken (hashed) when the phase ends, the runner frozen.
+  const Layout cand_snapshot_layout = output_layout(cand_job);
   RunOutcome cand;
   try {
     const auto t = Clock::now();
@@ -548,7 +812,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
                      g.agent->wait_started(deadline);
                      g.trusted->wait_started(deadline);
                    })
-                            : std::function<void()>());
+                            : std::function<void()>(),
+                   resident ? nullptr : &cand_snapshot_layout, resident ? snap_phase : SnapPhase());
     release_pools();
     if (slots_fd >= 0) {  // the candidate's runner has exited: its mapping is gone
       ::close(slots_fd);
@@ -564,8 +829,10 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   if (!cand.timing_end.empty() && cand.eof_s >= 0) {
     double last_end = 0;
     for (const auto& [w, t] : cand.timing_end) last_end = std::max(last_end, t);
-    res.phases.candidate_tail_s = std::max(0.0, cand.run_s - last_end);
+    // From the last timing_end (or the thaw after its snapshot) to the reap.
+    res.phases.candidate_tail_s = std::max(0.0, cand.run_s - std::max(last_end, cand.last_work_t));
   }
+  res.phases.snapshot_s = cand.frozen_s;
   res.runner_output = tail(cand.proc->output(), 4000);
   if (cand.proc->output_dropped() > 0)
     res.runner_output += "\n[" + std::to_string(cand.proc->output_dropped()) + " more bytes of output dropped]";
@@ -581,6 +848,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
   if (cand.exit.signal == SIGSYS)
     return finish(Outcome::sandbox_violation, "the kernel's code made a forbidden system call (killed by the seccomp filter)");
   if (cand.failure == "not_ready") return finish(Outcome::internal_error, "candidate runner did not start: " + cand.detail);
+  if (cand.failure == "snapshot") return finish(Outcome::internal_error, "a timed phase's output snapshot: " + cand.detail);
   if (cand.failure == "timeout") return finish(Outcome::timeout, cand.detail);
   if (cand.failure == "forged_frame") {
     res.flags.push_back("forged_result_channel");
@@ -614,14 +882,22 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     return finish(Outcome::flagged, "the runner's result does not list the workloads it was given");
   }
 
+  // Timed calls the candidate made in workload w's phase: the warm-ups its key asked for and the
+  // samples it announced (-1: no phase).
+  auto timed_calls = [&](std::size_t w) {
+    const auto n = cand.announced_samples.find(w);
+    const auto warm = cand.warmups.find(w);
+    return n == cand.announced_samples.end() || warm == cand.warmups.end() ? -1 : warm->second + n->second;
+  };
   // 2. The trusted reference with the same correctness seeds, and a replay of every timed call the
-  // candidate made (the keys the parent released to it, as many samples as it announced).
+  // candidate made (the keys the parent released to it, its warm-ups and announced samples).
   for (std::size_t w = 0; w < ref_job.workloads.size(); ++w) {
     const auto key = cand.keys.find(w);
-    const auto n = cand.announced_samples.find(w);
-    if (key != cand.keys.end() && n != cand.announced_samples.end()) {
+    const int calls = timed_calls(w);
+    if (key != cand.keys.end() && calls > 0) {
       ref_job.workloads[w].replay_key = key->second;
-      ref_job.workloads[w].replay_samples = n->second;
+      ref_job.workloads[w].replay_samples = calls;  // warm-ups and samples: every timed call is verified
+      ref_job.workloads[w].replay_batch = cand.warmups.at(w) + timed_slots(cand_job, w);  // the candidate's batch
     }
   }
   if (resident) {
@@ -630,7 +906,8 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     for (std::size_t w = 0; w < ref_job.workloads.size(); ++w)
       if (ref_job.workloads[w].replay_samples > 0)
         replay.push_back({{"workload", w}, {"key", ref_job.workloads[w].replay_key},
-                          {"samples", ref_job.workloads[w].replay_samples}});
+                          {"samples", ref_job.workloads[w].replay_samples},
+                          {"batch", ref_job.workloads[w].replay_batch}});
     const auto t = Clock::now();
     release_owner(json{{"replay", replay}});
     res.phases.reference_s = since(t);
@@ -670,10 +947,7 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
       std::size_t expected = 0;
       for (const Slot& s : cand_layout.slots) {
         if (s.workload != w) continue;
-        if (s.seed_index < 0) {
-          const auto n = cand.announced_samples.find(w);
-          if (n == cand.announced_samples.end() || -1 - s.seed_index >= n->second) continue;
-        }
+        if (s.seed_index < 0 && -1 - s.seed_index >= timed_calls(w)) continue;
         ++expected;
       }
       const auto& rchecks = ref.result->workloads[w].checks;
@@ -718,22 +992,28 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     };
     std::vector<Pair> pairs;
     for (const Slot& s : cand_layout.slots) {
-      if (s.seed_index < 0) {  // timed sample -1 - seed_index: only those the candidate took
-        const auto n = cand.announced_samples.find(s.workload);
-        if (n == cand.announced_samples.end() || -1 - s.seed_index >= n->second) continue;
-      }
+      // timed call -1 - seed_index (warm-ups, then samples): only those the candidate made
+      if (s.seed_index < 0 && -1 - s.seed_index >= timed_calls(s.workload)) continue;
       const Slot* rs = ref_layout.find(s.workload, s.seed_index, s.arg);
       if (rs == nullptr || rs->bytes != s.bytes) throw std::runtime_error("reference layout mismatch");
       pairs.push_back({&s, rs});
     }
     std::vector<TensorCheck> checks(pairs.size());
     std::vector<std::string> errors(pairs.size());
+    std::atomic<bool> rewritten{false};  // a timed call's outputs changed after its phase ended
     std::atomic<std::size_t> next{0};
     auto worker = [&] {
       for (std::size_t i = next++; i < pairs.size(); i = next++) {
         try {
           const Slot& s = *pairs[i].cand;
           const auto got = read_slot(cand.proc->output_fd(), s);
+          if (s.seed_index < 0) {  // a timed call: its outputs as they were when its phase ended
+            const auto h = cand.phase_hashes.find({s.workload, s.seed_index, s.arg});
+            if (h == cand.phase_hashes.end() || keyed_hash(got.data(), got.size(), cand.hash_key) != h->second) {
+              rewritten = true;
+              continue;
+            }
+          }
           const auto want = read_slot(ref.proc->output_fd(), *pairs[i].ref);
           double atol = 0, rtol = 0;
           if (auto it = task.tolerances.find(std::string(dtype_name(s.dtype))); it != task.tolerances.end()) {
@@ -754,6 +1034,16 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
     for (std::size_t t = 1; t < nthreads; ++t) pool.emplace_back(worker);
     worker();
     for (auto& t : pool) t.join();
+    if (rewritten || !cand.snapshot_error.empty()) {
+      // Only the runner's hand-over writes a timed slot, and only inside its own phase: a change
+      // afterwards is agent code fixing up outputs whose work no window held (issue 23).
+      res.flags.push_back("outputs_rewritten");
+      return finish(Outcome::flagged, cand.snapshot_error.empty()
+                                          ? "a timed call's outputs changed after its phase had ended (work done "
+                                            "outside the timed window)"
+                                          : "a timed phase's outputs could not be read when it ended: " +
+                                                cand.snapshot_error);
+    }
     for (const auto& e : errors)
       if (!e.empty()) throw std::runtime_error(e);
     for (std::size_t w = 0; w < workloads.size(); ++w) {
@@ -815,33 +1105,32 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
         return finish(Outcome::flagged, "timing of workload " + we.name + " does not match what the runner reported while running");
       }
       // The parent's window: its own write of the phase's key to the arrival of timing_end. It holds
-      // the warm-ups and the samples, each with the trusted overhead the reference measured around
-      // the same calls (inputs, poison, hand-over) plus the empty sample (flush, syncs, bracket).
-      // Warm-ups hand nothing over: they carry the empty sample's overhead only (the first H200 run
-      // charged them the hand-over too, and a 256 MiB hand-over per warm-up flagged every honest
-      // kernel of vector_add's pow2_64m). Samples carry both.
-      const double sample_o = ref.result->sample_overhead_s;
-      const double replay_o = ref.result->workloads[w].replay_overhead_s;
+      // the batch (every timed call's inputs and poisoned outputs, then the samples' hand-over; the
+      // reference made and timed the same batch) and the warm-ups and samples, each with the empty
+      // sample's trusted overhead (flush, syncs, bracket).
+      const double per_call = ref.result->sample_overhead_s;
+      const double batch = ref.result->workloads[w].batch_in_s + ref.result->workloads[w].batch_out_s;
       TimingResult all_calls = *we.timing;
-      all_calls.samples += cand_job.timing.warmup;
-      const double per_call =
-          (all_calls.samples * sample_o + we.timing->samples * replay_o) / std::max(1, all_calls.samples);
+      all_calls.samples = timed_calls(w);  // warm-ups (drawn per phase) and samples
       const double window = e->second - b->second;
       double below = 0;
-      {
-        const double n = all_calls.samples;
-        const double real = window - n * per_call;
-        const double slack = config_.bound.fixed_slack_s + n * (config_.bound.overhead_rel_slack * per_call + config_.bound.call_slack_s);
-        we.window_s = window;
-        we.call_overhead_s = per_call;
-        we.flag_below_fraction = real > 0 ? std::max(0.0, (config_.bound.fraction * real - slack) / real) : 0;
-      }
-      // Both bounds allow the candidate's per-call overhead to differ from the reference's by
-      // bound.overhead_rel_slack of it (the hand-over copies vary that much between processes).
-      const bool implausible = claimed_time_implausible(all_calls, window, per_call, config_.flag_factor,
-                                                        config_.flag_slack_s + config_.bound.overhead_rel_slack * per_call,
-                                                        config_.flag_fixed_slack_s, &we.outside_s);
-      if (implausible || claim_below_parent_clock(all_calls, window, per_call, config_.bound, &below)) {
+      we.window_s = window;
+      we.call_overhead_s = per_call;
+      we.batch_s = batch;
+      we.calls = all_calls.samples;
+      we.parent_call_s = (window - batch) / std::max(1, all_calls.samples) - per_call;
+      we.flag_below_fraction = flag_below_fraction(all_calls.samples, window, per_call, batch, bound);
+      // Both bounds allow the candidate's overheads to differ from the reference's by the bound's
+      // relative slacks (two processes' flushes and batches differ by that much).
+      we.runner_batch_s = rr.workloads[w].batch_in_s + rr.workloads[w].batch_out_s;
+      if (auto it = cand.snapshot_late_s.find(w); it != cand.snapshot_late_s.end()) we.snapshot_late_s = it->second;
+      // The "room" test takes the whole window: a reference batch measured longer than the
+      // candidate's window (H200, 2026-12-02 02:22Z) is the reference's slowness, not a forgery.
+      const bool implausible = claimed_time_implausible(
+          all_calls, window - batch * (1 + bound.batch_rel_slack), per_call, config_.flag_factor,
+          config_.flag_slack_s + bound.overhead_rel_slack * per_call, config_.flag_fixed_slack_s, &we.outside_s,
+          window);
+      if (implausible || claim_below_parent_clock(all_calls, window, per_call, batch, bound, &below)) {
         res.flags.push_back("time_below_outside_bound");
         // Which bound fired, with its figures (a flag on an honest kernel must be diagnosable).
         char detail[256];
@@ -856,8 +1145,28 @@ EvalResult Evaluator::evaluate(const EvalRequest& req) {
         return finish(Outcome::flagged, "claimed time of workload " + we.name +
                                             " is below what the parent's clock measured (" + detail + ")");
       }
+      // The workload's time: the claimed median, raised to what the parent's clock guarantees per call.
+      we.claimed_median_s = we.timing->median_s;
+      const double bounded_mean = we.timing->mean_s > 0 ? we.timing->mean_s : we.timing->median_s;  // as the bounds take it
+      we.median_floor_s = std::max(bound.median_of_mean * bounded_mean,
+                                   parent_floor_per_call_s(all_calls.samples, window, per_call, batch, bound));
+      we.timing->median_s = std::max(we.timing->median_s, we.median_floor_s);
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
+    }
+    // The tail (issue 23 item 4): from the candidate's last call or timing_end to its reap, only the
+    // runner's own end (SM clock, thread census, the result, CUDA teardown) is due. Agent code that
+    // runs there (a timer signal's handler, say) does work no window holds: bounded by the
+    // reference's own end (its result to its reap) and a constant.
+    if (timed > 0 && cand.last_work_t >= 0 && ref.result_t >= 0) {
+      res.phases.candidate_tail_s = std::max(0.0, cand.run_s - cand.last_work_t);
+      res.phases.tail_allowed_s = tail_allowance_s(ref.run_s - ref.result_t, bound);
+      if (res.phases.candidate_tail_s > res.phases.tail_allowed_s) {
+        res.flags.push_back("tail_beyond_bound");
+        return finish(Outcome::flagged, "the candidate's runner took " + std::to_string(res.phases.candidate_tail_s) +
+                                            " s from its last call to its exit (at most " +
+                                            std::to_string(res.phases.tail_allowed_s) + " s allowed: work after the timed calls?)");
+      }
     }
     if (timed > 0) res.time_s = std::exp(log_sum / timed);
   }
@@ -952,7 +1261,14 @@ json WorkloadEval::to_json() const {
     j["outside_s"] = outside_s;
     j["window_s"] = window_s;
     j["call_overhead_s"] = call_overhead_s;
+    j["batch_s"] = batch_s;
+    j["calls"] = calls;
+    j["parent_call_s"] = parent_call_s;
     j["flag_below_fraction"] = flag_below_fraction;
+    j["median_floor_s"] = median_floor_s;
+    j["claimed_median_s"] = claimed_median_s;
+    j["runner_batch_s"] = runner_batch_s;
+    j["snapshot_late_s"] = snapshot_late_s;
   }
   if (launches) {
     json ls = json::array();
@@ -975,9 +1291,11 @@ json EvalResult::to_json() const {
           {"phases",
            {{"reference_s", phases.reference_s}, {"wait_ready_s", phases.wait_ready_s},
             {"candidate_s", phases.candidate_s}, {"compare_s", phases.compare_s}, {"total_s", phases.total_s},
-            {"candidate_tail_s", phases.candidate_tail_s}}},
+            {"candidate_tail_s", phases.candidate_tail_s},
+            {"tail_allowed_s", phases.tail_allowed_s}, {"snapshot_s", phases.snapshot_s}}},
           {"runner_output", runner_output},
-          {"launches_error", launches_error}};
+          {"launches_error", launches_error},
+          {"retried_flag", retried_flag}};
 }
 
 }  // namespace d2k::runner

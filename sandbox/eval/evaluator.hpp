@@ -31,17 +31,52 @@ using TrustedBuild = std::function<std::filesystem::path(const tasks::Task&, con
 
 // The parent's tight bound (issue 23, classes 3, 10, 11): over a timed phase's window (the
 // parent's write of the key to the arrival of timing_end), the claimed calls must account for at
-// least `fraction` of what the parent's clock leaves once the trusted per-call overhead is
-// subtracted, less the slack: fixed_slack_s + calls × (overhead_rel_slack × overhead + call_slack_s).
+// least `fraction` of what the parent's clock leaves once the trusted batch time (the reference's
+// own batch of the same calls' inputs, poisoned outputs and hand-over) and the trusted per-call
+// overhead (the empty sample: L2 flush, syncs, bracket) are subtracted, less the slack:
+// fixed_slack_s + calls × (overhead_rel_slack × overhead + call_slack_s) + batch_rel_slack × batch.
 struct ParentBound {
   double fraction = 0.95;
-  // The reference's per-call overhead stands for the candidate's within 100 %: on the H200 two runner
-  // processes' overheads (input generation, poison, 4 MiB..256 MiB hand-over copies into a fresh
-  // memfd) differed by more than 10 %, then by more than 50 %, and flagged honest kernels (two
-  // 2026-12-01 runs, tests/README.md). Where that overhead dominates the call, the bound is loose.
-  double overhead_rel_slack = 1.0;
-  double call_slack_s = 50e-6;       // per call: scheduling, the frame's pipe latency
-  double fixed_slack_s = 5e-3;       // per phase: NVML clock reads, thread census, the key's round trip
+  // Since the batch (issue 23 item 1, 2026-12-02) the per-call overhead is the empty sample only
+  // (the same flush kernel and syncs in both processes); the input generation, poison and
+  // hand-over copies, which differed between two runner processes by more than 50 % per call on
+  // the H200 (2026-12-01), are one batch whose slack is relative to the whole batch.
+  double overhead_rel_slack = 0.5;
+  // The host path's hand-over (device-to-host copies into the memfd) varied by about a quarter
+  // between the candidate and the reference on the H200 (2026-12-02 07:04Z: vector_add pow2_64m,
+  // 12 outputs of 256 MiB, 2.1-2.75 s against the reference's 2.2 s; it flagged an honest run at
+  // 0.1). Pinned staging and preallocated memfd pages now make it smaller and steadier; the slack
+  // stays at a quarter of B.
+  double batch_rel_slack = 0.25;
+  double call_slack_s = 20e-6;       // per call: scheduling
+  double fixed_slack_s = 2e-3;       // per phase: the key's and timing_end's pipe hops and wake-ups
+  // The candidate's tail (its last call or timing_end to its reap) may take at most
+  // tail_fixed_s + tail_factor × the reference's end (its result frame to its reap); beyond it the
+  // evaluation is flagged (tail_beyond_bound). H200, 2026-12-01: tails of 0.06-0.15 s.
+  double tail_fixed_s = 0.25;
+  double tail_factor = 3;
+  // A workload's time is never below this fraction of its claimed mean (the mean is what the
+  // bounds check; the median alone is bounded by nothing): a median forged in the runner's memory,
+  // or work piled into a few of the calls, gains at most this much.
+  double median_of_mean = 0.9;
+  // GPU-resident: a phase's output snapshot (the owner's copy at timing_end) may take this much
+  // beyond the copy's own time (the parent's and the owner's pipe hops and wake-ups) before the
+  // excess is charged to the phase's window.
+  double snapshot_allow_s = 1e-3;
+  // The host path's bound (threat-v4, 2026-12-02): main's older slack, which passed its H200 runs,
+  // written in the batch's terms. On main every sample carried its own inputs and hand-over in its
+  // per-call overhead with 50 % slack; with the batch that is 50 % of B. The tight constants above
+  // (25 % of B, 2 ms, 20 us per call) flagged honest kernels on the host path on the H200
+  // (2026-12-02 07:56Z: the device-to-host hand-over inside the window differs between two runner
+  // processes by more than 25 %), so they apply on the GPU-resident path only (no host hand-over in
+  // its window).
+  static ParentBound host() {
+    ParentBound b;
+    b.batch_rel_slack = 0.5;
+    b.call_slack_s = 50e-6;
+    b.fixed_slack_s = 5e-3;
+    return b;
+  }
 };
 
 struct EvalConfig {
@@ -70,16 +105,27 @@ struct EvalConfig {
   double flag_factor = 2.0;
   double flag_slack_s = 50e-6;
   double flag_fixed_slack_s = 5e-3;
-  ParentBound bound;                          // and the tight bound (below)
+  ParentBound bound;                          // the tight bound, on the GPU-resident path
+  ParentBound host_bound = ParentBound::host();  // the looser one, on the host path (and trusted runs)
+  // A flag that rests on the parent's clock alone (time_below_outside_bound, tail_beyond_bound) is
+  // confirmed by this many fresh evaluations (new runners, keys, seeds) before it stands; the last
+  // run is reported. A foreign process on the GPU (H200, 2026-12-02 07:51Z: a vendor.py that
+  // outlived its killed `d2k verify-tasks` time-sliced with the candidate and left 17.9 ms in an
+  // honest phase's window) is transient; a kernel that hides work is flagged again. Each confirmed
+  // run is bounded on its own, so a retry lets no forged claim through.
+  int clock_flag_retries = 1;
   // GPU-resident outputs (docs/timing-protocol.md): the trusted runner owns the candidate's output
   // slots on the GPU (CUDA VMM, POSIX fd passed through this process), the agent runner copies each
   // call's outputs there device to device, and the trusted runner compares them with the
   // reference's on the GPU after the agent runner has exited. Off: outputs go through host memfds
   // and are compared here on the CPU. Agent-mode candidates only (calibration keeps the CPU path).
-  // Off by default: on the H200 (2026-12-01 22:40Z, tests/README.md) it was correct everywhere, but 2
-  // of 13 honest evaluations of vector_add were flagged by the 2x outside bound on the first timed
-  // workload (a 5-26 ms fixed cost in that phase that the trusted overhead does not hold).
-  bool gpu_resident = false;
+  // On by default (session 11): the timed calls' slots are compared from the owner's own copy taken
+  // at each phase's end (the output-rewrite defence of this path), its window holds no host
+  // hand-over (the tight bound applies), and on the H200 (2026-12-02 10:15Z and 10:22Z,
+  // tests/README.md) no honest control of the exploit suite and no task kernel evaluated
+  // (vector_add, softmax, rmsnorm, gemm_bf16: baseline and L3) was flagged on it. Off: the host path,
+  // with main's looser slack (ParentBound::host).
+  bool gpu_resident = true;
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
   TrustedBuild build_trusted;
@@ -109,9 +155,28 @@ struct WorkloadEval {
   double outside_s = 0;                       // the parent's per-sample bound (0: not timed)
   double window_s = 0;                        // the parent's window of the timed phase (key to timing_end)
   double call_overhead_s = 0;                 // the trusted per-call overhead the bound subtracts
+  double batch_s = 0;                         // the trusted batch time the bound subtracts (inputs, hand-over)
+  int calls = 0;                              // timed calls in the window (warm-ups and samples)
+  // The parent's time per call: (window - batch) / calls - call overhead. Signed: below zero the
+  // trusted overheads exceed what the window held (the bound is then blind; bench/README.md).
+  double parent_call_s = 0;
   // The claimed fraction of the parent-measured call time (window less overheads) below which the
   // tight bound flags this workload, with this phase's sample count and slack (0: not timed).
   double flag_below_fraction = 0;
+  // The floor of the workload's time: the larger of bound.median_of_mean × the claimed mean and the
+  // per-call time the parent's clock guarantees, (fraction × (window − calls × overhead − batch) −
+  // slack) / calls. The workload's time (timing->median_s, what rewards use) is the claimed median
+  // raised to it: a kernel that piles the work of several calls into a few (their inputs all exist
+  // once the batch is made), or forges the median in the runner's memory, keeps its mean but not a
+  // low median (issue 23, "work shifting"). claimed_median_s keeps the runner's own median.
+  double median_floor_s = 0;
+  double claimed_median_s = 0;
+  // The candidate runner's own figures of its batch (untrusted, for diagnosis: the bound uses the
+  // reference's batch_s).
+  double runner_batch_s = 0;
+  // GPU-resident: how much later than its own copy time the owner's snapshot of this phase's
+  // outputs finished (charged to window_s: agent GPU work that ran after timing_end).
+  double snapshot_late_s = 0;
   std::optional<std::vector<LaunchRecord>> launches;  // when requested and the runner could record
   nlohmann::json to_json() const;
 };
@@ -124,7 +189,11 @@ struct PhaseTimes {
   double total_s = 0;
   // The parent's clock from the last timing_end to the candidate's reap (its process, CUDA context
   // and any GPU work it left are gone): work deferred past the timed phases would show here (measured, not yet bounded).
-  double candidate_tail_s = 0;
+  double candidate_tail_s = 0;  // the candidate's last call or timing_end to its reap (timed evaluations)
+  double tail_allowed_s = 0;    // its bound (tail_allowance_s)
+  // Host path: the time the candidate's runner was frozen while the parent took each timed phase's
+  // outputs (outside every window and the tail).
+  double snapshot_s = 0;
 };
 
 struct EvalResult {
@@ -140,6 +209,9 @@ struct EvalResult {
   PhaseTimes phases;
   std::string runner_output;                  // the candidate runner's stdout/stderr (capped)
   std::string launches_error;                 // why launch records are missing (when requested)
+  // When an earlier run of this evaluation was flagged on the parent's clock and re-run
+  // (EvalConfig::clock_flag_retries): its message, for diagnosis (empty: no retry).
+  std::string retried_flag;
   bool ok() const { return status == sandbox::Outcome::ok; }
   nlohmann::json to_json() const;
 };
@@ -168,6 +240,9 @@ class Evaluator {
   // Blocking; thread-safe; evaluations on one GPU run one at a time. Never throws for a bad
   // kernel: every failure is a typed status.
   EvalResult evaluate(const EvalRequest& request);
+  // The bound that applies to an evaluation: the tight one on the GPU-resident path, the host one
+  // otherwise (and for trusted runs, which always take the host path).
+  const ParentBound& bound_for(bool resident) const { return resident ? config_.bound : config_.host_bound; }
 
   // Times baseline and experts (trusted runners, checked against the reference) on all
   // workloads, once per (GPU model, driver, toolchain, task hash); later calls read the cache.
@@ -185,6 +260,7 @@ class Evaluator {
   const EvalConfig& config() const { return config_; }
 
  private:
+  EvalResult evaluate_once(const EvalRequest& request);
   struct Gpu;
   EvalConfig config_;
   std::vector<DeviceInfo> gpus_;
@@ -203,18 +279,46 @@ class Evaluator {
 Job make_job(const tasks::Task& task, const std::vector<const tasks::Workload*>& workloads,
              const std::vector<std::uint64_t>& seeds, const std::string& so_path, const TimingSpec& timing);
 
+// True when `r` was flagged on the parent's clock alone (time_below_outside_bound,
+// tail_beyond_bound): a flag that a transient foreign load on the GPU can raise, so the evaluator
+// confirms it with a fresh run (EvalConfig::clock_flag_retries). Flags backed by evidence (a forged
+// frame, rewritten outputs, a foreign thread) are never retried.
+bool flag_needs_confirmation(const EvalResult& r);
+
 // The candidate's GPU time budget for `job` (see EvalConfig::budget_factor).
 double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<double> reference_s);
 
 // The tight bound: true when `claimed` (samples = every call in the window, warm-ups included) is
 // below bound.fraction of the parent-measured time less overheads and slack; `unexplained_s`
 // receives the excess.
-bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s,
+bool claim_below_parent_clock(const TimingResult& claimed, double window_s, double per_call_overhead_s, double batch_s,
                               const ParentBound& bound, double* unexplained_s);
+// The tight bound's slack for `calls` calls, and the claimed fraction of the parent-measured call
+// time below which it flags (0 when the window leaves no call time).
+double bound_slack_s(int calls, double per_call_overhead_s, double batch_s, const ParentBound& bound);
+double flag_below_fraction(int calls, double window_s, double per_call_overhead_s, double batch_s,
+                           const ParentBound& bound);
+// GPU-resident: what a phase's output snapshot adds to the phase's window: the parent's time from
+// asking the owner to its reply, less the copy's own time (at the rate the owner measured before
+// the candidate ran) and bound.snapshot_allow_s; never negative. A non-finite time charges nothing
+// (the evaluator then fails the snapshot instead).
+double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound);
+// The most the candidate's tail may take, given the reference's end (result frame to reap).
+double tail_allowance_s(double reference_exit_s, const ParentBound& bound);
 
 // The parent's outside check of one timed workload: true when the claimed time is far below what
 // the parent's clock allows. `outside_s` receives the per-sample bound.
+// `room_wall_s` (>= 0): the wall time the "more calls than room" test uses instead of
+// phase_wall_s (the evaluator passes the whole window: a trusted batch measured longer than the
+// candidate's window is the reference's slowness, never the candidate's forgery).
 bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, double sample_overhead_s,
-                              double factor, double slack_s, double fixed_slack_s, double* outside_s);
+                              double factor, double slack_s, double fixed_slack_s, double* outside_s,
+                              double room_wall_s = -1);
+// The keyed hash of a timed output slot that the parent takes at its phase's end (host path), from
+// the output file and from a buffer (both give the same value for the same bytes and key).
+std::uint64_t keyed_hash_fd(int fd, std::uint64_t offset, std::uint64_t bytes, std::uint64_t key);
+std::uint64_t keyed_hash(const char* p, std::uint64_t bytes, std::uint64_t key);
+// The per-call floor of a timed phase's time (WorkloadEval::median_floor_s).
+double parent_floor_per_call_s(int calls, double window_s, double per_call_overhead_s, double batch_s, const ParentBound& bound);
 
 }  // namespace d2k::runner

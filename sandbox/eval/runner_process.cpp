@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -289,6 +290,40 @@ double RunnerProcess::send_line(const std::string& line) {
     return -1;
   }
   return t;
+}
+
+namespace {
+// Every thread of `pid` stopped (T/t) or the process gone (no /proc entry, zombie, dead).
+bool all_threads_stopped(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec) return true;  // reaped or not ours to see: nothing of it runs
+  for (const auto& e : it) {
+    std::ifstream stat(e.path() / "stat");
+    std::string text;
+    if (!std::getline(stat, text)) continue;  // the thread ended meanwhile
+    const auto close = text.rfind(')');       // the name may hold spaces and parentheses
+    if (close == std::string::npos || close + 2 >= text.size()) continue;
+    const char state = text[close + 2];
+    if (state != 'T' && state != 't' && state != 'Z' && state != 'X') return false;
+  }
+  return true;
+}
+}  // namespace
+
+double RunnerProcess::freeze(std::chrono::milliseconds timeout) {
+  if (child_.pid() <= 0 || exit_) return -1;
+  if (::kill(child_.pid(), SIGSTOP) != 0) return -1;
+  const double t = now_t();
+  const auto deadline = Clock::now() + timeout;
+  while (!all_threads_stopped(child_.pid()) && Clock::now() < deadline) ::usleep(50);
+  return t;
+}
+
+double RunnerProcess::thaw() {
+  if (child_.pid() > 0 && !exit_) ::kill(child_.pid(), SIGCONT);
+  return now_t();
 }
 
 void RunnerProcess::kill() {

@@ -76,6 +76,16 @@ class RunnerProcess {
   // Next event, waiting at most until `deadline`. Draining stdout/stderr happens meanwhile.
   Read next(Event& out, Clock::time_point deadline);
   void kill();                     // SIGKILL to the whole process group
+  // Freezes the runner (SIGSTOP) and waits, at most `timeout`, until every one of its threads is
+  // stopped (or it has ended): from then on none of its code runs, so nothing it writes to its
+  // output file after this can be the product of work done while frozen. Returns the parent's time
+  // of the signal (the Event::t clock), or a negative value when it is gone or cannot be signalled.
+  // The output-rewrite defence (issue 23): a timed phase's outputs are taken while frozen.
+  double freeze(std::chrono::milliseconds timeout);
+  // Lets a frozen runner go on (SIGCONT); returns the parent's time of it (the Event::t clock).
+  double thaw();
+  // Seconds since the job was sent (the Event::t clock).
+  double now_t() const { return std::chrono::duration<double>(Clock::now() - job_sent_).count(); }
   Exit wait();                     // reaps (kills first if still running after a short grace)
   int output_fd() const { return out_.get(); }  // the memfd holding the output tensors
   int slots_socket() const { return slots_.get(); }  // unix socket to its fd 5 (GPU-resident slots)

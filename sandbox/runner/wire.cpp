@@ -56,6 +56,7 @@ json to_json(const Job& job) {
     if (w.replay_samples > 0) {
       wj["replay_key"] = w.replay_key;
       wj["replay_samples"] = w.replay_samples;
+      wj["replay_batch"] = w.replay_batch;
     }
     wls.push_back(wj);
   }
@@ -67,10 +68,10 @@ json to_json(const Job& job) {
           {"workloads", wls},
           {"seeds", job.seeds},
           {"timing",
-           {{"enabled", job.timing.enabled}, {"warmup", job.timing.warmup},
+           {{"enabled", job.timing.enabled}, {"max_warmup", warmup_range(job.timing).second},
             {"min_samples", job.timing.min_samples}, {"max_samples", job.timing.max_samples},
             {"rse_target", job.timing.rse_target}, {"time_cap_s", job.timing.time_cap_s},
-            {"verify_bytes", job.timing.verify_bytes}}},
+            {"verify_bytes", job.timing.verify_bytes}, {"batch_bytes", job.timing.batch_bytes}}},
           {"measure_overhead", job.measure_overhead},
           {"hide_paths", job.hide_paths},
           {"host_memory_bytes", job.host_memory_bytes},
@@ -106,6 +107,8 @@ Job job_from_json(const json& j) {
     w.replay_key = get_or<std::uint64_t>(wj, "replay_key", 0, c);
     w.replay_samples = get_or<int>(wj, "replay_samples", 0, c);
     if (w.replay_samples < 0 || w.replay_samples > 100000) bad(c, "bad replay sample count");
+    w.replay_batch = get_or<int>(wj, "replay_batch", 0, c);
+    if (w.replay_batch < 0 || w.replay_batch > 100000) bad(c, "bad replay batch");
     const json args = get<json>(wj, "args", c);
     if (!args.is_array()) bad(c, "workload args must be an array");
     for (const auto& aj : args) {
@@ -148,12 +151,15 @@ Job job_from_json(const json& j) {
   if (j.contains("timing")) {
     const json& t = j.at("timing");
     job.timing.enabled = get_or<bool>(t, "enabled", true, c);
-    job.timing.warmup = get_or<int>(t, "warmup", 3, c);
+    job.timing.warmup = 0;  // not in the job: each phase's count comes with its key
+    job.timing.max_warmup = get_or<int>(t, "max_warmup", 5, c);
+    if (job.timing.max_warmup < 0 || job.timing.max_warmup > 1000) bad(c, "bad warm-up bound");
     job.timing.min_samples = get_or<int>(t, "min_samples", 10, c);
     job.timing.max_samples = get_or<int>(t, "max_samples", 300, c);
     job.timing.rse_target = get_or<double>(t, "rse_target", 0.005, c);
     job.timing.time_cap_s = get_or<double>(t, "time_cap_s", 2.0, c);
     job.timing.verify_bytes = get_or<std::uint64_t>(t, "verify_bytes", TimingSpec{}.verify_bytes, c);
+    job.timing.batch_bytes = get_or<std::uint64_t>(t, "batch_bytes", TimingSpec{}.batch_bytes, c);
     if (job.timing.min_samples < 1 || job.timing.max_samples < job.timing.min_samples ||
         job.timing.warmup < 0)
       bad(c, "bad timing sample counts");
@@ -202,15 +208,60 @@ std::uint64_t output_bytes(const WireWorkload& w) {
   return bytes;
 }
 
+std::uint64_t call_bytes(const WireWorkload& w) {
+  std::uint64_t bytes = 0;
+  for (const auto& a : w.args)
+    if (a.role != ArgRole::scalar) bytes += a.count * dtype_size(a.dtype);
+  return bytes;
+}
+
 int timed_slots(const Job& job, std::size_t w) {
   const WireWorkload& wl = job.workloads[w];
   if (wl.replay_samples > 0) return wl.replay_samples;
   if (!job.timing.enabled || !wl.time) return 0;
   const std::uint64_t bytes = std::max<std::uint64_t>(output_bytes(wl), 1);
-  const std::uint64_t fit = job.timing.verify_bytes / bytes;
+  const std::uint64_t batch_calls = job.timing.batch_bytes / std::max<std::uint64_t>(call_bytes(wl), 1);
+  const auto warm = static_cast<std::uint64_t>(warmup_range(job.timing).second);
+  const std::uint64_t fit = std::min(job.timing.verify_bytes / bytes, batch_calls > warm ? batch_calls - warm : 0);
   const std::uint64_t floor = static_cast<std::uint64_t>(std::min(job.timing.min_samples, 3));
   return static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(job.timing.max_samples),
                                                   std::max(floor, fit)));
+}
+
+bool same_launch(const LaunchRecord& a, const LaunchRecord& b) {
+  return a.kernel == b.kernel && a.grid_x == b.grid_x && a.grid_y == b.grid_y && a.grid_z == b.grid_z &&
+         a.block_x == b.block_x && a.block_y == b.block_y && a.block_z == b.block_z &&
+         a.registers_per_thread == b.registers_per_thread && a.static_shared_bytes == b.static_shared_bytes &&
+         a.dynamic_shared_bytes == b.dynamic_shared_bytes && a.local_bytes_per_thread == b.local_bytes_per_thread;
+}
+
+void merge_call_launches(std::vector<LaunchRecord>& merged, const std::vector<LaunchRecord>& first,
+                         const std::vector<LaunchRecord>& call) {
+  const bool same = call.size() == first.size() && std::equal(call.begin(), call.end(), first.begin(), same_launch);
+  if (same) return;
+  for (const auto& l : call) {
+    if (merged.size() >= kMaxLaunchRecords) return;
+    if (std::none_of(merged.begin(), merged.end(), [&](const LaunchRecord& m) { return same_launch(m, l); }))
+      merged.push_back(l);
+  }
+}
+
+std::pair<int, int> warmup_range(const TimingSpec& t) {
+  if (t.max_warmup >= 0) return {std::min(1, t.max_warmup), t.max_warmup};
+  const int base = std::max(t.warmup, 0);
+  return {std::max(1, base - 1), base + 2};
+}
+
+int draw_warmup(const TimingSpec& t, std::uint64_t r) {
+  const auto [lo, hi] = warmup_range(t);
+  return lo + static_cast<int>(r % static_cast<std::uint64_t>(hi - lo + 1));
+}
+
+int timed_call_slots(const Job& job, std::size_t w) {
+  const WireWorkload& wl = job.workloads[w];
+  if (wl.replay_samples > 0) return wl.replay_samples;
+  const int samples = timed_slots(job, w);
+  return samples > 0 ? samples + warmup_range(job.timing).second : 0;
 }
 
 Layout output_layout(const Job& job) {
@@ -226,7 +277,7 @@ Layout output_layout(const Job& job) {
       for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
         if (job.workloads[w].args[a].role == ArgRole::output) add(w, seed, a);
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
-    for (int i = 0; i < timed_slots(job, w); ++i)
+    for (int i = 0; i < timed_call_slots(job, w); ++i)
       for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
         if (job.workloads[w].args[a].role == ArgRole::output) add(w, -1 - i, a);
   return layout;
@@ -246,7 +297,8 @@ json to_json(const RunnerResult& r) {
   for (const auto& w : r.workloads) {
     json wj = {{"name", w.name}};
     if (w.timing) wj["timing"] = to_json(*w.timing);
-    if (w.replay_overhead_s > 0) wj["replay_overhead_s"] = w.replay_overhead_s;
+    if (w.batch_in_s > 0) wj["batch_in_s"] = w.batch_in_s;
+    if (w.batch_out_s > 0) wj["batch_out_s"] = w.batch_out_s;
     if (!w.checks.empty()) {
       json cs = json::array();
       for (const auto& ch : w.checks) cs.push_back(ch.to_json());
@@ -284,11 +336,13 @@ RunnerResult result_from_json(const json& j) {
   for (const auto& wj : wls) {
     WorkloadResult w;
     w.name = get<std::string>(wj, "name", c);
-    w.replay_overhead_s = get_or<double>(wj, "replay_overhead_s", 0, c);
+    w.batch_in_s = get_or<double>(wj, "batch_in_s", 0, c);
+    w.batch_out_s = get_or<double>(wj, "batch_out_s", 0, c);
     const json checks = get_or<json>(wj, "checks", json::array(), c);
     if (!checks.is_array()) bad(c, "checks must be an array");
     for (const auto& cj : checks) w.checks.push_back(check_from_json(cj));
-    if (!std::isfinite(w.replay_overhead_s) || w.replay_overhead_s < 0) bad(c, "replay overhead out of range");
+    if (!std::isfinite(w.batch_in_s) || w.batch_in_s < 0 || !std::isfinite(w.batch_out_s) || w.batch_out_s < 0)
+      bad(c, "batch times out of range");
     if (wj.contains("timing")) {
       const json& t = wj.at("timing");
       TimingResult tr;

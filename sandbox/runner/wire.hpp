@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -53,15 +54,23 @@ struct WireWorkload {
   std::vector<WireArg> args;     // in entry-point order; the stream is appended as last argument
   bool time = true;              // run the timing phase on it (when timing is enabled)
   // Trusted runners only (the reference, after the candidate): recompute the outputs of the
-  // candidate's timed calls 0..replay_samples-1 from the key the parent released to it, so that
-  // every timed call is verified (issue 23, classes 1 and 2). 0: none.
+  // candidate's timed calls 0..replay_samples-1 (its warm-ups and samples) from the key the parent
+  // released to it, so that every timed call is verified (issue 23, classes 1 and 2). 0: none.
   std::uint64_t replay_key = 0;
   int replay_samples = 0;
+  // How many timed calls' inputs the candidate generated in its batch (warm-ups and every sample
+  // slot): the replay generates as many, so that it measures the same batch (0: warm-ups + samples).
+  int replay_batch = 0;
 };
 
 struct TimingSpec {
   bool enabled = true;
+  // Warm-up calls per timed phase: the parent draws the count for each phase from
+  // warmup_range() and sends it with the phase's key, never in the job (issue 23, class 1); the job
+  // carries only the most a key may ask for (`max_warmup`, for the slot layout). Every warm-up is
+  // verified like a sample, so knowing which calls are warm-ups earns nothing.
   int warmup = 3;
+  int max_warmup = -1;           // -1: warmup + 2 (the parent); a runner's job always has it
   int min_samples = 10;
   int max_samples = 300;
   double rse_target = 0.005;     // stop once stderr(mean)/mean falls below this
@@ -70,6 +79,10 @@ struct TimingSpec {
   // per workload, and with them the sample count (at least min(min_samples, 3) samples whatever
   // the size).
   std::uint64_t verify_bytes = 3ull << 30;
+  // Every timed call's inputs and outputs are made in one batch right after the phase's key (so the
+  // per-call window holds the L2 flush and the call only): this caps their bytes per workload, and
+  // with them the sample count (never below the floor above).
+  std::uint64_t batch_bytes = 16ull << 30;
 };
 
 
@@ -95,7 +108,8 @@ struct Job {
   bool measure_overhead = true;  // time empty samples (before the .so is loaded) and report them
   std::vector<std::string> hide_paths;  // agent mode: made unreadable before the .so is loaded
   std::uint64_t host_memory_bytes = 8ull << 30;  // agent mode: extra address space after CUDA init
-  // Record every kernel launch of each workload's first correctness call (CUPTI activity records;
+  // Record every kernel launch of each workload's correctness calls (CUPTI activity records, merged:
+  // merge_call_launches;
   // d2k verify-tasks' resource properties). Off by default: it adds per-launch overhead.
   bool record_launches = false;
   SlotsRole gpu_slots = SlotsRole::none;
@@ -103,6 +117,10 @@ struct Job {
   std::map<std::string, Tolerance> tolerances;   // owner: per dtype name, for the GPU comparison
 };
 
+// The warm-up counts a key may carry: [max(1, warmup - 1), warmup + 2] unless max_warmup is set.
+std::pair<int, int> warmup_range(const TimingSpec& t);
+// The count for one phase from a secret random number r (uniform over warmup_range).
+int draw_warmup(const TimingSpec& t, std::uint64_t r);
 nlohmann::json to_json(const Job& job);
 Job job_from_json(const nlohmann::json& j);  // throws WireError
 
@@ -113,17 +131,23 @@ std::uint64_t timed_seed(std::uint64_t key, std::uint64_t index);
 
 // Output bytes of one call of workload w.
 std::uint64_t output_bytes(const WireWorkload& w);
-// How many timed calls of workload w get an output slot (every timed sample is handed over, so
+// Bytes of one call's generated arguments (inputs and outputs) of workload w.
+std::uint64_t call_bytes(const WireWorkload& w);
+// How many timed samples of workload w get an output slot (every timed call is handed over, so
 // this is also the most samples the runner takes): for a timed workload of a timing job,
-// min(max_samples, max(min(min_samples, 3), verify_bytes / output bytes)); for a replay, its
-// replay_samples; else 0.
+// min(max_samples, max(min(min_samples, 3), min(verify_bytes / output bytes,
+// batch_bytes / call bytes - the most warm-ups))); for a replay, its replay_samples (calls); else 0.
+// The layout holds the most warm-ups' slots besides (timed_calls_slots).
 int timed_slots(const Job& job, std::size_t w);
+// Slots of timed calls (warm-ups first, then samples) in the layout of workload w: for a timed
+// workload of a timing job, the most warm-ups + timed_slots; for a replay, its replay_samples.
+int timed_call_slots(const Job& job, std::size_t w);
 
 // Where each output tensor lies in the output file: for every workload, every seed, every output
 // argument in order; then, for every timed workload, the outputs of each timed sample.
 struct Slot {
   std::size_t workload = 0;
-  int seed_index = 0;            // >= 0: correctness seed; -1 - i: timed sample i (timed_seed)
+  int seed_index = 0;            // >= 0: correctness seed; -1 - i: timed call i (warm-ups, then samples)
   std::size_t arg = 0;
   Dtype dtype = Dtype::f32;
   std::uint64_t count = 0;
@@ -171,6 +195,13 @@ nlohmann::json to_json(const LaunchRecord& l);
 LaunchRecord launch_from_json(const nlohmann::json& j);  // throws WireError
 
 inline constexpr std::size_t kMaxLaunchRecords = 4096;  // per workload; more is an error
+bool same_launch(const LaunchRecord& a, const LaunchRecord& b);
+// Class 13 (issue 23): launches are recorded on every correctness call, not the first only. A
+// workload's list is its first recorded call's launches; each later call whose launches differ
+// from the first call's adds those of its launches not yet in the list (at most kMaxLaunchRecords),
+// so a kernel that behaves differently on some call shows that launch to the property checks.
+void merge_call_launches(std::vector<LaunchRecord>& merged, const std::vector<LaunchRecord>& first,
+                         const std::vector<LaunchRecord>& call);
 
 // One output tensor's comparison with the reference's: the parent's (sandbox/eval/compare.hpp) or
 // the GPU-resident owner's (sandbox/runner/gpu_slots.hpp), the same semantics.
@@ -195,7 +226,11 @@ struct WorkloadResult {
   std::vector<TensorCheck> checks;  // GPU-resident owner: every slot's comparison, in layout order
   std::optional<TimingResult> timing;
   std::optional<std::vector<LaunchRecord>> launches;  // when the job asked for launch records
-  double replay_overhead_s = 0;  // trusted replay: per-call time outside the call (inputs, poison, hand-over)
+  // Trusted replay: the time of the timed phase's batch work that the candidate's window holds
+  // besides its calls and their flushes: making every call's inputs and poisoned outputs (batch_in_s)
+  // and handing the samples' outputs over (batch_out_s; an owner times device copies of the same bytes).
+  double batch_in_s = 0;
+  double batch_out_s = 0;
 };
 
 struct RunnerResult {

@@ -11,8 +11,8 @@
 namespace d2k::test {
 
 // The process-wide evaluator (plain nvcc for trusted builds, state under the build dir), with the
-// default EvalConfig::gpu_resident (off); D2K_GPU_RESIDENT=1 in the environment runs every GPU test
-// (exploits included) on the GPU-resident path instead (D2K_GPU_RESIDENT=0: the host path).
+// default EvalConfig::gpu_resident (on); D2K_GPU_RESIDENT=0 in the environment runs every GPU test
+// (exploits included) on the host path instead (D2K_GPU_RESIDENT=1: the GPU-resident path).
 runner::Evaluator& evaluator();
 // Evaluators of the same configuration with gpu_resident on / off (their own runner pools).
 runner::Evaluator& evaluator_resident();
