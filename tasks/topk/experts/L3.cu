@@ -1,21 +1,36 @@
-// topk expert, layer 3 (low level): layer 2's two passes and shared-memory candidates, with
-// 128-bit loads (four 16-byte vectors in flight per thread, scalar head and tail so that any row
-// alignment works), warp-aggregated candidate appends (a ballot, one shared atomic per warp,
-// positions by popcount) and a bitonic sort whose strides below 32 run in registers through
-// butterfly shuffles (40 of the 55 stages for 1,024 words, with one barrier per merge for all of
-// them). The histogram keeps plain shared increments: N(0, 3) logits spread over about 40 busy
-// 11-bit bins, so a warp's 32 updates rarely hit one bin more than about 5 times.
+// topk expert, layer 3 (low level, and one pass): the row crosses DRAM once. One block of 256
+// threads per row, four blocks per SM (512 rows are all in flight at once). The first step's 4,096
+// keys are a sample: two rounds of a 256-bin shared histogram (16 bits of the key) give a threshold
+// above which about (k + 4,096) / 2 elements of the whole row should lie; every element at or above
+// it is appended, as a (key, index) word, to a 4,096-word shared buffer (ballot, one shared atomic
+// per warp, slots by popcount) while the row streams through 128-bit loads (four 16-byte vectors
+// per thread per step, the next step's loads issued before this step's appends; a scalar head and
+// tail so that any row alignment works). Then an exact radix select over the candidates' 8 bytes
+// (256 bins per round, the bin found by a warp suffix scan) finds the k-th largest word, the k
+// winners are gathered and sorted by a bitonic sort whose strides below 32 run in registers through
+// butterfly shuffles. A row where the sample misjudged (fewer than k candidates, or more than the
+// buffer: ties, sorted rows) falls back to layer 2's two passes, exact for any input.
 #include <cstdint>
 #include <cuda_runtime.h>
 
 namespace {
 
-constexpr int kThreads = 1024;
+#ifndef TOPK_THREADS
+#define TOPK_THREADS 256
+#endif
+#ifndef TOPK_INFLIGHT
+#define TOPK_INFLIGHT 4
+#endif
+#ifndef TOPK_PREFETCH
+#define TOPK_PREFETCH 1
+#endif
+constexpr int kThreads = TOPK_THREADS;
+constexpr int kMinBlocks = 1024 / kThreads;  // 4 blocks of 256 per SM: 512 rows are in flight at once
 constexpr int kMaxK = 1024;
 constexpr int kTopBits = 11;
 constexpr int kBins = 1 << kTopBits;
 constexpr int kCap = 4096;
-constexpr int kInFlight = 4;  // 16-byte vectors per thread per step
+constexpr int kInFlight = TOPK_INFLIGHT;  // 16-byte vectors per thread per step (twice that in flight with the prefetch)
 constexpr unsigned kFull = 0xffffffffu;
 
 __device__ __forceinline__ unsigned order_key(float v) {
@@ -121,6 +136,7 @@ struct Shared {
   unsigned digit, need, ties, count, count2;
 };
 
+
 __device__ void pick_digit(Shared& s, int bins, unsigned need) {
   unsigned above = 0;
   int d = bins - 1;
@@ -167,11 +183,9 @@ struct AppendAboveThreshold {
   }
 };
 
-__global__ void __launch_bounds__(kThreads)
-topk_two_pass_vec(const float* x, float* values, int* indices, int64_t vocab, int k) {
-  __shared__ Shared s;
-  const int64_t row = blockIdx.x;
-  const float* xr = x + row * vocab;
+// Fallback (a row where the sampled threshold misjudged: more candidates than the buffer holds, or
+// fewer than k): layer 2's two passes over the row, exact for any input.
+__device__ void two_pass(Shared& s, const float* xr, float* values, int* indices, int64_t row, int64_t vocab, int k) {
 
   for (int i = threadIdx.x; i < kBins; i += kThreads) s.hist[i] = 0;
   __syncthreads();
@@ -237,12 +251,222 @@ topk_two_pass_vec(const float* x, float* values, int* indices, int64_t vocab, in
   }
 }
 
+// ---- The one-pass path ----
+
+// dst[counter++] = word for every lane with take, one atomic per warp; slots past the buffer are
+// counted but not written (the caller sees counter > kCap and falls back).
+__device__ __forceinline__ void warp_append_capped(unsigned* counter, unsigned long long* dst, bool take,
+                                                   unsigned long long word) {
+  const unsigned ballot = __ballot_sync(kFull, take);
+  if (ballot == 0) return;
+  unsigned base = 0;
+  if (lane_id() == 0) base = atomicAdd(counter, static_cast<unsigned>(__popc(ballot)));
+  base = __shfl_sync(kFull, base, 0);
+  const unsigned slot = base + static_cast<unsigned>(__popc(ballot & ((1u << lane_id()) - 1u)));
+  if (take && slot < static_cast<unsigned>(kCap)) dst[slot] = word;
+}
+
+// Warp 0: the bin of the 256-bin histogram h holding the need-th largest element, counting from
+// the top (1 <= need <= total). Lane l sums bins 8l..8l+7; a suffix sum over the lanes (shuffles)
+// tells each lane how many elements lie in the bins above its own; the one lane where the count
+// crosses need finds the bin. Writes s.digit, s.need (need left inside the bin), s.ties (its count).
+__device__ void pick_bin(Shared& s, const unsigned* h, unsigned need) {
+  const unsigned lane = lane_id();
+  unsigned c[8];
+  unsigned sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) { c[j] = h[lane * 8 + j]; sum += c[j]; }
+  unsigned suffix = sum;  // elements in the bins of lanes >= lane
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const unsigned y = __shfl_down_sync(kFull, suffix, off);
+    if (lane + off < 32) suffix += y;
+  }
+  unsigned above = suffix - sum;
+  if (above < need && need <= suffix) {
+#pragma unroll
+    for (int j = 7; j >= 0; --j) {
+      if (above + c[j] >= need) {
+        s.digit = lane * 8 + j;
+        s.need = need - above;
+        s.ties = c[j];
+        break;
+      }
+      above += c[j];
+    }
+  }
+}
+
+__device__ __forceinline__ void load_step(const float4* xv, int64_t nvec, int64_t base, float4 (&v)[kInFlight]) {
+#pragma unroll
+  for (int m = 0; m < kInFlight; ++m) {
+    const int64_t i = base + m * kThreads + threadIdx.x;
+    v[m] = i < nvec ? xv[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// Appends the step's elements whose key is >= thr (thr = 0: every element).
+__device__ __forceinline__ void append_step(Shared& s, const float4 (&v)[kInFlight], int64_t nvec, int64_t base,
+                                            int64_t head, unsigned thr) {
+#pragma unroll
+  for (int m = 0; m < kInFlight; ++m) {
+    const int64_t i = base + m * kThreads + threadIdx.x;
+    const bool ok = i < nvec;
+    const unsigned k0 = order_key(v[m].x), k1 = order_key(v[m].y), k2 = order_key(v[m].z), k3 = order_key(v[m].w);
+    const bool any = ok && (k0 >= thr || k1 >= thr || k2 >= thr || k3 >= thr);
+    if (__ballot_sync(kFull, any) == 0) continue;  // the usual case once the threshold is set
+    const int64_t c = head + 4 * i;
+    warp_append_capped(&s.count, s.buf, ok && k0 >= thr, rank_word(k0, c));
+    warp_append_capped(&s.count, s.buf, ok && k1 >= thr, rank_word(k1, c + 1));
+    warp_append_capped(&s.count, s.buf, ok && k2 >= thr, rank_word(k2, c + 2));
+    warp_append_capped(&s.count, s.buf, ok && k3 >= thr, rank_word(k3, c + 3));
+  }
+}
+
+// One block per row, one pass over the row from DRAM. The first step's keys (4,096 of them) are a
+// sample: two rounds of a 256-bin histogram find a threshold (16 bits of the key) above which
+// about (k + 4,096) / 2 elements of the whole row should lie. Every element at or above it goes to
+// the shared buffer as a (key, index) word. If the row holds fewer than k such elements or more
+// than the buffer, the block falls back to the exact two-pass method.
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k) {
+  __shared__ Shared s;
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * vocab;
+  const int t = static_cast<int>(threadIdx.x);
+  const unsigned misaligned = static_cast<unsigned>(reinterpret_cast<uintptr_t>(xr) >> 2) & 3u;
+  const int64_t head = vocab < static_cast<int64_t>((4u - misaligned) & 3u) ? vocab : static_cast<int64_t>((4u - misaligned) & 3u);
+  const int64_t nvec = (vocab - head) / 4;
+  const int64_t tail_start = head + 4 * nvec;
+  const float4* xv = reinterpret_cast<const float4*>(xr + head);
+  constexpr int64_t kStep = static_cast<int64_t>(kThreads) * kInFlight;  // vectors per step
+
+  for (int i = t; i < 512; i += kThreads) s.hist[i] = 0;
+  if (t == 0) { s.count = 0; s.count2 = 0; }
+  __syncthreads();
+
+  float4 cur[kInFlight];
+  load_step(xv, nvec, 0, cur);
+  unsigned thr = 0;
+  if (vocab > kCap) {
+    // Threshold from the sample: the key of rank r among its n keys, with r / n = target / vocab.
+    const int64_t n = 4 * (nvec < kStep ? nvec : kStep);
+    const int64_t target = (static_cast<int64_t>(k) + kCap) / 2;
+    int64_t r = (target * n + vocab - 1) / vocab;
+    r = r < 1 ? 1 : (r > n ? n : r);
+#pragma unroll
+    for (int m = 0; m < kInFlight; ++m) {
+      if (static_cast<int64_t>(m) * kThreads + t < nvec) {
+        atomicAdd(&s.hist[order_key(cur[m].x) >> 24], 1u);
+        atomicAdd(&s.hist[order_key(cur[m].y) >> 24], 1u);
+        atomicAdd(&s.hist[order_key(cur[m].z) >> 24], 1u);
+        atomicAdd(&s.hist[order_key(cur[m].w) >> 24], 1u);
+      }
+    }
+    __syncthreads();
+    if (t < 32) pick_bin(s, s.hist, static_cast<unsigned>(r));
+    __syncthreads();
+    const unsigned top = s.digit, need2 = s.need;
+    unsigned* h2 = s.hist + 256;
+#pragma unroll
+    for (int m = 0; m < kInFlight; ++m) {
+      if (static_cast<int64_t>(m) * kThreads + t < nvec) {
+        const unsigned kk[4] = {order_key(cur[m].x), order_key(cur[m].y), order_key(cur[m].z), order_key(cur[m].w)};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if ((kk[j] >> 24) == top) atomicAdd(&h2[(kk[j] >> 16) & 255u], 1u);
+      }
+    }
+    __syncthreads();
+    if (t < 32) pick_bin(s, h2, need2);
+    __syncthreads();
+    thr = (top << 24) | (s.digit << 16);
+  }
+
+  for (int64_t base = 0; base < nvec; base += kStep) {
+#if TOPK_PREFETCH
+    float4 nxt[kInFlight];
+    load_step(xv, nvec, base + kStep, nxt);  // the next step's loads are in flight during this one's appends
+    append_step(s, cur, nvec, base, head, thr);
+#pragma unroll
+    for (int m = 0; m < kInFlight; ++m) cur[m] = nxt[m];
+#else
+    if (base > 0) load_step(xv, nvec, base, cur);
+    append_step(s, cur, nvec, base, head, thr);
+#endif
+  }
+  {  // the scalar head (threads 0..3) and tail (threads 4..7)
+    int64_t c = 0;
+    bool valid = false;
+    if (t < head) { c = t; valid = true; }
+    else if (t >= 4 && t - 4 < vocab - tail_start) { c = tail_start + (t - 4); valid = true; }
+    const unsigned key = valid ? order_key(xr[c]) : 0u;
+    warp_append_capped(&s.count, s.buf, valid && key >= thr, rank_word(key, c));
+  }
+  __syncthreads();
+  const unsigned count = s.count;
+  if (count > static_cast<unsigned>(kCap) || count < static_cast<unsigned>(k)) {
+    two_pass(s, xr, values, indices, row, vocab, k);
+    return;
+  }
+
+  // Exact selection among the candidates: the k-th largest (key, index) word W, by radix select
+  // over its 8 bytes from the top (a fresh 256-bin histogram per round), stopping as soon as the
+  // bin holding W is taken whole. The words >= W are exactly the k winners.
+  for (int i = t; i < kBins; i += kThreads) s.hist[i] = 0;
+  __syncthreads();
+  unsigned long long prefix = 0, mask = 0;
+  unsigned need = static_cast<unsigned>(k);
+  for (int round = 0; round < 8; ++round) {
+    const int shift = 56 - 8 * round;
+    unsigned* h = s.hist + 256 * round;
+    for (int i = t; i < static_cast<int>(count); i += kThreads) {
+      const unsigned long long w = s.buf[i];
+      if ((w & mask) == prefix) atomicAdd(&h[(w >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (t < 32) pick_bin(s, h, need);
+    __syncthreads();
+    prefix |= static_cast<unsigned long long>(s.digit) << shift;
+    mask |= 255ull << shift;
+    const bool whole = s.ties == s.need;
+    need = s.need;
+    if (whole) break;
+  }
+  // Gather the winners to the front of the buffer, a chunk at a time through registers: a chunk's
+  // words are all read before any is written, and writes land below the chunk's end.
+  for (int cs = 0; cs < static_cast<int>(count); cs += 4 * kThreads) {
+    unsigned long long w[4];
+    bool ok[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = cs + j * kThreads + t;
+      ok[j] = i < static_cast<int>(count);
+      w[j] = ok[j] ? s.buf[i] : 0ull;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) warp_append(&s.count2, s.buf, ok[j] && w[j] >= prefix, w[j]);
+  }
+  int p = 1;
+  while (p < k) p <<= 1;
+  __syncthreads();
+  for (int i = k + t; i < p; i += kThreads) s.buf[i] = 0;
+  __syncthreads();
+  bitonic_sort_desc(s.buf, p);
+  for (int j = t; j < k; j += kThreads) {
+    const unsigned long long w = s.buf[j];
+    values[row * k + j] = key_value(static_cast<unsigned>(w >> 32));
+    indices[row * k + j] = static_cast<int>(0xffffffffu - static_cast<unsigned>(w));
+  }
+}
+
 }  // namespace
 
 extern "C" int d2k_topk(const float* x, float* values, int* indices, int64_t rows, int64_t vocab, int64_t k,
                         cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0 || k <= 0) return 0;
   if (k > kMaxK || k > vocab) return static_cast<int>(cudaErrorInvalidValue);
-  topk_two_pass_vec<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, values, indices, vocab, static_cast<int>(k));
+  topk_one_pass<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, values, indices, vocab, static_cast<int>(k));
   return static_cast<int>(cudaGetLastError());
 }

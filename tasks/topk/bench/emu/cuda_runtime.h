@@ -70,6 +70,9 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int m) { return emu_exchange
 template <class T> T __shfl_up_sync(unsigned, T v, unsigned d) {
   const int lane = threadIdx.x % 32; T r = emu_exchange(v, lane >= static_cast<int>(d) ? lane - static_cast<int>(d) : lane); return r;
 }
+template <class T> T __shfl_down_sync(unsigned, T v, unsigned d) {
+  const int lane = threadIdx.x % 32; return emu_exchange(v, lane + static_cast<int>(d) < 32 ? lane + static_cast<int>(d) : lane);
+}
 template <class K, class... A> void d2k_launch(dim3 g, dim3 b, K kernel, A... args) {
   for (unsigned bx = 0; bx < g.x; ++bx) {
     EmuBlock block(static_cast<int>(b.x));
