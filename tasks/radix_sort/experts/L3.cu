@@ -4,7 +4,9 @@
 // number of its peers in lower lanes plus the warp's running count of that digit (kept in shared
 // memory, bumped by the group's lowest lane). One shared-memory scatter puts the tile in digit
 // order (instead of two 4-bit counting sorts with 2 x 9 barriers each). Tiles move between global
-// and shared memory as 16-byte vectors; the 256-wide scans are warp shuffle scans.
+// and shared memory as 16-byte vectors; the 256-wide scans are warp shuffle scans. The look-back
+// reads 8 predecessor tiles' states per round trip (loaded together), not one, and the registers
+// allow 4 blocks per SM.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -12,7 +14,18 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kItems = 8;
+#ifndef RS_ITEMS
+#define RS_ITEMS 8
+#endif
+constexpr int kItems = RS_ITEMS;
+#ifndef RS_WINDOW
+#define RS_WINDOW 8
+#endif
+constexpr int kWindow = RS_WINDOW;
+#ifndef RS_MINB
+#define RS_MINB 4
+#endif
+constexpr int kMinBlocks = RS_MINB;  // blocks per SM the registers must allow  // tiles of look-back per round trip
 constexpr int kTile = kThreads * kItems;
 constexpr int kRadix = 256;
 constexpr int kPasses = 4;
@@ -69,7 +82,7 @@ __device__ uint32_t block_exclusive_scan(uint32_t v, uint32_t* s_warp) {
   return before + x - v;
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
 onesweep_pass(const uint32_t* keys, const uint32_t* vals, uint32_t* keys_out, uint32_t* vals_out, int64_t n,
               int shift, const uint32_t* hist, uint32_t* state, uint32_t* tile_counter) {
   __shared__ __align__(16) uint32_t s_keys[kTile];
@@ -140,15 +153,27 @@ onesweep_pass(const uint32_t* keys, const uint32_t* vals, uint32_t* keys_out, ui
     }
   }
 
+  // Look-back, kWindow predecessors per round trip: the window's words are loaded together, then
+  // taken in order (newest first) until an unpublished one (retry from it) or an INCLUSIVE one (done).
   uint32_t before = 0;
   if (tile > 0) {
     int64_t j = static_cast<int64_t>(tile) - 1;
+    const volatile uint32_t* st = static_cast<volatile uint32_t*>(state) + t;
     while (true) {
-      const uint32_t w = *(static_cast<volatile uint32_t*>(state) + j * kRadix + t);
-      if ((w & ~kValueMask) == 0) continue;
-      before += w & kValueMask;
-      if ((w & ~kValueMask) == kInclusive) break;
-      --j;
+      uint32_t w[kWindow];
+#pragma unroll
+      for (int q = 0; q < kWindow; ++q) w[q] = j - q >= 0 ? st[(j - q) * kRadix] : kInclusive;
+      int q = 0;
+      bool done = false;
+#pragma unroll
+      for (; q < kWindow; ++q) {
+        const uint32_t flag = w[q] & ~kValueMask;
+        if (flag == 0) break;
+        before += w[q] & kValueMask;
+        if (flag == kInclusive) { done = true; break; }
+      }
+      if (done) break;
+      j -= q;
     }
     my_state[t] = kInclusive | (before + s_count[t]);
   }
