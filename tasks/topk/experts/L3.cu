@@ -347,6 +347,10 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
 
   float4 cur[kInFlight];
   load_step(xv, nvec, 0, cur);
+#if TOPK_PREFETCH
+  float4 nxt[kInFlight];
+  load_step(xv, nvec, kStep, nxt);  // the next step's loads are in flight during the sample and the appends
+#endif
   unsigned thr = 0;
   if (vocab > kCap) {
     // Threshold from the sample: the key of rank r among its n keys, with r / n = target / vocab.
@@ -385,11 +389,10 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
 
   for (int64_t base = 0; base < nvec; base += kStep) {
 #if TOPK_PREFETCH
-    float4 nxt[kInFlight];
-    load_step(xv, nvec, base + kStep, nxt);  // the next step's loads are in flight during this one's appends
     append_step(s, cur, nvec, base, head, thr);
 #pragma unroll
     for (int m = 0; m < kInFlight; ++m) cur[m] = nxt[m];
+    load_step(xv, nvec, base + 2 * kStep, nxt);
 #else
     if (base > 0) load_step(xv, nvec, base, cur);
     append_step(s, cur, nvec, base, head, thr);
