@@ -1,15 +1,17 @@
 // topk expert, layer 3 (low level, and one pass): the row crosses DRAM once. One block of 256
-// threads per row, four blocks per SM (512 rows are all in flight at once). The first step's 4,096
+// threads per row, four blocks per SM (512 rows are all in flight at once). The first step's 8,192
 // keys are a sample: two rounds of a 256-bin shared histogram (16 bits of the key) give a threshold
-// above which about (k + 4,096) / 2 elements of the whole row should lie; every element at or above
-// it is appended, as a (key, index) word, to a 4,096-word shared buffer (ballot, one shared atomic
-// per warp, slots by popcount) while the row streams through 128-bit loads (four 16-byte vectors
-// per thread per step, the next step's loads issued before this step's appends; a scalar head and
-// tail so that any row alignment works). Then an exact radix select over the candidates' 8 bytes
-// (256 bins per round, the bin found by a warp suffix scan) finds the k-th largest word, the k
-// winners are gathered and sorted by a bitonic sort whose strides below 32 run in registers through
-// butterfly shuffles. A row where the sample misjudged (fewer than k candidates, or more than the
-// buffer: ties, sorted rows) falls back to layer 2's two passes, exact for any input.
+// above which about min(4k + 256, (k + 4,096) / 2) elements of the whole row should lie; every
+// element at or above it is appended, as a (key, index) word, to a 4,096-word shared buffer (four
+// ballots per 16-byte vector, one shared atomic per warp, slots by popcount) while the row streams
+// through 128-bit loads (eight 16-byte vectors per thread per step; a scalar head and tail so that
+// any row alignment works). Then an exact radix select over the candidates' 8 bytes (256 bins per
+// round, counted with one atomic per distinct bin per warp via match-any, the bin found by a warp
+// suffix scan) finds the k-th largest word; the k winners are gathered and sorted by a bitonic sort
+// whose strides below 32 run in registers through butterfly shuffles. A row where the sample
+// misjudged (fewer than k candidates, or more than the buffer: ties, sorted rows) falls back to
+// layer 2's two passes, exact for any input. TOPK_INFLIGHT / TOPK_PREFETCH select the load depth
+// (the H200 sweep of 2026-12-02: 8 vectors without prefetch was the fastest of 4 settings).
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -19,10 +21,10 @@ namespace {
 #define TOPK_THREADS 256
 #endif
 #ifndef TOPK_INFLIGHT
-#define TOPK_INFLIGHT 4
+#define TOPK_INFLIGHT 8
 #endif
 #ifndef TOPK_PREFETCH
-#define TOPK_PREFETCH 1
+#define TOPK_PREFETCH 0
 #endif
 constexpr int kThreads = TOPK_THREADS;
 constexpr int kMinBlocks = 1024 / kThreads;  // 4 blocks of 256 per SM: 512 rows are in flight at once
@@ -30,7 +32,7 @@ constexpr int kMaxK = 1024;
 constexpr int kTopBits = 11;
 constexpr int kBins = 1 << kTopBits;
 constexpr int kCap = 4096;
-constexpr int kInFlight = TOPK_INFLIGHT;  // 16-byte vectors per thread per step (twice that in flight with the prefetch)
+constexpr int kInFlight = TOPK_INFLIGHT;  // 16-byte vectors per thread per step (with TOPK_PREFETCH, the next step's too)
 constexpr unsigned kFull = 0xffffffffu;
 
 __device__ __forceinline__ unsigned order_key(float v) {
@@ -266,6 +268,14 @@ __device__ __forceinline__ void warp_append_capped(unsigned* counter, unsigned l
   if (take && slot < static_cast<unsigned>(kCap)) dst[slot] = word;
 }
 
+// h[bin] += 1 for every lane with valid, one shared atomic per distinct bin in the warp (match-any):
+// the candidates' first bytes are nearly all equal (they lie within a few octaves of each other),
+// so plain increments would collide. Every lane of the warp must call it.
+__device__ __forceinline__ void warp_count(unsigned* h, unsigned bin, bool valid) {
+  const unsigned peers = __match_any_sync(kFull, valid ? bin : 0xffffffffu);
+  if (valid && (peers & ((1u << lane_id()) - 1u)) == 0) atomicAdd(&h[bin], static_cast<unsigned>(__popc(peers)));
+}
+
 // Warp 0: the bin of the 256-bin histogram h holding the need-th largest element, counting from
 // the top (1 <= need <= total). Lane l sums bins 8l..8l+7; a suffix sum over the lanes (shuffles)
 // tells each lane how many elements lie in the bins above its own; the one lane where the count
@@ -315,11 +325,25 @@ __device__ __forceinline__ void append_step(Shared& s, const float4 (&v)[kInFlig
     const unsigned k0 = order_key(v[m].x), k1 = order_key(v[m].y), k2 = order_key(v[m].z), k3 = order_key(v[m].w);
     const bool any = ok && (k0 >= thr || k1 >= thr || k2 >= thr || k3 >= thr);
     if (__ballot_sync(kFull, any) == 0) continue;  // the usual case once the threshold is set
+    // One shared atomic per warp for the vector's four keys: slots in the order x of every lane,
+    // then y, z, w; each lane's slot = base + the earlier components' counts + its lanes below.
+    const bool t0 = ok && k0 >= thr, t1 = ok && k1 >= thr, t2 = ok && k2 >= thr, t3 = ok && k3 >= thr;
+    const unsigned b0 = __ballot_sync(kFull, t0), b1 = __ballot_sync(kFull, t1);
+    const unsigned b2 = __ballot_sync(kFull, t2), b3 = __ballot_sync(kFull, t3);
+    const unsigned n0 = __popc(b0), n1 = __popc(b1), n2 = __popc(b2);
+    unsigned base_slot = 0;
+    if (lane_id() == 0) base_slot = atomicAdd(&s.count, n0 + n1 + n2 + static_cast<unsigned>(__popc(b3)));
+    base_slot = __shfl_sync(kFull, base_slot, 0);
+    const unsigned below = (1u << lane_id()) - 1u;
     const int64_t c = head + 4 * i;
-    warp_append_capped(&s.count, s.buf, ok && k0 >= thr, rank_word(k0, c));
-    warp_append_capped(&s.count, s.buf, ok && k1 >= thr, rank_word(k1, c + 1));
-    warp_append_capped(&s.count, s.buf, ok && k2 >= thr, rank_word(k2, c + 2));
-    warp_append_capped(&s.count, s.buf, ok && k3 >= thr, rank_word(k3, c + 3));
+    const unsigned q0 = base_slot + __popc(b0 & below);
+    const unsigned q1 = base_slot + n0 + __popc(b1 & below);
+    const unsigned q2 = base_slot + n0 + n1 + __popc(b2 & below);
+    const unsigned q3 = base_slot + n0 + n1 + n2 + __popc(b3 & below);
+    if (t0 && q0 < static_cast<unsigned>(kCap)) s.buf[q0] = rank_word(k0, c);
+    if (t1 && q1 < static_cast<unsigned>(kCap)) s.buf[q1] = rank_word(k1, c + 1);
+    if (t2 && q2 < static_cast<unsigned>(kCap)) s.buf[q2] = rank_word(k2, c + 2);
+    if (t3 && q3 < static_cast<unsigned>(kCap)) s.buf[q3] = rank_word(k3, c + 3);
   }
 }
 
@@ -355,7 +379,11 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
   if (vocab > kCap) {
     // Threshold from the sample: the key of rank r among its n keys, with r / n = target / vocab.
     const int64_t n = 4 * (nvec < kStep ? nvec : kStep);
-    const int64_t target = (static_cast<int64_t>(k) + kCap) / 2;
+    // target: enough that fewer than k candidates is out of reach (4k + 256), at most half way from
+    // k to the buffer's size (more than the buffer is as far out of reach); every candidate costs
+    // an append.
+    const int64_t middle = (static_cast<int64_t>(k) + kCap) / 2, ample = 4 * static_cast<int64_t>(k) + 256;
+    const int64_t target = ample < middle ? ample : middle;
     int64_t r = (target * n + vocab - 1) / vocab;
     r = r < 1 ? 1 : (r > n ? n : r);
 #pragma unroll
@@ -366,8 +394,7 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
         atomicAdd(&s.hist[order_key(cur[m].z) >> 24], 1u);
         atomicAdd(&s.hist[order_key(cur[m].w) >> 24], 1u);
       }
-    }
-    __syncthreads();
+    }    __syncthreads();
     if (t < 32) pick_bin(s, s.hist, static_cast<unsigned>(r));
     __syncthreads();
     const unsigned top = s.digit, need2 = s.need;
@@ -423,9 +450,10 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
   for (int round = 0; round < 8; ++round) {
     const int shift = 56 - 8 * round;
     unsigned* h = s.hist + 256 * round;
-    for (int i = t; i < static_cast<int>(count); i += kThreads) {
-      const unsigned long long w = s.buf[i];
-      if ((w & mask) == prefix) atomicAdd(&h[(w >> shift) & 255u], 1u);
+    for (int base = 0; base < static_cast<int>(count); base += kThreads) {  // uniform trips: warp_count
+      const int i = base + t;
+      const unsigned long long w = i < static_cast<int>(count) ? s.buf[i] : 0ull;
+      warp_count(h, static_cast<unsigned>(w >> shift) & 255u, i < static_cast<int>(count) && (w & mask) == prefix);
     }
     __syncthreads();
     if (t < 32) pick_bin(s, h, need);
