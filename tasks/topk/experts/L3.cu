@@ -315,16 +315,27 @@ __device__ __forceinline__ void load_step(const float4* xv, int64_t nvec, int64_
   }
 }
 
-// Appends the step's elements whose key is >= thr (thr = 0: every element).
+// Appends the step's elements whose key is >= thr (thr = 0: every element). kFloat: thr is the key
+// of a positive normal float tf, and key >= thr is tested as the float compare x >= tf (the keys of
+// positive floats are ordered as the floats; negative values and zeros fail both tests; a
+// flushed denormal is 0 < tf), one instruction per element instead of the key's four; a vector
+// with no candidate costs three max instructions, a compare and the vote.
+template <bool kFloat>
 __device__ __forceinline__ void append_step(Shared& s, const float4 (&v)[kInFlight], int64_t nvec, int64_t base,
-                                            int64_t head, unsigned thr) {
+                                            int64_t head, unsigned thr, float tf) {
 #pragma unroll
   for (int m = 0; m < kInFlight; ++m) {
     const int64_t i = base + m * kThreads + threadIdx.x;
     const bool ok = i < nvec;
-    const unsigned k0 = order_key(v[m].x), k1 = order_key(v[m].y), k2 = order_key(v[m].z), k3 = order_key(v[m].w);
-    const bool any = ok && (k0 >= thr || k1 >= thr || k2 >= thr || k3 >= thr);
+    bool any;
+    if constexpr (kFloat) {
+      any = ok && fmaxf(fmaxf(v[m].x, v[m].y), fmaxf(v[m].z, v[m].w)) >= tf;
+    } else {
+      const unsigned k0 = order_key(v[m].x), k1 = order_key(v[m].y), k2 = order_key(v[m].z), k3 = order_key(v[m].w);
+      any = ok && (k0 >= thr || k1 >= thr || k2 >= thr || k3 >= thr);
+    }
     if (__ballot_sync(kFull, any) == 0) continue;  // the usual case once the threshold is set
+    const unsigned k0 = order_key(v[m].x), k1 = order_key(v[m].y), k2 = order_key(v[m].z), k3 = order_key(v[m].w);
     // One shared atomic per warp for the vector's four keys: slots in the order x of every lane,
     // then y, z, w; each lane's slot = base + the earlier components' counts + its lanes below.
     const bool t0 = ok && k0 >= thr, t1 = ok && k1 >= thr, t2 = ok && k2 >= thr, t3 = ok && k3 >= thr;
@@ -414,15 +425,21 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
     thr = (top << 24) | (s.digit << 16);
   }
 
+  // A positive normal threshold (the usual case: the k-th largest logit is above zero) is tested
+  // on the floats themselves; otherwise on the keys.
+  const bool float_test = thr >= 0x80800000u;
+  const float tf = __uint_as_float(thr & 0x7fffffffu);
   for (int64_t base = 0; base < nvec; base += kStep) {
 #if TOPK_PREFETCH
-    append_step(s, cur, nvec, base, head, thr);
+    if (float_test) append_step<true>(s, cur, nvec, base, head, thr, tf);
+    else append_step<false>(s, cur, nvec, base, head, thr, tf);
 #pragma unroll
     for (int m = 0; m < kInFlight; ++m) cur[m] = nxt[m];
     load_step(xv, nvec, base + 2 * kStep, nxt);
 #else
     if (base > 0) load_step(xv, nvec, base, cur);
-    append_step(s, cur, nvec, base, head, thr);
+    if (float_test) append_step<true>(s, cur, nvec, base, head, thr, tf);
+    else append_step<false>(s, cur, nvec, base, head, thr, tf);
 #endif
   }
   {  // the scalar head (threads 0..3) and tail (threads 4..7)

@@ -2,6 +2,7 @@
 // after another). Only what the topk / radix_sort kernels use.
 #pragma once
 #include <atomic>
+#include <cmath>
 #include <barrier>
 #include <cstdint>
 #include <cstdlib>
