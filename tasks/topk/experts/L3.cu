@@ -2,10 +2,11 @@
 // threads per row, four blocks per SM (512 rows are all in flight at once). The first step's 8,192
 // keys are a sample: two rounds of a 256-bin shared histogram (16 bits of the key) give a threshold
 // above which about min(4k + 256, (k + 4,096) / 2) elements of the whole row should lie; every
-// element at or above it is appended, as a (key, index) word, to a 4,096-word shared buffer (four
-// ballots per 16-byte vector, one shared atomic per warp, slots by popcount) while the row streams
-// through 128-bit loads (eight 16-byte vectors per thread per step; a scalar head and tail so that
-// any row alignment works). Then an exact radix select over the candidates' 8 bytes (256 bins per
+// element at or above it (tested on the floats when the threshold is a positive normal float) is
+// appended, as a (key, index) word, to its warp's 512-word region of a 4,096-word shared buffer
+// (four ballots per 16-byte vector, slots by popcount from a warp count kept in a register: no
+// atomics) while the row streams through 128-bit loads (eight 16-byte vectors per thread per step;
+// a scalar head and tail so that any row alignment works). Then an exact radix select over the candidates' 8 bytes (256 bins per
 // round, counted with one atomic per distinct bin per warp via match-any, the bin found by a warp
 // suffix scan) finds the k-th largest word; the k winners are gathered and sorted by a bitonic sort
 // whose strides below 32 run in registers through butterfly shuffles. A row where the sample
@@ -32,6 +33,8 @@ constexpr int kMaxK = 1024;
 constexpr int kTopBits = 11;
 constexpr int kBins = 1 << kTopBits;
 constexpr int kCap = 4096;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRegion = kCap / kWarps;  // the one-pass path: each warp appends to its own region
 constexpr int kInFlight = TOPK_INFLIGHT;  // 16-byte vectors per thread per step (with TOPK_PREFETCH, the next step's too)
 constexpr unsigned kFull = 0xffffffffu;
 
@@ -136,6 +139,7 @@ struct Shared {
   unsigned hist[kBins];
   unsigned long long buf[kCap];
   unsigned digit, need, ties, count, count2;
+  unsigned wcount[kWarps];  // the one-pass path: candidates per warp region
 };
 
 
@@ -255,17 +259,14 @@ __device__ void two_pass(Shared& s, const float* xr, float* values, int* indices
 
 // ---- The one-pass path ----
 
-// dst[counter++] = word for every lane with take, one atomic per warp; slots past the buffer are
-// counted but not written (the caller sees counter > kCap and falls back).
-__device__ __forceinline__ void warp_append_capped(unsigned* counter, unsigned long long* dst, bool take,
+// region[wc++] = word for every lane with take (wc: the warp's count, the same in every lane);
+// slots past the region are counted but not written (the caller sees wc > kRegion and falls back).
+__device__ __forceinline__ void warp_append_region(unsigned long long* region, unsigned& wc, bool take,
                                                    unsigned long long word) {
   const unsigned ballot = __ballot_sync(kFull, take);
-  if (ballot == 0) return;
-  unsigned base = 0;
-  if (lane_id() == 0) base = atomicAdd(counter, static_cast<unsigned>(__popc(ballot)));
-  base = __shfl_sync(kFull, base, 0);
-  const unsigned slot = base + static_cast<unsigned>(__popc(ballot & ((1u << lane_id()) - 1u)));
-  if (take && slot < static_cast<unsigned>(kCap)) dst[slot] = word;
+  const unsigned slot = wc + static_cast<unsigned>(__popc(ballot & ((1u << lane_id()) - 1u)));
+  if (take && slot < static_cast<unsigned>(kRegion)) region[slot] = word;
+  wc += static_cast<unsigned>(__popc(ballot));
 }
 
 // h[bin] += 1 for every lane with valid, one shared atomic per distinct bin in the warp (match-any):
@@ -321,8 +322,8 @@ __device__ __forceinline__ void load_step(const float4* xv, int64_t nvec, int64_
 // flushed denormal is 0 < tf), one instruction per element instead of the key's four; a vector
 // with no candidate costs three max instructions, a compare and the vote.
 template <bool kFloat>
-__device__ __forceinline__ void append_step(Shared& s, const float4 (&v)[kInFlight], int64_t nvec, int64_t base,
-                                            int64_t head, unsigned thr, float tf) {
+__device__ __forceinline__ void append_step(unsigned long long* region, unsigned& wc, const float4 (&v)[kInFlight],
+                                            int64_t nvec, int64_t base, int64_t head, unsigned thr, float tf) {
 #pragma unroll
   for (int m = 0; m < kInFlight; ++m) {
     const int64_t i = base + m * kThreads + threadIdx.x;
@@ -336,25 +337,25 @@ __device__ __forceinline__ void append_step(Shared& s, const float4 (&v)[kInFlig
     }
     if (__ballot_sync(kFull, any) == 0) continue;  // the usual case once the threshold is set
     const unsigned k0 = order_key(v[m].x), k1 = order_key(v[m].y), k2 = order_key(v[m].z), k3 = order_key(v[m].w);
-    // One shared atomic per warp for the vector's four keys: slots in the order x of every lane,
-    // then y, z, w; each lane's slot = base + the earlier components' counts + its lanes below.
+    // Slots in the warp's region in the order x of every lane, then y, z, w: each lane's slot = the
+    // warp's count so far + the earlier components' counts + its lanes below. No atomic: the count
+    // is the same register in every lane.
     const bool t0 = ok && k0 >= thr, t1 = ok && k1 >= thr, t2 = ok && k2 >= thr, t3 = ok && k3 >= thr;
     const unsigned b0 = __ballot_sync(kFull, t0), b1 = __ballot_sync(kFull, t1);
     const unsigned b2 = __ballot_sync(kFull, t2), b3 = __ballot_sync(kFull, t3);
     const unsigned n0 = __popc(b0), n1 = __popc(b1), n2 = __popc(b2);
-    unsigned base_slot = 0;
-    if (lane_id() == 0) base_slot = atomicAdd(&s.count, n0 + n1 + n2 + static_cast<unsigned>(__popc(b3)));
-    base_slot = __shfl_sync(kFull, base_slot, 0);
+    const unsigned base_slot = wc;
+    wc += n0 + n1 + n2 + static_cast<unsigned>(__popc(b3));
     const unsigned below = (1u << lane_id()) - 1u;
     const int64_t c = head + 4 * i;
     const unsigned q0 = base_slot + __popc(b0 & below);
     const unsigned q1 = base_slot + n0 + __popc(b1 & below);
     const unsigned q2 = base_slot + n0 + n1 + __popc(b2 & below);
     const unsigned q3 = base_slot + n0 + n1 + n2 + __popc(b3 & below);
-    if (t0 && q0 < static_cast<unsigned>(kCap)) s.buf[q0] = rank_word(k0, c);
-    if (t1 && q1 < static_cast<unsigned>(kCap)) s.buf[q1] = rank_word(k1, c + 1);
-    if (t2 && q2 < static_cast<unsigned>(kCap)) s.buf[q2] = rank_word(k2, c + 2);
-    if (t3 && q3 < static_cast<unsigned>(kCap)) s.buf[q3] = rank_word(k3, c + 3);
+    if (t0 && q0 < static_cast<unsigned>(kRegion)) region[q0] = rank_word(k0, c);
+    if (t1 && q1 < static_cast<unsigned>(kRegion)) region[q1] = rank_word(k1, c + 1);
+    if (t2 && q2 < static_cast<unsigned>(kRegion)) region[q2] = rank_word(k2, c + 2);
+    if (t3 && q3 < static_cast<unsigned>(kRegion)) region[q3] = rank_word(k3, c + 3);
   }
 }
 
@@ -428,18 +429,20 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
   // A positive normal threshold (the usual case: the k-th largest logit is above zero) is tested
   // on the floats themselves; otherwise on the keys.
   const bool float_test = thr >= 0x80800000u;
+  unsigned long long* region = s.buf + (t / 32) * kRegion;
+  unsigned wc = 0;
   const float tf = __uint_as_float(thr & 0x7fffffffu);
   for (int64_t base = 0; base < nvec; base += kStep) {
 #if TOPK_PREFETCH
-    if (float_test) append_step<true>(s, cur, nvec, base, head, thr, tf);
-    else append_step<false>(s, cur, nvec, base, head, thr, tf);
+    if (float_test) append_step<true>(region, wc, cur, nvec, base, head, thr, tf);
+    else append_step<false>(region, wc, cur, nvec, base, head, thr, tf);
 #pragma unroll
     for (int m = 0; m < kInFlight; ++m) cur[m] = nxt[m];
     load_step(xv, nvec, base + 2 * kStep, nxt);
 #else
     if (base > 0) load_step(xv, nvec, base, cur);
-    if (float_test) append_step<true>(s, cur, nvec, base, head, thr, tf);
-    else append_step<false>(s, cur, nvec, base, head, thr, tf);
+    if (float_test) append_step<true>(region, wc, cur, nvec, base, head, thr, tf);
+    else append_step<false>(region, wc, cur, nvec, base, head, thr, tf);
 #endif
   }
   {  // the scalar head (threads 0..3) and tail (threads 4..7)
@@ -448,11 +451,16 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
     if (t < head) { c = t; valid = true; }
     else if (t >= 4 && t - 4 < vocab - tail_start) { c = tail_start + (t - 4); valid = true; }
     const unsigned key = valid ? order_key(xr[c]) : 0u;
-    warp_append_capped(&s.count, s.buf, valid && key >= thr, rank_word(key, c));
+    warp_append_region(region, wc, valid && key >= thr, rank_word(key, c));
   }
+  if (lane_id() == 0) s.wcount[t / 32] = wc;
   __syncthreads();
-  const unsigned count = s.count;
-  if (count > static_cast<unsigned>(kCap) || count < static_cast<unsigned>(k)) {
+  unsigned count = 0;
+  bool overflow = false;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) { count += s.wcount[w]; overflow |= s.wcount[w] > static_cast<unsigned>(kRegion); }
+  __syncthreads();  // every thread has read the counts (the fallback reuses the shared memory)
+  if (overflow || count < static_cast<unsigned>(k)) {
     two_pass(s, xr, values, indices, row, vocab, k);
     return;
   }
@@ -464,13 +472,14 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
   __syncthreads();
   unsigned long long prefix = 0, mask = 0;
   unsigned need = static_cast<unsigned>(k);
+  const unsigned mine = wc;  // this warp's candidates (at most kRegion here)
   for (int round = 0; round < 8; ++round) {
     const int shift = 56 - 8 * round;
     unsigned* h = s.hist + 256 * round;
-    for (int base = 0; base < static_cast<int>(count); base += kThreads) {  // uniform trips: warp_count
-      const int i = base + t;
-      const unsigned long long w = i < static_cast<int>(count) ? s.buf[i] : 0ull;
-      warp_count(h, static_cast<unsigned>(w >> shift) & 255u, i < static_cast<int>(count) && (w & mask) == prefix);
+    for (int base = 0; base < static_cast<int>(mine); base += 32) {  // each warp its region: uniform trips
+      const int i = base + static_cast<int>(lane_id());
+      const unsigned long long w = i < static_cast<int>(mine) ? region[i] : 0ull;
+      warp_count(h, static_cast<unsigned>(w >> shift) & 255u, i < static_cast<int>(mine) && (w & mask) == prefix);
     }
     __syncthreads();
     if (t < 32) pick_bin(s, h, need);
@@ -481,29 +490,22 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
     need = s.need;
     if (whole) break;
   }
-  // Gather the winners to the front of the buffer, a chunk at a time through registers: a chunk's
-  // words are all read before any is written, and writes land below the chunk's end.
-  for (int cs = 0; cs < static_cast<int>(count); cs += 4 * kThreads) {
-    unsigned long long w[4];
-    bool ok[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = cs + j * kThreads + t;
-      ok[j] = i < static_cast<int>(count);
-      w[j] = ok[j] ? s.buf[i] : 0ull;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < 4; ++j) warp_append(&s.count2, s.buf, ok[j] && w[j] >= prefix, w[j]);
+  // Gather the k winners (the words >= prefix) from the regions into the histograms' space, free
+  // now (2,048 words of 4 bytes hold 1,024 of 8), and sort them there.
+  unsigned long long* win = reinterpret_cast<unsigned long long*>(s.hist);
+  for (int base = 0; base < static_cast<int>(mine); base += 32) {
+    const int i = base + static_cast<int>(lane_id());
+    const bool ok = i < static_cast<int>(mine);
+    const unsigned long long w = ok ? region[i] : 0ull;
+    warp_append(&s.count2, win, ok && w >= prefix, w);
   }
   int p = 1;
   while (p < k) p <<= 1;
+  for (int i = k + t; i < p; i += kThreads) win[i] = 0;
   __syncthreads();
-  for (int i = k + t; i < p; i += kThreads) s.buf[i] = 0;
-  __syncthreads();
-  bitonic_sort_desc(s.buf, p);
+  bitonic_sort_desc(win, p);
   for (int j = t; j < k; j += kThreads) {
-    const unsigned long long w = s.buf[j];
+    const unsigned long long w = win[j];
     values[row * k + j] = key_value(static_cast<unsigned>(w >> 32));
     indices[row * k + j] = static_cast<int>(0xffffffffu - static_cast<unsigned>(w));
   }
