@@ -19,7 +19,7 @@ for k in "${kernels[@]}"; do
     L*) src="$TASK/experts/$k.cu" ;;
     *) src="$TASK/$k.cu" ;;
   esac
-  python3 "$EMU/conv.py" "$src" "$OUT/$k.cpp"
+  python3 "$EMU/conv.py" "$src" "$OUT/$k.cpp" ${EMU_BLOCKS:+--arena}
   g++ -std=c++20 -O1 -w -I"$EMU" -o "$OUT/$k" "$OUT/$k.cpp" "$HERE/sort_check.cpp" -pthread
   echo "== $k"
   "$OUT/$k" || rc=1
