@@ -12,8 +12,12 @@ int check(int64_t n, int mode, unsigned seed) {
     k[i] = rng();
     if (mode == 1) k[i] &= 0xf00f000fu;     // few distinct keys: stability under heavy ties
     if (mode == 2) k[i] = 0x12345678u;      // all equal
+    if (mode == 5) k[i] &= 0xffc00000u;     // only the top 10 bits vary (the last pass's digit)
+    if (mode == 6) k[i] = (k[i] & 0x003ff800u) | 0x80000001u;  // only the middle digit varies
     v[i] = static_cast<uint32_t>(i) ^ 0x5a5a5a5au;
   }
+  if (mode == 3) std::sort(k.begin(), k.end());                       // sorted (ties stay stable)
+  if (mode == 4) std::sort(k.begin(), k.end(), std::greater<uint32_t>());  // reverse-sorted
   int rc = d2k_radix_sort(k.data(), v.data(), ko.data(), vo.data(), n, nullptr);
   if (rc) { std::printf("rc %d\n", rc); return 1; }
   std::vector<int64_t> order(n);
@@ -35,5 +39,15 @@ int main(int argc, char** argv) {
   f += check(30001, 1, 6);
   f += check(4099, 2, 7);
   f += check(8192, 1, 8);
+  // Around and across the 8,192-pair tiles of layer 3's 3-pass design, and the other key shapes.
+  f += check(8191, 0, 9);
+  f += check(8193, 0, 10);
+  f += check(24577, 1, 11);
+  f += check(20000, 3, 12);
+  f += check(20001, 4, 13);
+  f += check(17000, 5, 14);
+  f += check(16384, 6, 15);
+  f += check(40961, 2, 16);
+  f += check(12345, 0, 17);  // a second call of a smaller size after larger ones (stale flags, epochs)
   return f ? 1 : 0;
 }

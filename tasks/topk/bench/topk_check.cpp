@@ -16,7 +16,10 @@ int check(int rows, int vocab, int k, int mode, unsigned seed) {
     if (mode == 1) v = std::round(v * 2.f) / 2.f;   // many ties
     if (mode == 2) v = 1.25f;                       // all equal (fallback path)
     if (mode == 5) v = 1.0f + std::fabs(v) * 1e-4f;  // one top-11-bit bin: fallback, distinct values
+    if (mode == 6) v = static_cast<float>(i % vocab) * 0.25f;           // ascending row: the sample's threshold is too low (overflow)
+    if (mode == 7) v = -static_cast<float>(i % vocab) * 0.25f;          // descending row: too high (fewer than k candidates)
     if (mode == 4) v = (i % 7 == 0) ? -0.0f : (i % 7 == 1 ? 0.0f : -std::fabs(v));  // zeros and negatives
+    if (mode == 8) v = (i % 97 == 0) ? ((i / 97) % 2 ? -0.0f : 0.0f) : v - 9.0f;  // the threshold near zero
     xp[i] = v;
   }
   std::vector<float> vals(size_t(rows) * k, NAN);
@@ -53,5 +56,13 @@ int main() {
   f += check(2, 50257, 50, 3, 9);
   f += check(2, 12007, 1024, 5, 10);
   f += check(1, 9000, 37, 5, 11);
+  f += check(2, 151936, 50, 0, 12);     // Qwen rows: the one-pass path of layer 3
+  f += check(1, 151936, 1024, 0, 13);
+  f += check(1, 128257, 1024, 3, 14);
+  f += check(1, 30011, 100, 6, 15);
+  f += check(1, 30011, 100, 7, 16);
+  f += check(2, 20011, 64, 4, 17);      // one pass, negative threshold: layer 3's key test
+  f += check(2, 151936, 50, 8, 18);     // one pass, threshold near zero (float test or key test)
+  f += check(1, 151936, 1024, 8, 19);
   return f ? 1 : 0;
 }
