@@ -13,7 +13,8 @@
 //   the scale with the task's single rounding; no int-to-float conversion;
 // - the MMA's k order is permuted (both operands alike, so the sum is unchanged) so that the pairs
 //   the bit trick yields, codes (0, 4), (1, 5), (2, 6), (3, 7) of a word, are fragment registers as
-//   they are; the x fragment is a 16-byte shared load of 8 consecutive k rearranged by PRMT;
+//   they are; the x fragment is a 16-byte shared load of the same 8 consecutive k rearranged by
+//   PRMT; which 8 k a lane takes in a step is chosen so that its x loads are free of bank conflicts;
 // - scales: each lane loads its two rows' scales for the next stage while computing this one;
 // - split-K as in L2 when the panels alone cannot fill two waves of blocks; a second kernel sums
 //   the partials and rounds to bf16.
@@ -205,19 +206,23 @@ __global__ void __launch_bounds__(kThreads) w4a16_l3(const __grid_constant__ CUt
     mbar_wait(smem_addr(&full[s]), (i / kStages) & 1);
     const uint32_t wt = base + s * Cfg<MB>::kStageBytes, xt = wt + kWBytes;
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {  // 32 k per step: chunk c of each 128-byte W row
-      const int h = c >> 2;        // group within the stage
+    for (int c = 0; c < 8; ++c) {  // 32 k per step (8 per lane), two MMAs per token group
+      const int h = c >> 2;        // group within the stage (steps 0-3: k < 128)
       const uint32_t sa = (static_cast<uint32_t>(sc[h]) << 16) | sc[h];
       const uint32_t sb = (static_cast<uint32_t>(sc[2 + h]) << 16) | sc[2 + h];
+      // This lane's 8 k of step c: k = 64 (c / 2) + 8 ((c % 2) + 2t) + (0..7) of the stage, i.e. x box
+      // c / 2, 16-byte chunk (c % 2) + 2t of its rows (the 8 lanes of a quarter-warp then hit 8
+      // different bank groups through the swizzle), and packed W bytes 32 (c / 2) + 4 (c % 2) + 8t:
+      // word 2 (t % 2) + c % 2 of 16-byte chunk 2 (c / 2) + t / 2 of the row.
+      const int wchunk = 2 * (c >> 1) + (t >> 1), wword = 2 * (t & 1) + (c & 1);
       uint32_t wa[4], wb[4];
-      dequant8(lds_word(wt, r0, c, t), sa, wa);
-      dequant8(lds_word(wt, r0 + 8, c, t), sb, wb);
-      // k = 32c + 8t + (0..7) of this stage: x box c / 2, 16-byte chunk (c % 2) * 4 + t of its rows.
+      dequant8(lds_word(wt, r0, wchunk, wword), sa, wa);
+      dequant8(lds_word(wt, r0 + 8, wchunk, wword), sb, wb);
       const uint32_t xbox = xt + (c >> 1) * Cfg<MB>::kXBox;
 #pragma unroll
       for (int j = 0; j < MB / 8; ++j) {
         uint32_t xv[4];  // x[token j*8 + g][k .. k+8): pairs (0,1), (2,3), (4,5), (6,7)
-        lds_chunk(xbox, j * 8 + g, (c & 1) * 4 + t, xv);
+        lds_chunk(xbox, j * 8 + g, (c & 1) + 2 * t, xv);
         // MMA 0 uses codes 0, 4 (slots 2t, 2t+1) and 1, 5 (slots 2t+8, 2t+9); MMA 1 codes 2, 6 and 3, 7.
         mma_bf16(acc[j], wa[0], wb[0], wa[1], wb[1], prmt(xv[0], xv[2], 0x5410u), prmt(xv[0], xv[2], 0x7632u));
         mma_bf16(acc[j], wa[2], wb[2], wa[3], wb[3], prmt(xv[1], xv[3], 0x5410u), prmt(xv[1], xv[3], 0x7632u));
