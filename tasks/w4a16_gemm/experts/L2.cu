@@ -5,7 +5,7 @@
 //   256 k at M = 64), and its 8 warps then walk many W rows (8 rows per warp at a time, row stride
 //   gridDim.x * 64), so x is read from L2 once per block;
 // - four lanes per W row: each lane loads 16-byte pieces of packed W (32 codes, LDG.128), four of
-//   them issued before any is used (64 KiB in flight per block), streaming (evict-first) since W is
+//   them issued before any is used (2 KiB in flight per warp), streaming (evict-first) since W is
 //   used once; the four lanes of a row cover 64 contiguous bytes, two full sectors;
 // - the 8 rows of a warp share each x read: the lanes at the same position of their row group read
 //   the same 8 x values from shared memory (a broadcast), so one shared load feeds 8 rows x 8 FMAs;

@@ -1,11 +1,11 @@
 // w4a16_gemm L3 expert: the L2 dataflow (packed W streamed once through a deep pipeline, x shared by
 // many W rows, split-K with fp32 partials, token chunks of 64 for prefill) with Hopper's copy engine,
 // register dequantization by bit tricks and the tensor cores:
-// - a block owns a 64-row panel of W, one K slice and one chunk of up to 64 tokens; a producer warp
-//   streams 64 x 256 code tiles of W (64 rows x 128 bytes) and the matching MB x 256 x tiles (MB = M
+// - a block owns a 128-row panel of W, one K slice and one chunk of up to 64 tokens; a producer warp
+//   streams 128 x 256 code tiles of W (128 rows x 128 bytes) and the matching MB x 256 x tiles (MB = M
 //   rounded up to 8, 16, 32 or 64) with 2-D TMA copies (UTMALDG, 128-byte swizzle, zero fill past N,
 //   M and K) into a ring of full/empty mbarriers; no consumer thread issues a global load of W;
-// - 4 consumer warps each own 16 W rows and compute y^T = W x^T with mma.sync m16n8k16 bf16 -> fp32
+// - 8 consumer warps each own 16 W rows and compute y^T = W x^T with mma.sync m16n8k16 bf16 -> fp32
 //   (HMMA): W rows are the MMA's M dimension, the tokens its N dimension (8 per MMA);
 // - dequantization in registers: a lane reads one 32-bit word (8 codes) of a row per 32 k; per pair
 //   of codes one shift and one LOP3 put two nibbles into the mantissas of bf16 128 (0x4300 | q is
@@ -25,11 +25,11 @@
 
 namespace {
 
-constexpr int kConsumers = 4;                    // consumer warps, 16 W rows each
+constexpr int kConsumers = 8;                    // consumer warps, 16 W rows each
 constexpr int kPanel = 16 * kConsumers;          // W rows per block
 constexpr int kBK = 256;                         // k per stage: 128 bytes of a packed row, two groups
 constexpr int kThreads = 32 * (kConsumers + 1);  // + one producer warp
-constexpr uint32_t kWBytes = kPanel * kBK / 2;   // 8 KiB
+constexpr uint32_t kWBytes = kPanel * kBK / 2;   // 16 KiB
 constexpr int kTokens = 64;                      // tokens per grid-z chunk
 
 template <int MB>
@@ -37,7 +37,8 @@ struct Cfg {
   static constexpr uint32_t kXBox = MB * 128;                 // one 64 (k) x MB box: a multiple of 1024
   static constexpr uint32_t kXBytes = 4 * kXBox;              // 256 k of MB tokens
   static constexpr uint32_t kStageBytes = kWBytes + kXBytes;
-  static constexpr int kStages = MB <= 16 ? 6 : MB == 32 ? 4 : 5;
+  // Two blocks per SM up to MB = 32 (about 100 KiB each), one at MB = 64.
+  static constexpr int kStages = MB == 8 ? 5 : MB == 16 ? 4 : MB == 32 ? 3 : 4;
   static constexpr int kSmem = kStages * kStageBytes + 1024;  // + slack to align to 1 KiB
 };
 
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(kThreads) w4a16_l3(const __grid_constant__ CUt
                      : "memory");
         const uint32_t dst = base + s * Cfg<MB>::kStageBytes;
         const int k = kbeg + i * kBK;
-        tma_load_2d(dst, &map_w, bar, k / 2, n0);  // 128 bytes (256 codes) x 64 rows
+        tma_load_2d(dst, &map_w, bar, k / 2, n0);  // 128 bytes (256 codes) x 128 rows
 #pragma unroll
         for (int b = 0; b < 4; ++b) tma_load_2d(dst + kWBytes + b * Cfg<MB>::kXBox, &map_x, bar, k + 64 * b, m0);
       }
