@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include <msgpack.hpp>
 
@@ -37,13 +38,14 @@ constexpr std::array<std::pair<ErrorCode, std::string_view>, 18> kCodeNames{{
 
 std::string bytes_text(std::size_t n) { return std::to_string(n) + " bytes"; }
 
-// msgpack::object → Value. `path` is the dotted field path of `o`, for error messages; the depth
-// is bounded by the unpack limit, so the recursion is too.
+// msgpack::object → Value. The dotted field path of the value being converted ("action.path",
+// "files[2]") is kept as a stack of segments that point into the message, and spelled out only
+// for an error message; the depth is bounded by the unpack limit, so the recursion is too.
 class ObjectConverter {
  public:
   explicit ObjectConverter(const Limits& limits) : limits_(limits) {}
 
-  Value convert(const msgpack::object& o, std::string& path) const {
+  Value convert(const msgpack::object& o) {
     switch (o.type) {
       case msgpack::type::NIL:
         return nullptr;
@@ -57,67 +59,90 @@ class ObjectConverter {
       case msgpack::type::FLOAT64:
         return o.via.f64;
       case msgpack::type::STR:
-        return text(o.via.str.ptr, o.via.str.size, path);
+        return text(o.via.str.ptr, o.via.str.size);
       case msgpack::type::BIN:
-        return text(o.via.bin.ptr, o.via.bin.size, path);
+        return text(o.via.bin.ptr, o.via.bin.size);
       case msgpack::type::EXT:
-        throw Error(ErrorCode::bad_request,
-                    "MessagePack extension types are not part of the protocol" + at(path), path);
+        throw error("MessagePack extension types are not part of the protocol");
       case msgpack::type::ARRAY: {
         Value out = Value::array();
         auto& items = out.get_ref<Value::array_t&>();
         items.reserve(o.via.array.size);
-        const std::size_t base = path.size();
         for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
-          path += '[' + std::to_string(i) + ']';
-          items.push_back(convert(o.via.array.ptr[i], path));
-          path.resize(base);
+          path_.push_back({{}, i});
+          items.push_back(convert(o.via.array.ptr[i]));
+          path_.pop_back();
         }
         return out;
       }
       case msgpack::type::MAP: {
         Value out = Value::object();
-        const std::size_t base = path.size();
+        auto& entries = out.get_ref<Value::object_t&>();
         for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
           const msgpack::object_kv& kv = o.via.map.ptr[i];
-          if (kv.key.type != msgpack::type::STR)
-            throw Error(ErrorCode::bad_request, "map keys must be strings" + at(path), path);
-          std::string key(kv.key.via.str.ptr, kv.key.via.str.size);
-          if (detail::first_invalid_utf8(key) != std::string_view::npos)
-            throw Error(ErrorCode::bad_request, "a map key is not valid UTF-8" + at(path), path);
-          if (out.contains(key)) {
-            std::string dup = join(path, key);
-            throw Error(ErrorCode::bad_request, "duplicate map key '" + detail::sanitize_utf8(key, 64) + "'", dup);
+          if (kv.key.type != msgpack::type::STR) throw error("map keys must be strings");
+          const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+          if (detail::first_invalid_utf8(key) != std::string_view::npos) throw error("a map key is not valid UTF-8");
+          // Where the key goes: after the last one when the keys come in order (as every encoder
+          // of a sorted map writes them), else found; a key already there is a duplicate.
+          auto at = entries.end();
+          if (!entries.empty() && !(entries.rbegin()->first < key)) {
+            at = entries.lower_bound(key);
+            if (at != entries.end() && at->first == key) {
+              path_.push_back({key, kKeySegment});
+              std::string dup = path();
+              throw Error(ErrorCode::bad_request, "duplicate map key '" + detail::sanitize_utf8(key, 64) + "'", dup);
+            }
           }
-          if (base > 0) path += '.';
-          path += key;
-          Value v = convert(kv.val, path);
-          path.resize(base);
-          out.emplace(std::move(key), std::move(v));
+          path_.push_back({key, kKeySegment});
+          Value v = convert(kv.val);
+          path_.pop_back();
+          entries.emplace_hint(at, std::string(key), std::move(v));
         }
         return out;
       }
     }
-    throw Error(ErrorCode::bad_request, "unknown MessagePack type" + at(path), path);
+    throw error("unknown MessagePack type");
   }
 
  private:
-  static std::string at(const std::string& path) { return path.empty() ? std::string() : " (at '" + path + "')"; }
-  static std::string join(const std::string& path, const std::string& key) {
-    return path.empty() ? key : path + "." + key;
+  static constexpr std::uint32_t kKeySegment = 0xffffffffu;
+  struct Segment {
+    std::string_view key;
+    std::uint32_t index;  // kKeySegment for a map key
+  };
+
+  // The path as the messages spell it: keys joined by '.', array items as [i].
+  std::string path() const {
+    std::string out;
+    for (const Segment& s : path_) {
+      if (s.index != kKeySegment) {
+        out += '[' + std::to_string(s.index) + ']';
+      } else {
+        if (!out.empty()) out += '.';
+        out += s.key;
+      }
+    }
+    return out;
   }
 
-  Value text(const char* data, std::uint32_t size, const std::string& path) const {
+  // Error{bad_request} naming where: "message (at 'path')".
+  Error error(const std::string& message) const {
+    std::string p = path();
+    return Error(ErrorCode::bad_request, p.empty() ? message : message + " (at '" + p + "')", p);
+  }
+
+  Value text(const char* data, std::uint32_t size) const {
     std::string_view s(data, size);
     if (limits_.require_utf8) {
       if (std::size_t bad = detail::first_invalid_utf8(s); bad != std::string_view::npos)
-        throw Error(ErrorCode::bad_request,
-                    "a string is not valid UTF-8 (byte " + std::to_string(bad) + ")" + at(path), path);
+        throw error("a string is not valid UTF-8 (byte " + std::to_string(bad) + ")");
     }
     return std::string(s);
   }
 
   const Limits& limits_;
+  std::vector<Segment> path_;
 };
 
 // A first pass over the bytes that allocates nothing: it stops at the first container that would
@@ -329,8 +354,7 @@ Value decode(std::string_view bytes, const Limits& limits) {
   const msgpack::object& root = handle.get();
   if (root.type != msgpack::type::MAP)
     throw Error(ErrorCode::bad_request, "the message must be a MessagePack map at the top level");
-  std::string path;
-  return ObjectConverter(limits).convert(root, path);
+  return ObjectConverter(limits).convert(root);
 }
 
 namespace {

@@ -1,9 +1,11 @@
 // decode/encode: exact bytes for each type, round trips, and every kind of hostile input.
 #include <random>
 #include <string>
+#include <vector>
 
 #include "catch.hpp"
 #include "protocol/codec.hpp"
+#include "protocol/detail/utf8.hpp"
 
 // Substring matcher under both Catch2 v2 (Debian) and v3 (the GPU machine).
 #if __has_include(<catch2/catch_all.hpp>)
@@ -169,6 +171,92 @@ TEST_CASE("strings must be UTF-8 unless the limits say otherwise") {
   lax.require_utf8 = false;
   CHECK(decode(bad, lax)["path"].get<std::string>() == bytes({0xc3, 0x28}));
   CHECK(decode(encode({{"s", "grüße ✓ 🚀"}}), Limits{})["s"] == "grüße ✓ 🚀");
+}
+
+namespace {
+
+// The first ill-formed byte by the definition (Unicode table 3-7), one code point at a time: the
+// reference the codec's validator (which skips ASCII eight bytes at a time) must agree with.
+std::size_t reference_first_invalid(const std::string& s) {
+  auto u = [&](std::size_t k) { return static_cast<unsigned>(static_cast<unsigned char>(s[k])); };
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const unsigned c = u(i);
+    std::size_t n = 0;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c <= 0x7f) n = 1;
+    else if (c >= 0xc2 && c <= 0xdf) n = 2;
+    else if (c == 0xe0) n = 3, lo = 0xa0;
+    else if (c == 0xed) n = 3, hi = 0x9f;
+    else if (c >= 0xe1 && c <= 0xef) n = 3;
+    else if (c == 0xf0) n = 4, lo = 0x90;
+    else if (c == 0xf4) n = 4, hi = 0x8f;
+    else if (c >= 0xf1 && c <= 0xf3) n = 4;
+    else return i;
+    if (i + n > s.size()) return i;
+    for (std::size_t k = 1; k < n; ++k) {
+      const unsigned b = u(i + k);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xbf)) return i;
+    }
+    i += n;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("the UTF-8 check finds the same first bad byte as a code-point-at-a-time reference") {
+  using d2k::protocol::detail::first_invalid_utf8;
+  // Long ASCII runs (the eight-byte path) with a bad or a multi-byte sequence at every offset.
+  const std::vector<std::string> inserts = {bytes({0x80}), bytes({0xc3}), bytes({0xc3, 0xa9}), bytes({0xc0, 0xaf}),
+                                            bytes({0xe2, 0x9c, 0x93}), bytes({0xe2, 0x9c}), bytes({0xed, 0xa0, 0x80}),
+                                            bytes({0xf0, 0x9f, 0x9a, 0x80}), bytes({0xf4, 0x90, 0x80, 0x80}),
+                                            bytes({0xff}), bytes({0x7f})};
+  for (std::size_t len : {0, 1, 7, 8, 9, 15, 16, 17, 31, 64}) {
+    for (std::size_t at = 0; at <= len; ++at) {
+      for (const std::string& ins : inserts) {
+        std::string s = std::string(len, 'a');
+        s.insert(at, ins);
+        INFO("length " << len << ", insert at " << at << ", " << ins.size() << " bytes");
+        CHECK(first_invalid_utf8(s) == reference_first_invalid(s));
+      }
+    }
+  }
+  std::mt19937 rng(2026);
+  for (int i = 0; i < 20000; ++i) {
+    std::string s;
+    const std::size_t n = rng() % 48;
+    for (std::size_t k = 0; k < n; ++k) {
+      const unsigned r = rng() % 16;
+      if (r < 10) s += static_cast<char>('a' + r);        // mostly ASCII, in runs
+      else if (r < 13) s += inserts[rng() % inserts.size()];
+      else s += static_cast<char>(rng());                   // any byte
+    }
+    INFO("case " << i);
+    CHECK(first_invalid_utf8(s) == reference_first_invalid(s));
+  }
+  CHECK(first_invalid_utf8(std::string(100, 'x') + bytes({0xc3})) == 100);
+}
+
+TEST_CASE("maps decode whatever the key order; a duplicate is found in or out of order") {
+  // {"b": 1, "a": 2, "c": 3}: out of order, all kept.
+  Value v = decode(bytes({0x83, 0xa1, 'b', 0x01, 0xa1, 'a', 0x02, 0xa1, 'c', 0x03}), Limits{});
+  CHECK(v == Value({{"a", 2}, {"b", 1}, {"c", 3}}));
+  // {"b": 1, "a": 2, "b": 3}: the duplicate is not the last key.
+  Error back = decode_error(bytes({0x83, 0xa1, 'b', 0x01, 0xa1, 'a', 0x02, 0xa1, 'b', 0x03}));
+  CHECK_THAT(back.what(), Contains("duplicate map key 'b'"));
+  CHECK(back.field == "b");
+  // {"x": {"a": 1, "c": 2, "b": 3, "c": 4}} nested: the field is the whole path.
+  Error nested_dup = decode_error(
+      bytes({0x81, 0xa1, 'x', 0x84, 0xa1, 'a', 0x01, 0xa1, 'c', 0x02, 0xa1, 'b', 0x03, 0xa1, 'c', 0x04}));
+  CHECK(nested_dup.field == "x.c");
+  // The duplicate is found before its value is read (the value here is not UTF-8).
+  Error first = decode_error(bytes({0x82, 0xa1, 'a', 0x01, 0xa1, 'a', 0xa1, 0xff}));
+  CHECK_THAT(first.what(), Contains("duplicate"));
+  // Paths through arrays and maps, and the message that quotes them.
+  Error deep = decode_error(bytes({0x81, 0xa1, 'a', 0x92, 0x00, 0x81, 0xa1, 'b', 0x91, 0xa1, 0xff}));
+  CHECK(deep.field == "a[1].b[0]");
+  CHECK_THAT(deep.what(), Contains("(at 'a[1].b[0]')"));
 }
 
 TEST_CASE("size limits give too_large") {
