@@ -787,13 +787,11 @@ Value Server::op_reset(const Request& request) {
   Session& session = sessions_.open(std::make_unique<Episode>(id, *task, r.layer, seed, b, r.label, wl));
   session.owner = request.client;  // with CURVE, only this key may act on the session or watch it
   json observation = session.episode->observation();
+  json info = session.episode->info();
   // observe without a recorder starts from this one (fast_observe) instead of building it again:
   // a few KB (the starter files), and the first observe of each of many sessions stays cheap.
-  if (!recorder_) observations_[id] = observation;
-  return {{"session", id},
-          {"instance", instance_},
-          {"observation", std::move(observation)},
-          {"info", session.episode->info()}};
+  if (!recorder_) observations_[id] = observe_bytes(observation, info);
+  return {{"session", id}, {"instance", instance_}, {"observation", std::move(observation)}, {"info", std::move(info)}};
 }
 
 Value Server::step_reply(const Episode& episode, double reward, Value extra_info) const {
@@ -1224,17 +1222,40 @@ Value Server::op_observe(const Request& request) {
   return {{"observation", s.episode->observation()}, {"info", std::move(info)}};
 }
 
+Server::ObserveBytes Server::observe_bytes(const json& observation, const json& info) {
+  ObserveBytes out;
+  const json* clock = nullptr;
+  if (auto b = observation.find("budget"); b != observation.end() && b->is_object())
+    if (auto c = b->find("seconds_used"); c != b->end() && c->is_number_float()) clock = &*c;
+  protocol::Marked m = protocol::encode_marked(observation, clock);
+  out.observation = std::move(m.bytes);
+  out.clock_at = m.at;
+  out.info = protocol::encode(info);
+  return out;
+}
+
 ReplyBytes Server::fast_observe(const Request& request) {
   Session& s = sessions_.find_open(request.session, request.client);  // the key that opened it (CURVE)
   s.episode->touch();
   auto [it, fresh] = observations_.try_emplace(request.session);
-  if (fresh) it->second = s.episode->observation();
-  else it->second["budget"]["seconds_used"] = s.episode->seconds_used();  // the one field time changes
-  json info = s.episode->info();
+  if (fresh) it->second = observe_bytes(s.episode->observation(), s.episode->info());
+  ObserveBytes& cached = it->second;
+  // The one field time changes, written over its 9 bytes in the cached encoding.
+  if (!protocol::overwrite_float64(cached.observation, cached.clock_at, s.episode->seconds_used())) {
+    observations_.erase(it);  // cannot happen (seconds_used is always a double); never a stale clock
+    return std::make_shared<const std::string>(protocol::encode(protocol::make_ok_reply(
+        request.envelope.id, {{"observation", s.episode->observation()}, {"info", s.episode->info()}})));
+  }
+  std::string queued_info;  // info with its queue entry, while an evaluation waits for its task
   if (s.in_flight && preparation_)
-    if (auto waiting = preparation_->waiting(request.session)) info["queue"] = std::move(*waiting);
-  // The reply map {observation, info, v, id, ok} written around the cached observation's encoding:
-  // what protocol::encode(make_ok_reply(...)) gives, in another key order (a map's order carries
+    if (auto waiting = preparation_->waiting(request.session)) {
+      json info = s.episode->info();
+      info["queue"] = std::move(*waiting);
+      queued_info = protocol::encode(info);
+    }
+  const std::string& info = queued_info.empty() ? cached.info : queued_info;
+  // The reply map {observation, info, v, id, ok} written around the cached encodings: what
+  // protocol::encode(make_ok_reply(...)) gives, in another key order (a map's order carries
   // nothing, PROTOCOL.md section 3).
   static const std::string head = [] {
     std::string h(1, static_cast<char>(0x85));  // fixmap of 5 entries
@@ -1242,11 +1263,11 @@ ReplyBytes Server::fast_observe(const Request& request) {
            protocol::encode(true) + protocol::encode("id");
   }();
   static const std::string observation_key = protocol::encode("observation"), info_key = protocol::encode("info");
-  const std::string obs = protocol::encode(it->second);
-  const std::string id = protocol::encode(request.envelope.id), inf = protocol::encode(info);
+  const std::string id = protocol::encode(request.envelope.id);
   std::string bytes;
-  bytes.reserve(head.size() + id.size() + observation_key.size() + obs.size() + info_key.size() + inf.size());
-  bytes.append(head).append(id).append(observation_key).append(obs).append(info_key).append(inf);
+  bytes.reserve(head.size() + id.size() + observation_key.size() + cached.observation.size() + info_key.size() +
+                info.size());
+  bytes.append(head).append(id).append(observation_key).append(cached.observation).append(info_key).append(info);
   return std::make_shared<const std::string>(std::move(bytes));
 }
 

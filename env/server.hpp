@@ -223,9 +223,15 @@ class Server {
   bool stopping_ = false;
 
   SessionTable sessions_;
-  // Each session's observation as last built, for `observe` (issue 15 item 5): dropped whenever the
-  // server changes the session (step, a landed action, close, erase).
-  std::unordered_map<std::string, nlohmann::json> observations_;
+  // Each session's observe reply as last built, for `observe` without a recorder (issue 15 item 5):
+  // dropped whenever the server changes the session (step, a landed action, close, erase).
+  struct ObserveBytes {
+    std::string observation;  // encoded; its budget.seconds_used (a float64) at clock_at
+    std::size_t clock_at = std::string::npos;
+    std::string info;  // encoded, without the queue entry (built per call while an action waits)
+  };
+  static ObserveBytes observe_bytes(const nlohmann::json& observation, const nlohmann::json& info);
+  std::unordered_map<std::string, ObserveBytes> observations_;
   ReplyCache replies_;
   std::mt19937_64 rng_{std::random_device{}()};  // episode seeds not given by the client
 

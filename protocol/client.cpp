@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <random>
 #include <thread>
 #include <utility>
@@ -44,11 +45,12 @@ Value Client::exchange(std::uint64_t id, const std::string& bytes) {
     for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) break;
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, left);
-      if (!(item.revents & ZMQ_POLLIN)) continue;
+      // A blocking receive bounded by the time left (not zmq_poll and then a receive: that is two
+      // more system calls and a wake-up per reply, a tenth of a small round trip).
+      socket_.set(zmq::sockopt::rcvtimeo, static_cast<int>(std::min<std::chrono::milliseconds::rep>(
+                                               left.count(), std::numeric_limits<int>::max())));
       zmq::message_t msg;
-      if (!socket_.recv(msg, zmq::recv_flags::none)) continue;
+      if (!socket_.recv(msg, zmq::recv_flags::none)) continue;  // timed out: the deadline decides
       Value reply = protocol::decode(std::string_view(static_cast<const char*>(msg.data()), msg.size()), limits_);
       auto rid = reply.find("id");
       // A reply to an earlier attempt of another request (e.g. after a timeout) is dropped.

@@ -183,16 +183,23 @@ struct ShapeScan : msgpack::null_visitor {
 
 // Always float64, even for integral values: msgpack-cxx 4's pack_double writes 1.0 as the integer
 // 1, which would make a reward of 0.0 arrive as an integer in typed clients.
-void pack_float64(msgpack::sbuffer& out, double d) {
+void float64_bytes(double d, char (&buf)[9]) {
   std::uint64_t bits = 0;
   std::memcpy(&bits, &d, sizeof bits);
-  char buf[9];
   buf[0] = static_cast<char>(0xcb);
   for (int i = 0; i < 8; ++i) buf[1 + i] = static_cast<char>((bits >> (56 - 8 * i)) & 0xff);
+}
+
+void pack_float64(msgpack::sbuffer& out, double d) {
+  char buf[9];
+  float64_bytes(d, buf);
   out.write(buf, sizeof buf);
 }
 
-void pack_value(msgpack::sbuffer& out, msgpack::packer<msgpack::sbuffer>& pk, const Value& v) {
+// `mark`: a node inside the value whose first byte's offset goes to `*mark_at` (see encode_marked).
+void pack_value(msgpack::sbuffer& out, msgpack::packer<msgpack::sbuffer>& pk, const Value& v,
+                const Value* mark = nullptr, std::size_t* mark_at = nullptr) {
+  if (mark == &v) *mark_at = out.size();
   auto checked_size = [](std::size_t n) {
     if (n > std::numeric_limits<std::uint32_t>::max())
       throw Error(ErrorCode::too_large, "a value is too large for MessagePack (" + bytes_text(n) + ")");
@@ -231,14 +238,14 @@ void pack_value(msgpack::sbuffer& out, msgpack::packer<msgpack::sbuffer>& pk, co
     }
     case Value::value_t::array:
       pk.pack_array(checked_size(v.size()));
-      for (const auto& item : v) pack_value(out, pk, item);
+      for (const auto& item : v) pack_value(out, pk, item, mark, mark_at);
       return;
     case Value::value_t::object:
       pk.pack_map(checked_size(v.size()));
       for (const auto& [key, item] : v.items()) {
         pk.pack_str(checked_size(key.size()));
         pk.pack_str_body(key.data(), static_cast<std::uint32_t>(key.size()));
-        pack_value(out, pk, item);
+        pack_value(out, pk, item, mark, mark_at);
       }
       return;
   }
@@ -488,6 +495,23 @@ std::string encode(const Value& value) {
   msgpack::packer<msgpack::sbuffer> packer(buffer);
   pack_value(buffer, packer, value);
   return std::string(buffer.data(), buffer.size());
+}
+
+Marked encode_marked(const Value& value, const Value* mark) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> packer(buffer);
+  Marked out;
+  pack_value(buffer, packer, value, mark, &out.at);
+  out.bytes.assign(buffer.data(), buffer.size());
+  return out;
+}
+
+bool overwrite_float64(std::string& bytes, std::size_t at, double d) {
+  if (at >= bytes.size() || bytes.size() - at < 9 || static_cast<unsigned char>(bytes[at]) != 0xcb) return false;
+  char buf[9];
+  float64_bytes(d, buf);
+  std::memcpy(bytes.data() + at, buf, sizeof buf);
+  return true;
 }
 
 }  // namespace d2k::protocol

@@ -83,4 +83,17 @@ std::optional<std::uint64_t> peek_request_id(std::string_view bytes, std::size_t
 // Value → bytes. Maps, arrays, strings, booleans, null, integers (unsigned when >= 0), doubles.
 std::string encode(const Value& value);
 
+// encode(value), and the offset in those bytes where the node `mark` (a pointer into `value`)
+// begins; npos when `mark` is not inside `value`. For a reply encoded once and sent many times
+// with one field changed in place (observe's clock, overwrite_float64).
+struct Marked {
+  std::string bytes;
+  std::size_t at = std::string::npos;
+};
+Marked encode_marked(const Value& value, const Value* mark);
+
+// Writes `d` over the float64 (0xcb and 8 bytes, how encode writes every double) at bytes[at];
+// false, changing nothing, when there is none there.
+bool overwrite_float64(std::string& bytes, std::size_t at, double d);
+
 }  // namespace d2k::protocol

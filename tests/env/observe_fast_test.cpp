@@ -64,3 +64,35 @@ TEST_CASE("observe from the cache sees every change and the clock", "[server][ob
   c.close(s);
   CHECK_THROWS(c.observe(s));
 }
+
+TEST_CASE("observe from the cache: info and the end of the episode follow every change", "[server][observe]") {
+  TestServer srv(unrecorded_config());
+  Client c(srv.endpoint);
+  const std::string s = c.reset("vector_add", 1, 11, {{"max_steps", 2}})["session"].get<std::string>();
+  Value first = c.observe(s);  // cached here, info included
+  CHECK(first["info"]["total_reward"] == 0.0);
+  CHECK(first["info"]["end_reason"].is_null());
+  CHECK(first["info"]["seed"] == 11);
+  CHECK(first["observation"]["budget"]["seconds_used"].is_number_float());
+  // A compile that fails changes the reward: the next observe's info says so.
+  c.step(s, {{"type", "write_file"}, {"path", "kernel.cu"}, {"content", "this is not CUDA\n"}});
+  c.observe(s);
+  Value failed = c.step(s, {{"type", "compile"}});
+  Value after = c.observe(s);
+  CHECK(after["info"]["total_reward"] == failed["info"]["total_reward"]);
+  CHECK(after["info"]["total_reward"].get<double>() != 0.0);
+  // The second step used the budget: the episode ended, and observe shows it in both places.
+  CHECK(after["observation"]["done"] == true);
+  CHECK(after["observation"]["end_reason"] == "step_budget");
+  CHECK(after["info"]["end_reason"] == "step_budget");
+  CHECK(after["info"] == failed["info"]);
+  // Served again from the cache, only the clock and the id move.
+  Value again = c.observe(s);
+  CHECK(again["id"] == c.last_id());
+  CHECK(again["observation"]["budget"]["seconds_used"].get<double>() >=
+        after["observation"]["budget"]["seconds_used"].get<double>());
+  again["observation"]["budget"].erase("seconds_used");
+  after["observation"]["budget"].erase("seconds_used");
+  CHECK(again["observation"] == after["observation"]);
+  CHECK(again["info"] == after["info"]);
+}

@@ -358,3 +358,25 @@ TEST_CASE("seeded random bytes and mutations give a value or a typed Error, noth
   CHECK(refused > 1000);  // the generator does produce hostile input
   CHECK(decoded > 100);   // and some that decodes
 }
+
+TEST_CASE("encode_marked finds a node's bytes; overwrite_float64 changes that double and nothing else") {
+  Value v = {{"a", {{"b", 1}, {"clock", 0.5}, {"z", "text"}}}, {"files", {{"k.cu", std::string(300, 'x')}}}};
+  const Value* clock = &v["a"]["clock"];
+  d2k::protocol::Marked m = d2k::protocol::encode_marked(v, clock);
+  CHECK(m.bytes == encode(v));
+  REQUIRE(m.at != std::string::npos);
+  CHECK(static_cast<unsigned char>(m.bytes[m.at]) == 0xcb);
+  CHECK(d2k::protocol::overwrite_float64(m.bytes, m.at, 1234.25));
+  v["a"]["clock"] = 1234.25;
+  CHECK(m.bytes == encode(v));                   // the same bytes as encoding the changed value
+  CHECK(decode(m.bytes, Limits{}) == v);
+  Value other = 1.0;
+  CHECK(d2k::protocol::encode_marked(v, &other).at == std::string::npos);  // not inside: no offset
+  CHECK(d2k::protocol::encode_marked(v, &v).at == 0);
+  // Not at a float64: refused, nothing written.
+  const std::string before = m.bytes;
+  CHECK_FALSE(d2k::protocol::overwrite_float64(m.bytes, m.at + 1, 2.0));
+  CHECK_FALSE(d2k::protocol::overwrite_float64(m.bytes, std::string::npos, 2.0));
+  CHECK_FALSE(d2k::protocol::overwrite_float64(m.bytes, m.bytes.size() - 4, 2.0));
+  CHECK(m.bytes == before);
+}
