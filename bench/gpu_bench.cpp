@@ -235,7 +235,8 @@ int main(int argc, char** argv) {
   if (!::mkdtemp(state_buf)) return 1;
   const fs::path state = state_buf;
 
-  // The chosen tasks in a tasks dir of their own (links), so each server prepares only those.
+  // The chosen tasks in a tasks dir of their own (copies: the loader refuses a task folder that is a
+  // symlink), so each server prepares only those.
   d2k::tasks::TaskSet all = d2k::tasks::load_tasks(D2K_TASKS_DIR);
   const fs::path tasks_dir = state / "tasks";
   fs::create_directories(tasks_dir);
@@ -243,15 +244,21 @@ int main(int argc, char** argv) {
   const std::vector<std::string> asked = split(tasks_arg);
   for (const auto& t : all.tasks)
     if (tasks_arg == "all" || std::find(asked.begin(), asked.end(), t.id) != asked.end()) {
-      fs::create_directory_symlink(t.dir, tasks_dir / t.id);
+      fs::copy(t.dir, tasks_dir / t.id, fs::copy_options::recursive);
       chosen.push_back(t.id);
     }
   for (const auto& t : split(throughput_arg))
     if (std::find(chosen.begin(), chosen.end(), t) == chosen.end() && all.find(t)) {
-      fs::create_directory_symlink(all.find(t)->dir, tasks_dir / t);
+      fs::copy(all.find(t)->dir, tasks_dir / t, fs::copy_options::recursive);
       chosen.push_back(t);
     }
   d2k::tasks::TaskSet tasks = d2k::tasks::load_tasks(tasks_dir);
+  for (const auto& e : tasks.errors) std::printf("bench_gpu: task %s: %s\n", e.file.c_str(), e.what());
+  if (tasks.tasks.size() != chosen.size()) {
+    std::printf("bench_gpu: %zu of %zu chosen task(s) loaded; nothing measured\n", tasks.tasks.size(), chosen.size());
+    fs::remove_all(state);
+    return 1;
+  }
 
   const auto cfg = server_config(state / "server", tasks_dir, "s");
   std::time_t now = std::time(nullptr);
