@@ -1,0 +1,80 @@
+# Rewrites tasks/w4a16_gemm/experts/L3.cu (adapted from tasks/gemm_skinny/bench's) for the CPU emulation (after cuda_cpu_prep.py has
+# rewritten the launches): each inline-PTX statement becomes a call of the emulation in
+# cuda_cpu_extra.hpp with the same operands. mbarriers get their PTX semantics (arrival count,
+# transaction bytes, phase parity), the 2-D TMA copy writes the box with the 128-byte swizzle and
+# zero fill (bf16 and uint8 maps), ld.shared (32 and 128 bits) reads the (swizzled) shared buffer,
+# lop3, prmt and fma.rn.bf16x2 compute what the PTX ISA says, mma.sync m16n8k16 gathers the warp's
+# fragments in the PTX ISA's layout and multiplies. The emulation encodes our reading of the PTX
+# ISA; the hardware's agreement is checked on the H200 (`d2k verify-tasks`). Prints to stdout.
+import re
+import sys
+
+s = sys.stdin.read()
+s = s.replace("extern __shared__ unsigned char smem_raw[];", "unsigned char* smem_raw = d2k_dyn_smem();")
+
+
+def match_paren(text, open_pos):
+    depth = 0
+    for q in range(open_pos, len(text)):
+        if text[q] == "(":
+            depth += 1
+        elif text[q] == ")":
+            depth -= 1
+            if depth == 0:
+                return q
+    raise ValueError("unbalanced")
+
+
+def operands(inner):
+    """The expressions of the "c"(expr) operands of an asm statement's argument text, in order."""
+    ops, pos = [], 0
+    rx = re.compile(r'"[=+]?[rlfhn]"\s*\(')
+    while True:
+        m = rx.search(inner, pos)
+        if not m:
+            return ops
+        close = match_paren(inner, m.end() - 1)
+        ops.append(inner[m.end():close].strip())
+        pos = close + 1
+
+
+out, i = [], 0
+while True:
+    j = s.find("asm volatile(", i)
+    if j < 0:
+        out.append(s[i:])
+        break
+    q = match_paren(s, j + len("asm volatile"))
+    inner = s[j + len("asm volatile("):q]
+    ops = operands(inner)
+    if "mbarrier.init" in inner:
+        count = ops[1] if len(ops) > 1 else re.search(r"\],\s*(\d+);", inner).group(1)
+        rep = "emu_mbar_init(%s, %s)" % (ops[0], count)
+    elif "try_wait" in inner:
+        rep = "%s = emu_mbar_test(%s, %s)" % (ops[0], ops[1], ops[2])
+    elif "expect_tx" in inner:
+        rep = "emu_mbar_expect_tx(%s, %s)" % (ops[0], ops[1])
+    elif "mbarrier.arrive" in inner:
+        rep = "emu_mbar_arrive(%s)" % ops[0]
+    elif "cp.async.bulk.tensor.2d" in inner:
+        rep = "emu_tma_load_2d(%s)" % ", ".join(ops)
+    elif "ld.shared.v4.b32" in inner:
+        rep = "emu_lds128(%s, %s, %s, %s, %s)" % (ops[4], ops[0], ops[1], ops[2], ops[3])
+    elif "lop3.b32" in inner and "0xea" in inner:
+        rep = "%s = emu_lop3_ea(%s, %s, %s)" % tuple(ops)
+    elif "prmt.b32" in inner:
+        rep = "%s = emu_prmt(%s, %s, %s)" % tuple(ops)
+    elif "fma.rn.bf16x2" in inner:
+        rep = "%s = emu_fma_bf16x2(%s, %s, %s)" % tuple(ops)
+    elif "ld.shared.b32" in inner:
+        rep = "%s = emu_lds32(%s)" % (ops[0], ops[1])
+    elif "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in inner:
+        rep = "emu_mma_m16n8k16(%s)" % ", ".join(ops)
+    elif "fence." in inner or "prefetch.tensormap" in inner:
+        rep = "(void)0"
+    else:
+        raise SystemExit("emulate_l3.py: no emulation for: " + inner[:120])
+    out.append(s[i:j])
+    out.append(rep)
+    i = q + 1
+sys.stdout.write("".join(out))
