@@ -78,8 +78,14 @@ class NvmlSampler {
     posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     const std::string index = std::to_string(gpu);
-    const char* argv[] = {"nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                          "-i", index.c_str(), "-lms", "200", nullptr};
+    const char* argv[] = {"nvidia-smi",
+                          "--query-gpu=utilization.gpu",
+                          "--format=csv,noheader,nounits",
+                          "-i",
+                          index.c_str(),
+                          "-lms",
+                          "200",
+                          nullptr};
     if (::posix_spawnp(&pid_, "nvidia-smi", &fa, nullptr, const_cast<char* const*>(argv), environ) != 0) pid_ = -1;
     posix_spawn_file_actions_destroy(&fa);
     ::close(fds[1]);
@@ -187,7 +193,8 @@ Session open_session(d2k::Client& c, const d2k::tasks::Task& task, std::uint64_t
   Session s;
   s.main_file = task.main_file;
   s.source = read(fs::exists(task.expert_path(3)) ? task.expert_path(3) : task.reference_path());
-  s.id = c.reset(task.id, 3, seed, {{"max_evaluations", 1000000}, {"max_steps", 1000000}})["session"].get<std::string>();
+  s.id =
+      c.reset(task.id, 3, seed, {{"max_evaluations", 1000000}, {"max_steps", 1000000}})["session"].get<std::string>();
   return s;
 }
 
@@ -221,13 +228,20 @@ int main(int argc, char** argv) {
   std::string sessions_arg = "8,32,64", tasks_arg = "vector_add,softmax", throughput_arg = "vector_add,softmax",
               only = "dabc";
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--runs-b")) runs_b = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--sessions")) sessions_arg = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--tasks")) tasks_arg = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--throughput")) throughput_arg = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
+    if (!std::strcmp(argv[i], "--runs"))
+      runs = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--runs-b"))
+      runs_b = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--sessions"))
+      sessions_arg = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--seconds"))
+      seconds = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--tasks"))
+      tasks_arg = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--throughput"))
+      throughput_arg = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--only"))
+      only = argv[i + 1];
   }
   auto want = [&](char part) { return only.find(part) != std::string::npos; };
   d2k::env::set_log_level("warn");
@@ -271,11 +285,13 @@ int main(int argc, char** argv) {
     fs::remove_all(state);
     return 0;
   }
-  std::printf("bench_gpu %s on %s; tasks: %s\n", date, note.c_str(), [&] {
-    std::string s;
-    for (const auto& t : chosen) s += (s.empty() ? "" : ",") + t;
-    return s;
-  }().c_str());
+  std::printf("bench_gpu %s on %s; tasks: %s\n", date, note.c_str(),
+              [&] {
+                std::string s;
+                for (const auto& t : chosen) s += (s.empty() ? "" : ",") + t;
+                return s;
+              }()
+                  .c_str());
   std::fflush(stdout);
 
   // (d) time to ready, fresh and then persisted.
@@ -325,11 +341,11 @@ int main(int argc, char** argv) {
     mean /= static_cast<double>(std::max<std::size_t>(1, medians.size()));
     for (double m : medians) var += (m - mean) * (m - mean);
     double cv = medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0;
-    std::printf("(a) timing stability, vector_add L3 on pow2_64m, %zu fresh runners: median of medians %.1f us, "
-                "min %.1f, max %.1f, CV of the medians %.2f%%; evaluator total median %.3f s\n",
-                medians.size(), median(medians),
-                medians.empty() ? 0 : *std::min_element(medians.begin(), medians.end()),
-                medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), 100 * cv, median(total));
+    std::printf(
+        "(a) timing stability, vector_add L3 on pow2_64m, %zu fresh runners: median of medians %.1f us, "
+        "min %.1f, max %.1f, CV of the medians %.2f%%; evaluator total median %.3f s\n",
+        medians.size(), median(medians), medians.empty() ? 0 : *std::min_element(medians.begin(), medians.end()),
+        medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), 100 * cv, median(total));
     std::printf("    ncu comparison: not done (see bench/README.md)\n");
     std::fflush(stdout);
   }
@@ -357,8 +373,8 @@ int main(int argc, char** argv) {
         rt.push_back(since(t));
         if (i == runs_b / 2 || i == 0) cached_last = r["observation"]["last"];
       }
-      std::printf("  %-20s cached %.3f s p50 of %d (min %.3f, max %.3f)  %s  [%s]\n", id.c_str(), median(rt),
-                  runs_b, rt.empty() ? 0 : *std::min_element(rt.begin(), rt.end()),
+      std::printf("  %-20s cached %.3f s p50 of %d (min %.3f, max %.3f)  %s  [%s]\n", id.c_str(), median(rt), runs_b,
+                  rt.empty() ? 0 : *std::min_element(rt.begin(), rt.end()),
                   rt.empty() ? 0 : *std::max_element(rt.begin(), rt.end()),
                   cached_last.value("ok", false) ? "ok" : cached_last["error"].value("code", std::string("?")).c_str(),
                   phases_text(cached_last).c_str());
@@ -378,23 +394,32 @@ int main(int argc, char** argv) {
         const Value before = sc.stats();
         NvmlSampler nvml(0);
         std::atomic<int> done{0}, failed{0}, misses{0};
+        std::mutex errors_mu;
+        std::string first_error;
         std::vector<std::thread> clients;
         const auto t0 = steady_clock::now();
         const auto stop_at = t0 + duration_cast<steady_clock::duration>(duration<double>(seconds));
         for (int s = 0; s < sessions; ++s)
           clients.emplace_back([&, s] {
-            d2k::Client c(server->server->endpoint());
-            Session sess = open_session(c, *task, static_cast<std::uint64_t>(s));
-            write_source(c, sess, "session " + std::to_string(s));
-            const bool fresh_each_time = s % 2 == 1;  // half the sessions: a compile miss each time
-            for (int n = 0; steady_clock::now() < stop_at; ++n) {
-              if (fresh_each_time) write_source(c, sess, "session " + std::to_string(s) + " edit " + std::to_string(n));
-              Value r = c.step(sess.id, {{"type", "evaluate"}});
-              const Value& last = r["observation"]["last"];
-              (last.value("ok", false) ? done : failed)++;
-              if (last.contains("compile") && !last["compile"].value("cached", true)) ++misses;
+            try {
+              d2k::Client c(server->server->endpoint());
+              Session sess = open_session(c, *task, static_cast<std::uint64_t>(s));
+              write_source(c, sess, "session " + std::to_string(s));
+              const bool fresh_each_time = s % 2 == 1;  // half the sessions: a compile miss each time
+              for (int n = 0; steady_clock::now() < stop_at; ++n) {
+                if (fresh_each_time)
+                  write_source(c, sess, "session " + std::to_string(s) + " edit " + std::to_string(n));
+                Value r = c.step(sess.id, {{"type", "evaluate"}});
+                const Value& last = r["observation"]["last"];
+                (last.value("ok", false) ? done : failed)++;
+                if (last.contains("compile") && !last["compile"].value("cached", true)) ++misses;
+              }
+              c.close(sess.id);
+            } catch (const std::exception& e) {  // a client error ends this session's loop, not the bench
+              ++failed;
+              std::lock_guard lock(errors_mu);
+              if (first_error.empty()) first_error = e.what();
             }
-            c.close(sess.id);
           });
         for (auto& t : clients) t.join();
         const double elapsed = since(t0);
@@ -406,15 +431,16 @@ int main(int argc, char** argv) {
         const double timed = g1.value("timed_s", 0.0) - g0.value("timed_s", 0.0);
         const double occupancy = g1.value("queue_occupancy", 0.0) * after.value("uptime_s", 0.0) -
                                  g0.value("queue_occupancy", 0.0) * before.value("uptime_s", 0.0);
-        std::printf("(c) %-12s %2d sessions, %.0f s: %d ok, %d failed (%d compile misses) -> %.0f evaluations/hour; "
-                    "GPU: runner time %.1f%%, timed loops %.1f%%, queue occupancy %.1f%%, NVML utilisation %s\n",
-                    id.c_str(), sessions, elapsed, done.load(), failed.load(), misses.load(),
-                    3600.0 * done.load() / elapsed, 100 * busy / elapsed, 100 * timed / elapsed,
-                    100 * occupancy / elapsed,
-                    util_samples ? (std::to_string(static_cast<int>(std::lround(util))) + "% mean of " +
-                                    std::to_string(util_samples) + " samples")
-                                       .c_str()
-                                 : "n/a (no nvidia-smi)");
+        std::printf(
+            "(c) %-12s %2d sessions, %.0f s: %d ok, %d failed (%d compile misses) -> %.0f evaluations/hour; "
+            "GPU: runner time %.1f%%, timed loops %.1f%%, queue occupancy %.1f%%, NVML utilisation %s\n",
+            id.c_str(), sessions, elapsed, done.load(), failed.load(), misses.load(), 3600.0 * done.load() / elapsed,
+            100 * busy / elapsed, 100 * timed / elapsed, 100 * occupancy / elapsed,
+            util_samples ? (std::to_string(static_cast<int>(std::lround(util))) + "% mean of " +
+                            std::to_string(util_samples) + " samples")
+                               .c_str()
+                         : "n/a (no nvidia-smi)");
+        if (!first_error.empty()) std::printf("    first client error: %s\n", first_error.c_str());
         std::fflush(stdout);
       }
     }
