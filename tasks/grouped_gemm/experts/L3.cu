@@ -4,7 +4,8 @@
 // tile) by a binary search. A producer warpgroup TMA-loads 128x64 X / 256x64 W_g tiles (128B
 // swizzle; X as T x K and W as (G*N) x K: two tensor maps serve every group) into a 4-stage
 // mbarrier ring; two consumer warpgroups run wgmma m64n256k16 into fp32 registers; the epilogue
-// TMA-stores bf16 Y for 64-row halves inside the group (N % 8 == 0), else masked direct stores.
+// TMA-stores bf16 Y for 64-row halves inside the group (N % 8 == 0), else masked direct stores; a
+// half that lies wholly past its group's end skips its MMAs.
 // sm_90a, K % 8 == 0, G <= 1024.
 #include <cstdint>
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder comes from the runtime's entry point
@@ -287,6 +288,20 @@ grouped_gemm_wgmma(const __grid_constant__ CUtensorMap tma_a, const __grid_const
     for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
       const Tile t = tile_at(tile, tiles_m, tiles_n, table, G, offsets);
       const int n0 = t.n0;
+      if (t.m0 + consumer * 64 >= t.m_end) {
+        // The group ends in the tile's first half: this half would only compute rows of the next
+        // group, which are never stored. Skip its MMAs (the tensor cores serve the other half
+        // alone) but keep the ring's protocol: wait for each stage, release it.
+        for (int kt = 0; kt < num_k; ++kt) {
+          mbar_wait(smem_addr(&full_bar[stage]), phase);
+          if (ltid == 0) mbar_arrive(smem_addr(&empty_bar[stage]));
+          if (++stage == kStages) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+        continue;
+      }
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
 
@@ -324,8 +339,7 @@ grouped_gemm_wgmma(const __grid_constant__ CUtensorMap tma_a, const __grid_const
       // m64nNk16: warp w owns rows 16w..16w+15; acc[4j + 2h + c] is row lane/4 + 8h, column
       // 8j + 2*(lane%4) + c. This consumer's 64 rows start at r0; only rows before the group's end
       // are written (the rest belong to the next group).
-      const int r0 = t.m0 + consumer * 64;
-      if (r0 >= t.m_end) continue;  // the whole half is past the group (uniform in the warpgroup)
+      const int r0 = t.m0 + consumer * 64;  // < t.m_end (checked before the main loop)
       if (tma_store && r0 + 64 <= t.m_end) {
         // Stage 64 x kEpiCols of bf16 Y in shared memory as 64-column boxes of 64 rows x 128 B,
         // 128B-swizzled (16-byte chunk q of row r at chunk q ^ (r % 8): the 8 rows a warp writes
@@ -333,6 +347,7 @@ grouped_gemm_wgmma(const __grid_constant__ CUtensorMap tma_a, const __grid_const
         const uint32_t cbuf = ring + kStages * kStageBytes + consumer * kEpiBytes;
 #pragma unroll
         for (int pass = 0; pass < 256 / kEpiCols; ++pass) {
+          if (n0 + pass * kEpiCols >= N) break;  // no columns left (uniform in the warpgroup)
           if (ltid == 0) bulk_wait_read();  // the previous stores no longer read the buffer
           warpgroup_bar(1 + consumer);
 #pragma unroll
