@@ -15,7 +15,7 @@ namespace {
 constexpr int kBM = 128, kBN = 128, kBK = 64;  // kBK bf16 = 128 bytes per tile row
 constexpr int kStages = 4;
 constexpr int kThreads = 256;
-constexpr int kTileBytes = kBM * kBK;           // 16 KiB (A and B tiles are the same size)
+constexpr int kTileBytes = kBM * kBK * 2;       // 16 KiB: 128 rows x 128 bytes (X and W tiles alike)
 constexpr int kStageBytes = 2 * kTileBytes;     // A tile, then B tile
 constexpr int kSmemBytes = kStages * kStageBytes;  // 128 KiB
 constexpr int kGroupM = 8;                      // tile rows per rasterization band
