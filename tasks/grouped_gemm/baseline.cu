@@ -33,7 +33,7 @@ extern "C" int d2k_grouped_gemm(const __nv_bfloat16* X, const __nv_bfloat16* W, 
   const int64_t gx = (N + 15) / 16;
   const int64_t gy = (T + 15) / 16;
   if (gx > 0x7fffffff || gy > 65535) return static_cast<int>(cudaErrorInvalidValue);
-  grouped_gemm_naive<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), block, 0, stream>>>(
-      X, W, offsets, Y, T, G, N, K);
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  grouped_gemm_naive<<<grid, block, 0, stream>>>(X, W, offsets, Y, T, G, N, K);
   return static_cast<int>(cudaGetLastError());
 }

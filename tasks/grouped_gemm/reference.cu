@@ -70,7 +70,8 @@ extern "C" int d2k_grouped_gemm(const __nv_bfloat16* X, const __nv_bfloat16* W, 
   const int64_t gx = (N + kT - 1) / kT;
   const int64_t gy = (T + kT - 1) / kT + G;  // at least the number of 64-row tiles of all groups
   if (gx > 0x7fffffff || gy > 65535) return static_cast<int>(cudaErrorInvalidValue);
-  grouped_gemm_reference<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(16, 16), 0,
-                           stream>>>(X, W, offsets, Y, G, N, K);
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  const dim3 block(16, 16);
+  grouped_gemm_reference<<<grid, block, 0, stream>>>(X, W, offsets, Y, G, N, K);
   return static_cast<int>(cudaGetLastError());
 }

@@ -156,7 +156,7 @@ extern "C" int d2k_grouped_gemm(const __nv_bfloat16* X, const __nv_bfloat16* W, 
   const int64_t gx = (N + kTile - 1) / kTile;
   const int64_t gy = (T + kTile - 1) / kTile + G;  // >= the 64-row tiles of all groups together
   if (gx > 0x7fffffff || gy > 65535) return static_cast<int>(cudaErrorInvalidValue);
-  grouped_gemm_tiled<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), kThreads, 0,
-                       stream>>>(X, W, offsets, Y, G, N, K);
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  grouped_gemm_tiled<<<grid, kThreads, 0, stream>>>(X, W, offsets, Y, G, N, K);
   return static_cast<int>(cudaGetLastError());
 }

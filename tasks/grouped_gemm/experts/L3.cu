@@ -291,9 +291,13 @@ grouped_gemm_wgmma(const __grid_constant__ CUtensorMap tma_a, const __grid_const
       if (t.m0 + consumer * 64 >= t.m_end) {
         // The group ends in the tile's first half: this half would only compute rows of the next
         // group, which are never stored. Skip its MMAs (the tensor cores serve the other half
-        // alone) but keep the ring's protocol: wait for each stage, release it.
+        // alone) but keep the ring's protocol: wait for each stage, release it. The warpgroup
+        // barrier keeps every thread's view of the stage's phase in step before the release (no
+        // wgmma synchronises the warps here): a thread still waiting for this fill after the
+        // producer refilled the stage would see the parity flip back and wait forever.
         for (int kt = 0; kt < num_k; ++kt) {
           mbar_wait(smem_addr(&full_bar[stage]), phase);
+          warpgroup_bar(1 + consumer);
           if (ltid == 0) mbar_arrive(smem_addr(&empty_bar[stage]));
           if (++stage == kStages) {
             stage = 0;
