@@ -69,17 +69,23 @@ def main():
         big = flops > 1e9
         t_dnn = timeit(lambda: F.conv2d(xv, wv, padding=r // 2)) if big else 0.0
         shape = "%dx%dx%dx%d->%d R%d" % (b, h, w, c, k, r)
-        print("%-26s cudnn %9.1f us %6.1f TF/s" % (shape, t_dnn, flops / t_dnn / 1e6 if t_dnn else 0), flush=True)
+        line = ["%-25s dnn %7.1fus %4.0fTF" % (shape, t_dnn, flops / t_dnn / 1e6 if t_dnn else 0)]
+        notes = []
         for name, f in libs:
             y = torch.full((b, h, w, k), float("nan"), dtype=torch.bfloat16, device=dev)
 
             def call():
                 return f(x.data_ptr(), wt.data_ptr(), y.data_ptr(), b, h, w, c, k, r, stream.cuda_stream)
 
-            rc = call()
-            torch.cuda.synchronize()
+            try:
+                rc = call()
+                torch.cuda.synchronize()
+            except Exception as e:  # a fault is sticky: report what ran and stop
+                line.append("%s FAULT" % name)
+                print(" | ".join(line) + "\n  %s: %s" % (name, str(e)[:200]), flush=True)
+                return 1
             if rc != 0:
-                print("  %-8s rc=%d" % (name, rc), flush=True)
+                line.append("%s rc=%d" % (name, rc))
                 bad += 1
                 continue
             yf = y.float()
@@ -87,17 +93,21 @@ def main():
             lim = ATOL + RTOL * ref.abs()
             nbad = int((~(err <= lim)).sum())
             worst = float(torch.nan_to_num(err, nan=1e30).max())
-            where = ""
             if nbad:
                 bad += 1
                 i = int(torch.nonzero((~(err <= lim)).reshape(-1))[0])
                 pix, ch = divmod(i, k)
                 nn, rem = divmod(pix, h * w)
-                where = " first bad n=%d h=%d w=%d k=%d got %r want %r" % (
-                    nn, rem // w, rem % w, ch, float(yf.reshape(-1)[i]), float(ref.reshape(-1)[i]))
-            t = timeit(call) if big and not nbad and name != "baseline" else 0.0
-            print("  %-8s bad %7d max|err| %.3g  %9.1f us %6.1f TF/s %5.2fx cudnn%s" % (
-                name, nbad, worst, t, flops / t / 1e6 if t else 0, t_dnn / t if t else 0, where), flush=True)
+                notes.append("  %s: %d bad, max|err| %.3g, first n=%d h=%d w=%d k=%d got %r want %r" % (
+                    name, nbad, worst, nn, rem // w, rem % w, ch, float(yf.reshape(-1)[i]),
+                    float(ref.reshape(-1)[i])))
+                line.append("%s BAD" % name)
+                continue
+            t = timeit(call) if big else 0.0
+            line.append("%s %.1fus %.2fx" % (name, t, t_dnn / t) if t else "%s ok %.2g" % (name, worst))
+        print(" | ".join(line), flush=True)
+        for n in notes:
+            print(n, flush=True)
         del x, wt, ref
         torch.cuda.empty_cache()
     print("check.py: %s" % ("all correct" if bad == 0 else "%d failures" % bad))
