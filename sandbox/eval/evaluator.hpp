@@ -209,6 +209,9 @@ struct EvalResult {
   PhaseTimes phases;
   std::string runner_output;                  // the candidate runner's stdout/stderr (capped)
   std::string launches_error;                 // why launch records are missing (when requested)
+  // GPU-resident path: how the candidate mapped the owner's input arena ("read": read-only,
+  // "readwrite": the driver refused read-only; "": no arena, the host path or no timed workload).
+  std::string input_arena;
   // When an earlier run of this evaluation was flagged on the parent's clock and re-run
   // (EvalConfig::clock_flag_retries): its message, for diagnosis (empty: no retry).
   std::string retried_flag;

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -215,4 +216,117 @@ TEST_CASE("gpu-resident: a pool's wait_started waits for spares still starting, 
   pool.hold(true);
   CHECK(pool.wait_started(std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
   pool.hold(false);
+}
+
+namespace {
+const d2k::tasks::Task& spmv_csr() {
+  static const d2k::tasks::Task t = d2k::tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "spmv_csr");
+  return t;
+}
+std::vector<const d2k::tasks::Workload*> all_workloads(const d2k::tasks::Task& t) {
+  std::vector<const d2k::tasks::Workload*> v;
+  for (const auto& w : t.workloads) v.push_back(&w);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("class 11: the agent runner's go line holds no key; a keyless runner refuses a key", "[runner][resident][threat]") {
+  const std::uint64_t key = 0x9E3779B97F4A7C15ull;  // 11400714819323198485
+  // GPU-resident with an input arena: the line to the agent runner names the workload and the
+  // warm-up count only; the key goes to the owner in its fill line.
+  const std::string go = phase_line(2, std::nullopt, 4);
+  CHECK(go.find("key") == std::string::npos);
+  CHECK(go.find(std::to_string(key)) == std::string::npos);
+  const std::string fill = arena_fill_line(2, key, 17);
+  CHECK(fill.find(std::to_string(key)) != std::string::npos);
+  const PhaseStart s = parse_phase_line(go, 2, true, 5);
+  CHECK_FALSE(s.key.has_value());
+  CHECK(s.warmup == 4);
+  // A keyless runner refuses a line that carries a key (its process must never hold one), a go for
+  // another workload and a warm-up count beyond its layout.
+  CHECK(code([&] { parse_phase_line(phase_line(2, key, 4), 2, true, 5); }) == "bad_job");
+  CHECK(code([&] { parse_phase_line(R"({"go":2,"warmup":4,"key":1})", 2, true, 5); }) == "bad_job");
+  CHECK(code([&] { parse_phase_line(phase_line(1, std::nullopt, 4), 2, true, 5); }) == "bad_job");
+  CHECK(code([&] { parse_phase_line(phase_line(2, std::nullopt, 6), 2, true, 5); }) == "bad_job");
+  CHECK(code([&] { parse_phase_line("not json", 2, true, 5); }) == "bad_job");
+  // The host path keeps its key (no arena there): the line carries it, a go line is refused.
+  const PhaseStart h = parse_phase_line(phase_line(2, key, 3), 2, false, 5);
+  REQUIRE(h.key.has_value());
+  CHECK(*h.key == key);
+  CHECK(h.warmup == 3);
+  CHECK(code([&] { parse_phase_line(go, 2, false, 5); }) == "bad_job");
+}
+
+TEST_CASE("class 11: the input arena holds every timed call's own inputs, aligned, for the largest phase",
+          "[runner][resident][threat]") {
+  Job job = make_job(vector_add(), all_workloads(vector_add()), {1, 2}, "/x.so", TimingSpec{});
+  std::uint64_t most = 0;
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) {
+    const ArenaPhase p = input_arena_phase(job, w);
+    const WireWorkload& wl = job.workloads[w];
+    if (!wl.time) {
+      CHECK(p.calls == 0);
+      CHECK(p.bytes == 0);
+      continue;
+    }
+    CHECK(p.calls == timed_call_slots(job, w));  // every warm-up a key may ask for and every sample
+    CHECK(p.bytes <= job.timing.batch_bytes);     // the batch budget bounds the arena as it did the batch
+    most = std::max(most, p.bytes);
+    // Each call's inputs: disjoint from every other call's and argument's, 256-byte aligned, inside.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+    for (int c = 0; c < p.calls; ++c)
+      for (std::size_t a = 0; a < wl.args.size(); ++a) {
+        if (wl.args[a].role != ArgRole::input) {
+          CHECK(p.arg_offset[a] == -1);
+          continue;
+        }
+        const std::uint64_t at = p.at(c, a), bytes = wl.args[a].count * dtype_size(wl.args[a].dtype);
+        CHECK(at % kArenaAlign == 0);
+        CHECK(at + bytes <= p.bytes);
+        spans.emplace_back(at, at + bytes);
+      }
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i) CHECK(spans[i - 1].second <= spans[i].first);
+  }
+  CHECK(most > 0);
+  CHECK(input_arena_bytes(job) == most);
+  // No timing, no arena.
+  job.timing.enabled = false;
+  CHECK(input_arena_bytes(job) == 0);
+
+  // A CSR structure is one host-built copy per phase, shared by its calls (their values differ).
+  const Job sp = make_job(spmv_csr(), all_workloads(spmv_csr()), {1}, "/x.so", TimingSpec{});
+  bool saw_csr = false;
+  for (std::size_t w = 0; w < sp.workloads.size(); ++w) {
+    const ArenaPhase p = input_arena_phase(sp, w);
+    if (p.calls < 2) continue;
+    for (std::size_t a = 0; a < sp.workloads[w].args.size(); ++a) {
+      if (p.arg_offset[a] < 0) continue;
+      if (p.shared[a]) {
+        saw_csr = true;
+        CHECK(p.at(0, a) == p.at(p.calls - 1, a));
+        CHECK(p.at(0, a) < p.shared_bytes);
+      } else {
+        CHECK(p.at(1, a) == p.at(0, a) + p.call_stride);
+        CHECK(p.at(0, a) >= p.shared_bytes);
+      }
+    }
+  }
+  CHECK(saw_csr);
+}
+
+TEST_CASE("class 11: the arena's size and mapping travel on the wire; only a slots user maps an arena",
+          "[runner][resident][wire][threat]") {
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0]};
+  Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  job.gpu_slots = SlotsRole::user;
+  job.gpu_slots_bytes = 2ull << 20;
+  job.input_arena_bytes = 6ull << 20;
+  CHECK(job_from_json(to_json(job)).input_arena_bytes == 6ull << 20);
+  job.gpu_slots = SlotsRole::owner;  // an owner makes the arena; it is never told to map one
+  CHECK(code([&] { job_from_json(to_json(job)); }) == "bad_job");
+  RunnerResult r;
+  r.input_arena = "read";
+  CHECK(result_from_json(to_json(r)).input_arena == "read");
+  CHECK(result_from_json(to_json(RunnerResult{})).input_arena.empty());
 }

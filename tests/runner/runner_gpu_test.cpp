@@ -174,6 +174,11 @@ TEST_CASE("gpu-resident: the expert is correct, timed and unflagged, every outpu
     if (g.timing) CHECK(g.timing->samples >= 10);
   }
   CHECK(gpu.phases.compare_s == 0);  // no comparison in the parent
+  // Class 11: the timed calls' inputs came from the owner's arena (no key in the agent runner); the
+  // host path keeps its key and has no arena.
+  CHECK((gpu.input_arena == "read" || gpu.input_arena == "readwrite"));
+  CHECK(host.input_arena.empty());
+  std::printf("gpu-resident expert: input arena mapped %s\n", gpu.input_arena.c_str());
 }
 
 // The two evaluations draw their own secret seeds, so the values differ; the index, the count and
