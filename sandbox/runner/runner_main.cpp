@@ -14,7 +14,9 @@
 //      through the output file; a trusted replay of the candidate's timed calls (reference only);
 //      then "timing_ready", the phase's key from the parent on stdin, one batch that makes every
 //      timed call's own inputs (from the key) and poisoned outputs, warm-up and timed samples
-//      (each an L2 flush and the call), and the samples' outputs handed over in one batch;
+//      (each an L2 flush and the call), and the samples' outputs handed over in one batch
+//      (GPU-resident: the owner makes the inputs in its input arena from the key, the agent runner
+//      gets a keyless go line and only poisons its outputs: class 11);
 //   8. "result" event, then _exit (the agent's static destructors never run).
 // Comparison with the reference happens in the parent, never here.
 #include <dlfcn.h>
