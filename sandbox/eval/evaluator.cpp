@@ -190,9 +190,6 @@ bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error) 
 // agent runner is frozen meanwhile); returns the seconds by which the snapshot was later than its
 // own copy time allows (agent GPU work still running after timing_end), or -1 with `error`.
 using SnapPhase = std::function<double(std::size_t w, int calls, std::string& error)>;
-// GPU-resident path with an input arena (class 11): has the owner make workload w's first `calls`
-// timed calls' inputs from `key` in its arena; false with `error` when it could not.
-using FillPhase = std::function<bool(std::size_t w, std::uint64_t key, int calls, std::string& error)>;
 
 RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
                    const SlotsHook& on_slots = {}, const std::vector<int>& pass_fds = {},
@@ -287,20 +284,15 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       const int warmup = draw_warmup(job.timing, fresh_secret());  // never in the job (class 1)
       o.keys[w] = key;
       o.warmups[w] = warmup;
-      if (fill_phase) {
-        // GPU-resident with an input arena: the key goes to the trusted owner, which makes every
-        // timed call's inputs in the arena; the agent runner gets a keyless go line (class 11).
-        std::string err;
-        if (!fill_phase(w, key, warmup + timed_slots(job, w), err)) {
-          o.failure = "arena";
-          o.detail = err;
-          o.proc->kill();
-          break;
-        }
-        o.timing_begin[w] = o.proc->send_line(phase_line(w, std::nullopt, warmup));
-      } else {
-        o.timing_begin[w] = o.proc->send_line(phase_line(w, key, warmup));
+      std::string err;
+      const double begin = release_phase(*o.proc, w, key, warmup, warmup + timed_slots(job, w), fill_phase, err);
+      if (!err.empty()) {
+        o.failure = "arena";
+        o.detail = err;
+        o.proc->kill();
+        break;
       }
+      o.timing_begin[w] = begin;
     } else if (name == "timing_end") {
       const auto w = ev.body.at("workload").get<std::size_t>();
       o.timing_end[w] = ev.t;
@@ -487,6 +479,18 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
     if (job.timing.enabled && w.time) timed += 1;
   const double budget = cfg.budget_factor * *reference_s + cfg.budget_constant_s + timed * 2 * job.timing.time_cap_s;
   return std::min(cfg.job_timeout_s, budget);
+}
+
+double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, int warmup, int calls,
+                     const FillPhase& fill, std::string& error) {
+  if (!fill) return runner.send_line(phase_line(w, key, warmup));
+  // GPU-resident with an input arena: the trusted owner makes every timed call's inputs from the
+  // key; the agent runner gets a keyless go line, only once they exist (class 11).
+  if (!fill(w, key, calls, error)) {
+    if (error.empty()) error = "the owner did not make the phase's inputs";
+    return -1;
+  }
+  return runner.send_line(phase_line(w, std::nullopt, warmup));
 }
 
 double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound) {

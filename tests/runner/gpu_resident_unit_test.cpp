@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "catch.hpp"
 #include "sandbox/eval/evaluator.hpp"
@@ -329,4 +330,90 @@ TEST_CASE("class 11: the arena's size and mapping travel on the wire; only a slo
   r.input_arena = "read";
   CHECK(result_from_json(to_json(r)).input_arena == "read");
   CHECK(result_from_json(to_json(RunnerResult{})).input_arena.empty());
+}
+
+TEST_CASE("class 11: what the parent writes on the agent runner's stdin holds no key on the resident path",
+          "[runner][resident][process][threat]") {
+  // A stand-in runner: says ready, then copies everything the parent writes on its stdin to a file
+  // (cat writes what it reads at once).
+  const auto dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "resident-stdin";
+  std::filesystem::create_directories(dir);
+  auto lines_of = [](const std::filesystem::path& p, std::size_t n) {  // once it holds n lines, at most 20 s
+    std::vector<std::string> lines;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+      lines.clear();
+      std::ifstream in(p);
+      for (std::string l; std::getline(in, l);) lines.push_back(l);
+      if (lines.size() >= n) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return lines;
+  };
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0], &vector_add().workloads[1]};
+  const Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  const std::uint64_t key = 0xD1B54A32D192ED03ull;
+  const std::string key_text = std::to_string(key);
+  for (const bool resident : {true, false}) {
+    INFO((resident ? "resident" : "host"));
+    const auto file = dir / (resident ? "resident.txt" : "host.txt");
+    const auto script = dir / (resident ? "resident.sh" : "host.sh");
+    std::filesystem::remove(file);
+    {
+      std::ofstream f(script);
+      f << "#!/bin/sh\necho '{\"event\":\"ready\",\"seq\":0}' >&3\nexec cat > '" << file.string() << "'\n";
+    }
+    std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+    auto proc = RunnerProcess::start({script, Mode::agent, -1, false});
+    REQUIRE(proc->wait_ready(std::chrono::seconds(20)));
+    proc->send_job(job);
+    // The owner's side, as the evaluator's fill hook: it alone receives the key.
+    std::vector<std::tuple<std::size_t, std::uint64_t, int>> filled;
+    const FillPhase fill = [&](std::size_t w, std::uint64_t k, int calls, std::string&) {
+      filled.emplace_back(w, k, calls);
+      return true;
+    };
+    std::string err;
+    CHECK(release_phase(*proc, 1, key, 3, 3 + timed_slots(job, 1), resident ? fill : FillPhase(), err) >= 0);
+    CHECK(err.empty());
+    const auto lines = lines_of(file, 2);
+    proc->kill();
+    proc->wait();
+    REQUIRE(lines.size() == 2);  // the job, then the phase's line
+    CHECK(lines[0].find(key_text) == std::string::npos);  // the job never holds a timed key
+    if (resident) {
+      CHECK(lines[1].find("key") == std::string::npos);
+      CHECK(lines[1].find(key_text) == std::string::npos);
+      CHECK_FALSE(parse_phase_line(lines[1], 1, true, 5).key.has_value());
+      REQUIRE(filled.size() == 1);
+      CHECK(std::get<0>(filled[0]) == 1);
+      CHECK(std::get<1>(filled[0]) == key);
+      CHECK(std::get<2>(filled[0]) == 3 + timed_slots(job, 1));
+    } else {  // the host path keeps its key line
+      CHECK(parse_phase_line(lines[1], 1, false, 5).key == key);
+      CHECK(filled.empty());
+    }
+  }
+  // An owner that cannot make the inputs: no line reaches the agent runner, the error says why.
+  const auto file = dir / "refused.txt";
+  const auto script = dir / "refused.sh";
+  std::filesystem::remove(file);
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\necho '{\"event\":\"ready\",\"seq\":0}' >&3\nexec cat > '" << file.string() << "'\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  auto proc = RunnerProcess::start({script, Mode::agent, -1, false});
+  REQUIRE(proc->wait_ready(std::chrono::seconds(20)));
+  proc->send_job(job);
+  std::string err;
+  CHECK(release_phase(*proc, 1, key, 3, 9, [](std::size_t, std::uint64_t, int, std::string& e) {
+    e = "out of memory";
+    return false;
+  }, err) < 0);
+  CHECK(err == "out of memory");
+  const auto lines = lines_of(file, 1);
+  proc->kill();
+  proc->wait();
+  CHECK(lines.size() == 1);  // the job only
 }
