@@ -284,8 +284,11 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       const int warmup = draw_warmup(job.timing, fresh_secret());  // never in the job (class 1)
       o.keys[w] = key;
       o.warmups[w] = warmup;
+      // Class 13: with launch records, one warm-up's launches are recorded too, drawn here.
+      const int record = job.record_launches && warmup > 0 ? static_cast<int>(fresh_secret() % static_cast<std::uint64_t>(warmup)) : -1;
       std::string err;
-      const double begin = release_phase(*o.proc, w, key, warmup, warmup + timed_slots(job, w), fill_phase, err);
+      const double begin =
+          release_phase(*o.proc, w, key, warmup, warmup + timed_slots(job, w), fill_phase, err, record);
       if (!err.empty()) {
         o.failure = "arena";
         o.detail = err;
@@ -482,15 +485,15 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
 }
 
 double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, int warmup, int calls,
-                     const FillPhase& fill, std::string& error) {
-  if (!fill) return runner.send_line(phase_line(w, key, warmup));
+                     const FillPhase& fill, std::string& error, int record) {
+  if (!fill) return runner.send_line(phase_line(w, key, warmup, record));
   // GPU-resident with an input arena: the trusted owner makes every timed call's inputs from the
   // key; the agent runner gets a keyless go line, only once they exist (class 11).
   if (!fill(w, key, calls, error)) {
     if (error.empty()) error = "the owner did not make the phase's inputs";
     return -1;
   }
-  return runner.send_line(phase_line(w, std::nullopt, warmup));
+  return runner.send_line(phase_line(w, std::nullopt, warmup, record));
 }
 
 double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound) {

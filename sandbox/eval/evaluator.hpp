@@ -313,10 +313,11 @@ using FillPhase = std::function<bool(std::size_t w, std::uint64_t key, int calls
 // The parent's answer to a timed phase's timing_ready (workload w, its key and warm-up count, the
 // phase's `calls` = warm-ups + sample slots). With `fill` (GPU-resident): the key goes to the owner
 // through it and the agent runner gets the keyless go line; without: the key line goes to the runner
-// (host path). Returns the time of the runner's line (the window's start, RunnerProcess::send_line),
-// or -1 with `error` when the owner could not make the inputs.
+// (host path). `record` >= 0: the warm-up whose launches are recorded (class 13), in the line.
+// Returns the time of the runner's line (the window's start, RunnerProcess::send_line), or -1 with
+// `error` when the owner could not make the inputs.
 double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, int warmup, int calls,
-                     const FillPhase& fill, std::string& error);
+                     const FillPhase& fill, std::string& error, int record = -1);
 // The most the candidate's tail may take, given the reference's end (result frame to reap).
 double tail_allowance_s(double reference_exit_s, const ParentBound& bound);
 

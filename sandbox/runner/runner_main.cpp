@@ -921,9 +921,26 @@ class Runner {
       wr.batch_in_s = seconds_since(t_batch);
       std::size_t next_call = 0;  // timed calls so far: warm-ups, then samples
       auto next = [&] { use(batch[next_call++]); };
+      // Class 13: with launch records, the launches of one warm-up (drawn by the parent, never in the
+      // job: a call with arena inputs, flushed like every other timed call, its time discarded) are
+      // recorded too: recording starts after its flush, stops once the device is idle, and the
+      // records are flushed only after the phase (nothing of CUPTI's inside the window but that).
+      bool recorded = false;
+      auto recorded_call = [&] {
+        std::string err;
+        if (!launches_.begin(err)) result_.launches_error = err;
+        call();
+      };
       for (int i = 0; i < warm; ++i) {
         next();
-        sample(call);
+        if (i == start.record && recording_launches()) {
+          sample(recorded_call);
+          std::string err;
+          if (result_.launches_error.empty() && !launches_.stop(err)) result_.launches_error = err;
+          recorded = result_.launches_error.empty();
+        } else {
+          sample(call);
+        }
         check_ret();
       }
       wr.timing = time_samples(call, check_ret, next, slots);
@@ -945,6 +962,12 @@ class Runner {
       t.throttled = clock_max > 0 && low > 0 && low < 0.85 * clock_max;
       if (t.throttled && std::find(result_.flags.begin(), result_.flags.end(), "throttled") == result_.flags.end())
         result_.flags.push_back("throttled");
+      if (recorded) {  // merged as a correctness call's launches are (merge_call_launches)
+        std::vector<LaunchRecord> recs;
+        std::string err;
+        if (!launches_.collect(recs, err)) result_.launches_error = err;
+        else if (wr.launches) merge_call_launches(*wr.launches, first_launches, recs);
+      }
       check_threads();
     }
     result_.workloads.push_back(std::move(wr));

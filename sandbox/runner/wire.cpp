@@ -299,9 +299,10 @@ std::uint64_t input_arena_bytes(const Job& job) {
   return most;
 }
 
-std::string phase_line(std::size_t w, std::optional<std::uint64_t> key, int warmup) {
-  if (key) return json{{"key", *key}, {"warmup", warmup}}.dump();
-  return json{{"go", w}, {"warmup", warmup}}.dump();
+std::string phase_line(std::size_t w, std::optional<std::uint64_t> key, int warmup, int record) {
+  json j = key ? json{{"key", *key}, {"warmup", warmup}} : json{{"go", w}, {"warmup", warmup}};
+  if (record >= 0) j["record"] = record;
+  return j.dump();
 }
 
 PhaseStart parse_phase_line(const std::string& line, std::size_t w, bool keyless, int max_warmup) {
@@ -316,6 +317,8 @@ PhaseStart parse_phase_line(const std::string& line, std::size_t w, bool keyless
   PhaseStart s;
   s.warmup = get<int>(j, "warmup", c);
   if (s.warmup < 0 || s.warmup > max_warmup) bad(c, "warm-up count out of the layout");
+  s.record = get_or<int>(j, "record", -1, c);
+  if (s.record < -1 || s.record >= s.warmup) bad(c, "recorded warm-up out of the phase");
   if (keyless) {
     // The inputs are in the arena already: a key here would be one the agent's process may read.
     if (j.contains("key")) bad(c, "a timing key sent to a runner that maps an input arena");

@@ -160,15 +160,17 @@ std::uint64_t input_arena_bytes(const Job& job);
 // The line the parent writes on the agent runner's stdin when a timed phase of workload w is due.
 // With a key (host path): {"key": k, "warmup": n}. Without (GPU-resident path with an input arena):
 // {"go": w, "warmup": n}, after the owner has made the phase's inputs; no key enters the agent's
-// process.
-std::string phase_line(std::size_t w, std::optional<std::uint64_t> key, int warmup);
+// process. `record` >= 0 (a job with launch records, class 13): the warm-up whose launches are
+// recorded, drawn by the parent in [0, warmup), added as "record".
+std::string phase_line(std::size_t w, std::optional<std::uint64_t> key, int warmup, int record = -1);
 struct PhaseStart {
   std::optional<std::uint64_t> key;
   int warmup = 0;
+  int record = -1;  // the warm-up whose launches are recorded; -1: none
 };
 // The runner's reading of that line: `keyless` (it maps an input arena) refuses a line with a key
 // and wants a go line for workload w; otherwise a key line is required. The warm-up count must lie
-// in [0, max_warmup]. Throws WireError("bad_job").
+// in [0, max_warmup], a recorded warm-up in [0, warmup). Throws WireError("bad_job").
 PhaseStart parse_phase_line(const std::string& line, std::size_t w, bool keyless, int max_warmup);
 // The parent's request to the owner: make `calls` timed calls' inputs of workload w from `key`.
 std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls);

@@ -417,3 +417,20 @@ TEST_CASE("class 11: what the parent writes on the agent runner's stdin holds no
   proc->wait();
   CHECK(lines.size() == 1);  // the job only
 }
+
+TEST_CASE("class 13: the recorded warm-up travels in the phase's line, never in the job, and stays in the phase",
+          "[runner][resident][threat]") {
+  const std::uint64_t key = 42;
+  for (const bool keyless : {true, false}) {
+    const std::optional<std::uint64_t> k = keyless ? std::nullopt : std::optional<std::uint64_t>(key);
+    CHECK(parse_phase_line(phase_line(0, k, 4, 2), 0, keyless, 5).record == 2);
+    CHECK(parse_phase_line(phase_line(0, k, 4), 0, keyless, 5).record == -1);  // no launch records asked
+    CHECK(phase_line(0, k, 4).find("record") == std::string::npos);
+    CHECK(code([&] { parse_phase_line(phase_line(0, k, 4, 4), 0, keyless, 5); }) == "bad_job");  // not a warm-up
+    CHECK(code([&] { parse_phase_line(phase_line(0, k, 0, 0), 0, keyless, 5); }) == "bad_job");
+  }
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0]};
+  Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  job.record_launches = true;
+  CHECK(to_json(job).dump().find("record\"") == std::string::npos);  // only record_launches, no position
+}
