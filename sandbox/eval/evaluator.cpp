@@ -172,7 +172,7 @@ bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error) 
   pollfd p{sock, POLLIN, 0};
   const int rc = ::poll(&p, 1, timeout_ms);
   if (rc <= 0) {
-    error = rc == 0 ? "no snapshot reply from the owner runner" : std::string("poll: ") + std::strerror(errno);
+    error = rc == 0 ? "no reply from the owner runner" : std::string("poll: ") + std::strerror(errno);
     return false;
   }
   char buf[4096];
@@ -192,8 +192,9 @@ bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error) 
 using SnapPhase = std::function<double(std::size_t w, int calls, std::string& error)>;
 
 RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
-                   const SlotsHook& on_slots = {}, int pass_fd = -1, const std::function<void()>& before_key = {},
-                   const Layout* snapshot = nullptr, const SnapPhase& snap_phase = {}) {
+                   const SlotsHook& on_slots = {}, const std::vector<int>& pass_fds = {},
+                   const std::function<void()>& before_key = {}, const Layout* snapshot = nullptr,
+                   const SnapPhase& snap_phase = {}, const FillPhase& fill_phase = {}) {
   RunOutcome o;
   if (snapshot != nullptr) o.hash_key = fresh_secret();
   o.proc = pool.take();
@@ -221,7 +222,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
   }
   const auto t1 = Clock::now();
   o.proc->send_job(job);
-  if (pass_fd >= 0) {
+  for (const int pass_fd : pass_fds) {  // resident: the owner's output slots, then its input arena
     if (std::string e = send_fd(o.proc->slots_socket(), pass_fd); !e.empty()) {
       o.failure = "not_ready";
       o.detail = "passing the output slots: " + e;
@@ -283,7 +284,18 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       const int warmup = draw_warmup(job.timing, fresh_secret());  // never in the job (class 1)
       o.keys[w] = key;
       o.warmups[w] = warmup;
-      o.timing_begin[w] = o.proc->send_line(json{{"key", key}, {"warmup", warmup}}.dump());
+      // Class 13: with launch records, one warm-up's launches are recorded too, drawn here.
+      const int record = job.record_launches && warmup > 0 ? static_cast<int>(fresh_secret() % static_cast<std::uint64_t>(warmup)) : -1;
+      std::string err;
+      const double begin =
+          release_phase(*o.proc, w, key, warmup, warmup + timed_slots(job, w), fill_phase, err, record);
+      if (!err.empty()) {
+        o.failure = "arena";
+        o.detail = err;
+        o.proc->kill();
+        break;
+      }
+      o.timing_begin[w] = begin;
     } else if (name == "timing_end") {
       const auto w = ev.body.at("workload").get<std::size_t>();
       o.timing_end[w] = ev.t;
@@ -470,6 +482,18 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
     if (job.timing.enabled && w.time) timed += 1;
   const double budget = cfg.budget_factor * *reference_s + cfg.budget_constant_s + timed * 2 * job.timing.time_cap_s;
   return std::min(cfg.job_timeout_s, budget);
+}
+
+double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, int warmup, int calls,
+                     const FillPhase& fill, std::string& error, int record) {
+  if (!fill) return runner.send_line(phase_line(w, key, warmup, record));
+  // GPU-resident with an input arena: the trusted owner makes every timed call's inputs from the
+  // key; the agent runner gets a keyless go line, only once they exist (class 11).
+  if (!fill(w, key, calls, error)) {
+    if (error.empty()) error = "the owner did not make the phase's inputs";
+    return -1;
+  }
+  return runner.send_line(phase_line(w, std::nullopt, warmup, record));
 }
 
 double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound) {
@@ -682,7 +706,15 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   RunOutcome ref;
   int slots_fd = -1;
   std::uint64_t slots_bytes = 0;
-  std::promise<std::pair<int, std::uint64_t>> slots_promise;
+  int arena_fd = -1;  // the owner's input arena (class 11), when a workload is timed
+  std::uint64_t arena_bytes = 0;
+  struct OwnerExport {
+    int slots_fd = -1;
+    std::uint64_t slots_bytes = 0;
+    int arena_fd = -1;
+    std::uint64_t arena_bytes = 0;
+  };
+  std::promise<OwnerExport> slots_promise;
   std::promise<std::optional<json>> go_promise;
   bool go_sent = false;
   std::atomic<RunnerProcess*> owner_proc{nullptr};  // resident: the owner, while it waits for "go"
@@ -701,6 +733,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   } owner_guard{[&] {
     release_owner(std::nullopt);
     if (slots_fd >= 0) ::close(slots_fd);
+    if (arena_fd >= 0) ::close(arena_fd);
   }};
   // GPU-resident: no runner of this GPU starts CUDA while the candidate runs (the pools are held),
   // and each timed phase's key waits for start-ups already in flight (issue 15, item 6: on the
@@ -730,9 +763,11 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
           std::string err;
           const int fd = recv_fd(proc.slots_socket(), 10000, err);
           const auto bytes = ev.body.value("bytes", std::uint64_t{0});
-          owner_proc.store(&proc);  // the candidate's thread asks it for phase snapshots (below)
+          const auto abytes = ev.body.value("arena_bytes", std::uint64_t{0});
+          const int afd = fd >= 0 && abytes > 0 ? recv_fd(proc.slots_socket(), 10000, err) : -1;
+          owner_proc.store(&proc);  // the candidate's thread asks it for phase inputs and snapshots (below)
           got_slots->store(true);
-          slots_promise.set_value({fd, bytes});
+          slots_promise.set_value({fd, bytes, afd, afd >= 0 ? abytes : 0});
           const std::optional<json> go = go_future.get();
           if (!go || fd < 0) {
             proc.kill();
@@ -745,12 +780,14 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
         ref.detail = e.what();
       }
       res.phases.reference_s = since(t);
-      if (!got_slots->load()) slots_promise.set_value({-1, 0});
+      if (!got_slots->load()) slots_promise.set_value({});
     });
-    const auto slots = slots_promise.get_future().get();
-    slots_fd = slots.first;
-    slots_bytes = slots.second;
-    if (slots_fd < 0 || slots_bytes == 0) {
+    const OwnerExport slots = slots_promise.get_future().get();
+    slots_fd = slots.slots_fd;
+    slots_bytes = slots.slots_bytes;
+    arena_fd = slots.arena_fd;
+    arena_bytes = slots.arena_bytes;
+    if (slots_fd < 0 || slots_bytes == 0 || (arena_fd < 0 && input_arena_bytes(ref_job) > 0)) {
       release_owner(std::nullopt);
       res.status = Outcome::internal_error;
       res.message = "the reference runner could not provide output slots: " +
@@ -759,6 +796,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       return res;
     }
     cand_job.gpu_slots_bytes = slots_bytes;
+    cand_job.input_arena_bytes = arena_bytes;
   }
 
   // GPU-resident: each timed phase's snapshot, taken by the owner (which waits for "go" meanwhile,
@@ -794,6 +832,38 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     }
   };
 
+  // GPU-resident: each timed phase's inputs, made by the owner in its arena from the phase's key
+  // (never sent to the agent runner), before the parent's go line opens the phase's window.
+  const FillPhase fill_phase = [&](std::size_t w, std::uint64_t key, int calls, std::string& error) -> bool {
+    RunnerProcess* op = owner_proc.load();
+    if (op == nullptr) {
+      error = "the owner runner is gone";
+      return false;
+    }
+    if (op->send_line(arena_fill_line(w, key, calls)) < 0) {
+      error = "the owner runner does not take its fill line";
+      return false;
+    }
+    std::string line;
+    // A CSR structure is host-built (about a second per 50 M nonzeros): a generous wait.
+    if (!recv_line(op->slots_socket(), static_cast<int>(config_.job_timeout_s * 1000), line, error)) return false;
+    try {
+      const json r = json::parse(line);
+      if (!r.value("error", std::string()).empty()) {
+        error = "the owner could not make the phase's inputs: " + r.at("error").get<std::string>();
+        return false;
+      }
+      if (r.at("filled").get<long long>() != static_cast<long long>(w)) {
+        error = "the owner answered a fill of another workload";
+        return false;
+      }
+      return true;
+    } catch (const json::exception& e) {
+      error = std::string("malformed fill reply: ") + e.what();
+      return false;
+    }
+  };
+
   // 1. The candidate in a fresh runner (the parent releases each timed phase's key when it is due).
   // Host path: each timed phase's outputs are taken (hashed) when the phase ends, the runner frozen.
   const Layout cand_snapshot_layout = output_layout(cand_job);
@@ -806,18 +876,24 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       if (auto it = reference_s_.find(budget_key); it != reference_s_.end()) known_reference = it->second;
     }
     cand = run_job(req.trusted ? *g.trusted : *g.agent, cand_job, config_,
-                   candidate_budget_s(config_, cand_job, known_reference), {}, slots_fd,
+                   candidate_budget_s(config_, cand_job, known_reference), {},
+                   slots_fd < 0 ? std::vector<int>{} : arena_fd < 0 ? std::vector<int>{slots_fd} : std::vector<int>{slots_fd, arena_fd},
                    resident ? std::function<void()>([&] {
                      const auto deadline = Clock::now() + ms(std::min(5.0, config_.ready_timeout_s));
                      g.agent->wait_started(deadline);
                      g.trusted->wait_started(deadline);
                    })
                             : std::function<void()>(),
-                   resident ? nullptr : &cand_snapshot_layout, resident ? snap_phase : SnapPhase());
+                   resident ? nullptr : &cand_snapshot_layout, resident ? snap_phase : SnapPhase(),
+                   resident && arena_fd >= 0 ? fill_phase : FillPhase());
     release_pools();
     if (slots_fd >= 0) {  // the candidate's runner has exited: its mapping is gone
       ::close(slots_fd);
       slots_fd = -1;
+    }
+    if (arena_fd >= 0) {
+      ::close(arena_fd);
+      arena_fd = -1;
     }
     res.phases.candidate_s = since(t) - cand.wait_ready_s;
     res.phases.wait_ready_s = cand.wait_ready_s;
@@ -849,6 +925,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     return finish(Outcome::sandbox_violation, "the kernel's code made a forbidden system call (killed by the seccomp filter)");
   if (cand.failure == "not_ready") return finish(Outcome::internal_error, "candidate runner did not start: " + cand.detail);
   if (cand.failure == "snapshot") return finish(Outcome::internal_error, "a timed phase's output snapshot: " + cand.detail);
+  if (cand.failure == "arena") return finish(Outcome::internal_error, "a timed phase's inputs in the owner's arena: " + cand.detail);
   if (cand.failure == "timeout") return finish(Outcome::timeout, cand.detail);
   if (cand.failure == "forged_frame") {
     res.flags.push_back("forged_result_channel");
@@ -866,6 +943,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   const RunnerResult& rr = *cand.result;
   for (const auto& f : rr.flags) res.flags.push_back(f);
   res.launches_error = rr.launches_error;
+  res.input_arena = rr.input_arena;
   if (rr.status == Outcome::flagged) {
     res.flags.push_back(rr.message.substr(0, rr.message.find(':')));
     return finish(Outcome::flagged, rr.message);
@@ -1295,7 +1373,8 @@ json EvalResult::to_json() const {
             {"tail_allowed_s", phases.tail_allowed_s}, {"snapshot_s", phases.snapshot_s}}},
           {"runner_output", runner_output},
           {"launches_error", launches_error},
-          {"retried_flag", retried_flag}};
+          {"retried_flag", retried_flag},
+          {"input_arena", input_arena}};
 }
 
 }  // namespace d2k::runner

@@ -209,6 +209,9 @@ struct EvalResult {
   PhaseTimes phases;
   std::string runner_output;                  // the candidate runner's stdout/stderr (capped)
   std::string launches_error;                 // why launch records are missing (when requested)
+  // GPU-resident path: how the candidate mapped the owner's input arena ("read": read-only,
+  // "readwrite": the driver refused read-only; "": no arena, the host path or no timed workload).
+  std::string input_arena;
   // When an earlier run of this evaluation was flagged on the parent's clock and re-run
   // (EvalConfig::clock_flag_retries): its message, for diagnosis (empty: no retry).
   std::string retried_flag;
@@ -303,6 +306,18 @@ double flag_below_fraction(int calls, double window_s, double per_call_overhead_
 // the candidate ran) and bound.snapshot_allow_s; never negative. A non-finite time charges nothing
 // (the evaluator then fails the snapshot instead).
 double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound);
+
+// GPU-resident path with an input arena (issue 23, class 11): has the owner make workload w's first
+// `calls` timed calls' inputs from `key` in its arena; false with `error` when it could not.
+using FillPhase = std::function<bool(std::size_t w, std::uint64_t key, int calls, std::string& error)>;
+// The parent's answer to a timed phase's timing_ready (workload w, its key and warm-up count, the
+// phase's `calls` = warm-ups + sample slots). With `fill` (GPU-resident): the key goes to the owner
+// through it and the agent runner gets the keyless go line; without: the key line goes to the runner
+// (host path). `record` >= 0: the warm-up whose launches are recorded (class 13), in the line.
+// Returns the time of the runner's line (the window's start, RunnerProcess::send_line), or -1 with
+// `error` when the owner could not make the inputs.
+double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, int warmup, int calls,
+                     const FillPhase& fill, std::string& error, int record = -1);
 // The most the candidate's tail may take, given the reference's end (result frame to reap).
 double tail_allowance_s(double reference_exit_s, const ParentBound& bound);
 

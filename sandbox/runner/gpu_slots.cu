@@ -70,9 +70,9 @@ CUmemAllocationProp props(CUdevice dev) {
   return p;
 }
 
-// Reserve, map and grant read-write access to `size` bytes of `handle`.
+// Reserve, map and grant access (read-write, or read-only) to `size` bytes of `handle`.
 std::string map_rw(const Vmm& v, CUdevice dev, CUmemGenericAllocationHandle handle, std::uint64_t size,
-                   unsigned long long& ptr) {
+                   unsigned long long& ptr, CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
   CUdeviceptr p = 0;
   if (CUresult rc = v.reserve(&p, size, 0, 0, 0); rc != CUDA_SUCCESS) return cu_error("cuMemAddressReserve", rc);
   if (CUresult rc = v.map(p, size, 0, handle, 0); rc != CUDA_SUCCESS) {
@@ -82,7 +82,7 @@ std::string map_rw(const Vmm& v, CUdevice dev, CUmemGenericAllocationHandle hand
   CUmemAccessDesc acc{};
   acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   acc.location.id = dev;
-  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  acc.flags = flags;
   if (CUresult rc = v.access(p, size, &acc, 1); rc != CUDA_SUCCESS) {
     v.unmap(p, size);
     v.address_free(p, size);
@@ -94,13 +94,19 @@ std::string map_rw(const Vmm& v, CUdevice dev, CUmemGenericAllocationHandle hand
 
 }  // namespace
 
-SharedSlots::~SharedSlots() {
+SharedSlots::~SharedSlots() { release(); }
+
+void SharedSlots::release() {
   const Vmm& v = vmm();
   if (ptr_ != 0) {
     v.unmap(ptr_, size_);
     v.address_free(ptr_, size_);
   }
   if (handle_ != 0) v.release(handle_);
+  ptr_ = 0;
+  handle_ = 0;
+  size_ = 0;
+  read_only_ = false;
 }
 
 std::string SharedSlots::create(std::uint64_t bytes, int& fd) {
@@ -129,7 +135,7 @@ std::string SharedSlots::create(std::uint64_t bytes, int& fd) {
   return "";
 }
 
-std::string SharedSlots::import(int fd, std::uint64_t bytes) {
+std::string SharedSlots::import(int fd, std::uint64_t bytes, bool read_only) {
   const Vmm& v = vmm();
   struct Close {
     int fd;
@@ -144,7 +150,12 @@ std::string SharedSlots::import(int fd, std::uint64_t bytes) {
                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
       rc != CUDA_SUCCESS)
     return cu_error("cuMemImportFromShareableHandle", rc);
-  std::string e = map_rw(v, dev, h, bytes, ptr_);
+  std::string e = "not tried";
+  if (read_only) {
+    e = map_rw(v, dev, h, bytes, ptr_, CU_MEM_ACCESS_FLAGS_PROT_READ);
+    read_only_ = e.empty();
+  }
+  if (!e.empty()) e = map_rw(v, dev, h, bytes, ptr_);  // read-only refused: read-write
   v.release(h);  // the mapping holds the allocation from here on
   if (!e.empty()) return e;
   size_ = bytes;

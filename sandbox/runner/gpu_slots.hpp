@@ -21,23 +21,27 @@ class SharedSlots {
   SharedSlots(const SharedSlots&) = delete;
   SharedSlots& operator=(const SharedSlots&) = delete;
   ~SharedSlots();
+  void release();  // unmaps (and, for an owner, frees) the allocation; a no-op when none
 
   // Owner: allocates at least `bytes` (rounded up to the allocation granularity), maps it
   // read-write, fills it with 0xFF (poison) and exports it; `fd` receives the exported descriptor
   // (the caller closes it). Returns "" or why not.
   std::string create(std::uint64_t bytes, int& fd);
   // User: imports an exported descriptor (closed here in every case) and maps `bytes` of it
-  // read-write (the owner's rounded size). Returns "" or why not.
-  std::string import(int fd, std::uint64_t bytes);
+  // read-write (the owner's rounded size), or read-only when asked and the driver grants it
+  // (read_only() says which). Returns "" or why not.
+  std::string import(int fd, std::uint64_t bytes, bool read_only = false);
 
   char* data() const { return reinterpret_cast<char*>(ptr_); }
   std::uint64_t size() const { return size_; }
   bool mapped() const { return ptr_ != 0; }
+  bool read_only() const { return read_only_; }
 
  private:
   unsigned long long ptr_ = 0;   // CUdeviceptr
   unsigned long long handle_ = 0;  // CUmemGenericAllocationHandle (owner only; the user releases at once)
   std::uint64_t size_ = 0;
+  bool read_only_ = false;
 };
 
 // Compares `count` elements of `got` with `want` (both device memory) with the semantics of

@@ -127,6 +127,26 @@ bool LaunchRecorder::end(std::vector<LaunchRecord>& out, std::string& error) {
     error = describe("cuptiActivityDisable", disabled);
     return false;
   }
+  return take(out, error);
+}
+
+bool LaunchRecorder::stop(std::string& error) {
+  if (const CUptiResult rc = api.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); rc != CUPTI_SUCCESS) {
+    error = describe("cuptiActivityDisable", rc);
+    return false;
+  }
+  return true;
+}
+
+bool LaunchRecorder::collect(std::vector<LaunchRecord>& out, std::string& error) {
+  if (const CUptiResult rc = api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); rc != CUPTI_SUCCESS) {
+    error = describe("cuptiActivityFlushAll", rc);
+    return false;
+  }
+  return take(out, error);
+}
+
+bool LaunchRecorder::take(std::vector<LaunchRecord>& out, std::string& error) {
   std::lock_guard<std::mutex> lock(records_mu);
   if (!records_error.empty()) {
     error = records_error;

@@ -20,9 +20,15 @@ class LaunchRecorder {
   // The caller has synchronised the device: flushes, stops recording and returns the launches
   // recorded since begin().
   bool end(std::vector<LaunchRecord>& out, std::string& error);
+  // Inside a timed phase (class 13): stop() right after the recorded call only disables recording
+  // (no flush inside the parent's window); collect(), once the phase is over and the device
+  // synchronised, flushes and returns the launches recorded between begin() and stop().
+  bool stop(std::string& error);
+  bool collect(std::vector<LaunchRecord>& out, std::string& error);
   bool is_open() const { return open_; }
 
  private:
+  bool take(std::vector<LaunchRecord>& out, std::string& error);  // the records delivered so far
   bool open_ = false;
 };
 

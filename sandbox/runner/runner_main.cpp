@@ -14,7 +14,9 @@
 //      through the output file; a trusted replay of the candidate's timed calls (reference only);
 //      then "timing_ready", the phase's key from the parent on stdin, one batch that makes every
 //      timed call's own inputs (from the key) and poisoned outputs, warm-up and timed samples
-//      (each an L2 flush and the call), and the samples' outputs handed over in one batch;
+//      (each an L2 flush and the call), and the samples' outputs handed over in one batch
+//      (GPU-resident: the owner makes the inputs in its input arena from the key, the agent runner
+//      gets a keyless go line and only poisons its outputs: class 11);
 //   8. "result" event, then _exit (the agent's static destructors never run).
 // Comparison with the reference happens in the parent, never here.
 #include <dlfcn.h>
@@ -351,7 +353,8 @@ class Runner {
     if (!gpu_slots && out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
     // What an earlier job left behind (the owner's slots of this evaluation are expected).
     // (The owner holds its slots and, as large, its own copy of them for the phase snapshots.)
-    const std::uint64_t owned = job_.gpu_slots == SlotsRole::user ? 2 * job_.gpu_slots_bytes : 0;
+    // (and, on the resident path, its input arena).
+    const std::uint64_t owned = job_.gpu_slots == SlotsRole::user ? 2 * job_.gpu_slots_bytes + job_.input_arena_bytes : 0;
     confine_step([&] { check_clean_device(owned); });
     confine_step([&] {  // a GPU left hot or slowed down is waited out (heartbeats) or refused
       wait_until_cool([&] { return nvml_.condition(); }, kMaxCoolWaitS, [&] { emit_.send({{"event", "heartbeat"}}); });
@@ -424,6 +427,20 @@ class Runner {
     const std::string sent = send_fd(slots_fd_, fd);
     ::close(fd);
     if (!sent.empty()) throw Stop{Outcome::setup_error, "output slots: " + sent};
+    // The input arena (issue 23, class 11): each timed phase's inputs are made here, from a key that
+    // only this trusted runner receives, and the agent runner maps them (read-only where the driver
+    // allows); no key enters the agent's process. One arena, sized for the largest phase.
+    if (const std::uint64_t arena_bytes = input_arena_bytes(job_); arena_bytes > 0) {
+      int afd = -1;
+      if (std::string e = arena_.create(arena_bytes, afd); !e.empty()) {
+        if (afd >= 0) ::close(afd);
+        throw Stop{Outcome::setup_error, "input arena: " + e};
+      }
+      const std::string asent = send_fd(slots_fd_, afd);
+      ::close(afd);
+      if (!asent.empty()) throw Stop{Outcome::setup_error, "input arena: " + asent};
+      for (std::size_t w = 0; w < job_.workloads.size(); ++w) arena_phases_.push_back(input_arena_phase(job_, w));
+    }
     // The phase snapshots (the output-rewrite defence on this path): the owner's own copy of the
     // slots, poisoned like them, into which each timed phase's slots are copied when the parent
     // asks (the phase's timing_end has arrived and the agent runner is frozen); the timed calls
@@ -442,7 +459,7 @@ class Runner {
     float copy_ms = 0;
     RUNNER_CUDA(cudaEventElapsedTime(&copy_ms, c0, c1), setup_error);
     const double s_per_byte = slots_.size() > 0 ? copy_ms * 1e-3 / static_cast<double>(slots_.size()) : 0;
-    emit_.send({{"event", "slots"}, {"bytes", slots_.size()}});
+    emit_.send({{"event", "slots"}, {"bytes", slots_.size()}, {"arena_bytes", arena_.size()}});
     std::string line;
     for (;;) {
       if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no go line on stdin"};
@@ -451,6 +468,10 @@ class Runner {
         snap = json::parse(line);
       } catch (const json::exception& e) {
         throw Stop{Outcome::bad_job, std::string("bad line on stdin: ") + e.what()};
+      }
+      if (snap.contains("fill")) {  // a timed phase is due: its inputs, into the arena
+        fill_arena(snap);
+        continue;
       }
       if (!snap.contains("snap")) break;  // the go line
       std::string error;
@@ -486,6 +507,9 @@ class Runner {
     cudaEventDestroy(c1);
     ::close(slots_fd_);
     slots_fd_ = -1;
+    // The candidate has exited: its inputs are no longer needed (the replay makes its own, from the key).
+    arena_used_ = arena_.mapped();
+    arena_.release();
     try {
       const json go = json::parse(line);
       for (const auto& r : go.at("replay")) {
@@ -504,17 +528,67 @@ class Runner {
     }
   }
 
-  // GPU-resident user (agent): maps the owner's slots, before any foreign code is loaded.
+  // GPU-resident owner: the parent's {"fill": w, "key": k, "calls": n} (the agent runner waits at
+  // its timing_ready): timed calls 0..n-1 of workload w get their inputs in the arena, each from
+  // timed_seed(k, c), a CSR structure once from timed_seed(k, 0), made by the same code as any other
+  // runner's; the reply {"filled": w, "error"} goes back on the slots socket once they exist.
+  void fill_arena(const json& line) {
+    std::string error;
+    long long w_out = -1;
+    try {
+      const auto w = line.at("fill").get<std::size_t>();
+      const auto key = line.at("key").get<std::uint64_t>();
+      const int calls = line.at("calls").get<int>();
+      w_out = static_cast<long long>(w);
+      if (w >= arena_phases_.size() || calls < 0 || calls > arena_phases_[w].calls)
+        throw Stop{Outcome::bad_job, "arena fill out of the layout"};
+      const ArenaPhase& phase = arena_phases_[w];
+      const WireWorkload& wl = job_.workloads[w];
+      for (std::size_t a = 0; a < wl.args.size(); ++a) {
+        if (phase.arg_offset[a] < 0) continue;
+        if (phase.shared[a]) {
+          upload_csr_part(wl.args[a], arena_.data() + phase.at(0, a), timed_seed(key, 0));
+          continue;
+        }
+        for (int c = 0; c < calls; ++c)
+          RUNNER_CUDA(generate(arena_.data() + phase.at(c, a), wl.args[a].dtype, wl.args[a].count, wl.args[a].gen,
+                               timed_seed(key, static_cast<std::uint64_t>(c)), static_cast<std::uint32_t>(a),
+                               gpu_.stream), runtime_error);
+      }
+      RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
+    } catch (const json::exception& e) {
+      error = std::string("bad fill line: ") + e.what();
+    } catch (const Stop& s) {
+      error = s.message;
+    }
+    const std::string text = json{{"filled", w_out}, {"error", error}}.dump() + "\n";
+    if (::write(slots_fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+      throw Stop{Outcome::setup_error, "arena fill reply: " + std::string(std::strerror(errno))};
+    if (!error.empty()) throw Stop{Outcome::runtime_error, "arena fill: " + error};
+  }
+
+  // GPU-resident user (agent): maps the owner's slots, and its input arena when the job has one
+  // (read-only where the driver allows), before any foreign code is loaded.
   void map_slots() {
     if (slots_fd_ < 0) throw Stop{Outcome::setup_error, "no slots socket"};
     if (job_.gpu_slots_bytes < layout_.total_bytes) throw Stop{Outcome::bad_job, "output slots smaller than the layout"};
     std::string err;
     const int fd = recv_fd(slots_fd_, 10000, err);
+    const int afd = fd >= 0 && job_.input_arena_bytes > 0 ? recv_fd(slots_fd_, 10000, err) : -1;
     ::close(slots_fd_);
     slots_fd_ = -1;
     if (fd < 0) throw Stop{Outcome::setup_error, "output slots: " + err};
-    if (std::string e = slots_.import(fd, job_.gpu_slots_bytes); !e.empty())
+    if (std::string e = slots_.import(fd, job_.gpu_slots_bytes); !e.empty()) {
+      if (afd >= 0) ::close(afd);
       throw Stop{Outcome::setup_error, "output slots: " + e};
+    }
+    if (job_.input_arena_bytes == 0) return;
+    if (job_.input_arena_bytes < input_arena_bytes(job_)) throw Stop{Outcome::bad_job, "input arena smaller than its layout"};
+    if (afd < 0) throw Stop{Outcome::setup_error, "input arena: " + err};
+    if (std::string e = arena_.import(afd, job_.input_arena_bytes, true); !e.empty())
+      throw Stop{Outcome::setup_error, "input arena: " + e};
+    for (std::size_t w = 0; w < job_.workloads.size(); ++w) arena_phases_.push_back(input_arena_phase(job_, w));
+    result_.input_arena = arena_.read_only() ? "read" : "readwrite";
   }
 
   // CUPTI is loaded and exercised once before any foreign code (and before the filter), so its
@@ -612,23 +686,17 @@ class Runner {
       return wl.args[a].role == ArgRole::input &&
              (wl.args[a].gen.dist == Dist::csr_row_ptr || wl.args[a].gen.dist == Dist::csr_col_idx);
     };
-    auto upload_csr = [&](void* into, std::size_t a, std::uint64_t csr_seed) {
-      // Host-built structure, shared by both parts of one call (keyed by seed and shape).
-      const WireArg& arg = wl.args[a];
-      const CsrStructure& csr = csr_for(arg.gen, csr_seed);
-      const auto& part = arg.gen.dist == Dist::csr_row_ptr ? csr.row_ptr : csr.col_idx;
-      if (part.size() != arg.count) throw Stop{Outcome::bad_job, "csr part size does not match the argument"};
-      RUNNER_CUDA(cudaMemcpy(into, part.data(), part.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
-                  runtime_error);
-    };
-    // One call's arguments in `into`: inputs from `seed`, outputs poisoned (no sync).
-    auto fill = [&](const std::vector<void*>& into, std::uint64_t seed) {
+    auto upload_csr = [&](void* into, std::size_t a, std::uint64_t csr_seed) { upload_csr_part(wl.args[a], into, csr_seed); };
+    // One call's arguments in `into`: inputs from `seed`, outputs poisoned (no sync); either half alone
+    // where asked (the GPU-resident owner makes a keyless candidate's inputs in its arena).
+    auto fill = [&](const std::vector<void*>& into, std::uint64_t seed, bool inputs = true, bool outputs = true) {
       for (std::size_t a = 0; a < n; ++a) {
         const WireArg& arg = wl.args[a];
-        if (arg.role == ArgRole::input && !is_csr(a))
-          RUNNER_CUDA(generate(into[a], arg.dtype, arg.count, arg.gen, seed,
-                               static_cast<std::uint32_t>(a), gpu_.stream), runtime_error);
-        else if (arg.role == ArgRole::output)  // poison: NaN for floats, all ones for integers
+        if (arg.role == ArgRole::input && !is_csr(a)) {
+          if (inputs)
+            RUNNER_CUDA(generate(into[a], arg.dtype, arg.count, arg.gen, seed,
+                                 static_cast<std::uint32_t>(a), gpu_.stream), runtime_error);
+        } else if (arg.role == ArgRole::output && outputs)  // poison: NaN for floats, all ones for integers
           RUNNER_CUDA(cudaMemsetAsync(into[a], 0xFF, arg.count * dtype_size(arg.dtype), gpu_.stream),
                       runtime_error);
       }
@@ -669,12 +737,18 @@ class Runner {
     // timing_ready, for the most warm-ups a key may ask for; the reference before its clock starts),
     // so the measured batch is GPU work (generation, poison) and the hand-over only, the same
     // route on both ends. Buffers hold no input before the key: knowing their addresses earns nothing.
+    // GPU-resident agent runner with an input arena: every timed call's inputs are the arena's (made
+    // by the owner from a key this process never sees); only its outputs are allocated here.
+    const bool keyless = job_.gpu_slots == SlotsRole::user && arena_.mapped();
     auto alloc_batch = [&](int calls) {
       batch.assign(static_cast<std::size_t>(calls), std::vector<void*>(n, nullptr));
+      if (keyless && calls > arena_phases_.at(w).calls) throw Stop{Outcome::bad_job, "more timed calls than the input arena holds"};
       for (std::size_t a = 0; a < n; ++a) {
         if (wl.args[a].role == ArgRole::scalar) continue;
         const std::uint64_t bytes = wl.args[a].count * dtype_size(wl.args[a].dtype);
-        if (is_csr(a)) {
+        if (keyless && wl.args[a].role == ArgRole::input) {
+          for (int c = 0; c < calls; ++c) batch[static_cast<std::size_t>(c)][a] = arena_.data() + arena_phases_[w].at(c, a);
+        } else if (is_csr(a)) {
           void* shared = alloc(bytes);
           for (auto& c : batch) c[a] = shared;
         } else {
@@ -682,13 +756,15 @@ class Runner {
         }
       }
     };
-    // The measured batch: the first `calls` calls' inputs from the key, outputs poisoned.
-    auto fill_batch = [&](int calls, std::uint64_t key) {
+    // The measured batch: the first `calls` calls' inputs from the key, outputs poisoned (either half
+    // alone where asked: a keyless agent runner only poisons, its inputs are in the arena).
+    auto fill_batch = [&](int calls, std::uint64_t key, bool inputs = true, bool outputs = true) {
       if (calls > static_cast<int>(batch.size())) throw Stop{Outcome::bad_job, "batch larger than its allocation"};
       for (std::size_t a = 0; a < n; ++a)
-        if (wl.args[a].role != ArgRole::scalar && is_csr(a) && !batch.empty())
+        if (inputs && wl.args[a].role != ArgRole::scalar && is_csr(a) && !batch.empty())
           upload_csr(batch[0][a], a, timed_seed(key, 0));
-      for (int c = 0; c < calls; ++c) fill(batch[static_cast<std::size_t>(c)], timed_seed(key, static_cast<std::uint64_t>(c)));
+      for (int c = 0; c < calls; ++c)
+        fill(batch[static_cast<std::size_t>(c)], timed_seed(key, static_cast<std::uint64_t>(c)), inputs, outputs);
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
     };
     std::vector<char> host;  // pageable fallback when no pinned staging buffer could be made
@@ -775,8 +851,12 @@ class Runner {
       alloc_batch(std::max(wl.replay_batch, calls));
       prefault_timed_slots(w);
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+      // The candidate's window held its inputs' making, unless the owner made them in its arena
+      // before the window opened (then only the poison is inside it, and only that is timed here).
+      const bool inputs_outside = job_.gpu_slots == SlotsRole::owner && arena_used_;
+      if (inputs_outside) fill_batch(std::max(wl.replay_batch, calls), wl.replay_key, true, false);
       auto t0 = Clock::now();
-      fill_batch(std::max(wl.replay_batch, calls), wl.replay_key);
+      fill_batch(std::max(wl.replay_batch, calls), wl.replay_key, !inputs_outside, true);
       wr.batch_in_s = seconds_since(t0);
       auto beat = Clock::now();
       for (int i = 0; i < calls; ++i) {
@@ -832,17 +912,35 @@ class Runner {
       prefault_timed_slots(w);
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
       emit_.send({{"event", "timing_ready"}, {"workload", w}});
-      const auto [key, warm] = read_key();
+      const PhaseStart start = read_phase_line(w, keyless);
+      const int warm = start.warmup;
       // The runner's own figures of its batch (untrusted: reported for diagnosis only; the parent
       // bounds the phase with the reference's).
       auto t_batch = Clock::now();
-      fill_batch(warm + slots, key);
+      fill_batch(warm + slots, start.key.value_or(0), !keyless, true);
       wr.batch_in_s = seconds_since(t_batch);
       std::size_t next_call = 0;  // timed calls so far: warm-ups, then samples
       auto next = [&] { use(batch[next_call++]); };
+      // Class 13: with launch records, the launches of one warm-up (drawn by the parent, never in the
+      // job: a call with arena inputs, flushed like every other timed call, its time discarded) are
+      // recorded too: recording starts after its flush, stops once the device is idle, and the
+      // records are flushed only after the phase (nothing of CUPTI's inside the window but that).
+      bool recorded = false;
+      auto recorded_call = [&] {
+        std::string err;
+        if (!launches_.begin(err)) result_.launches_error = err;
+        call();
+      };
       for (int i = 0; i < warm; ++i) {
         next();
-        sample(call);
+        if (i == start.record && recording_launches()) {
+          sample(recorded_call);
+          std::string err;
+          if (result_.launches_error.empty() && !launches_.stop(err)) result_.launches_error = err;
+          recorded = result_.launches_error.empty();
+        } else {
+          sample(call);
+        }
         check_ret();
       }
       wr.timing = time_samples(call, check_ret, next, slots);
@@ -864,23 +962,28 @@ class Runner {
       t.throttled = clock_max > 0 && low > 0 && low < 0.85 * clock_max;
       if (t.throttled && std::find(result_.flags.begin(), result_.flags.end(), "throttled") == result_.flags.end())
         result_.flags.push_back("throttled");
+      if (recorded) {  // merged as a correctness call's launches are (merge_call_launches)
+        std::vector<LaunchRecord> recs;
+        std::string err;
+        if (!launches_.collect(recs, err)) result_.launches_error = err;
+        else if (wr.launches) merge_call_launches(*wr.launches, first_launches, recs);
+      }
       check_threads();
     }
     result_.workloads.push_back(std::move(wr));
   }
 
-  // The key line the parent writes on stdin when "timing_ready" arrives: {"key": u64, "warmup": n},
-  // the phase's warm-up count drawn by the parent (never in the job), at most the job's max_warmup.
-  std::pair<std::uint64_t, int> read_key() {
+  // The line the parent writes on stdin when "timing_ready" arrives (wire.hpp, phase_line): the
+  // phase's warm-up count drawn by the parent (never in the job), at most the job's max_warmup, and
+  // on the host path the phase's key; with an input arena a keyless go line (the owner has made the
+  // inputs already: a key would be refused).
+  PhaseStart read_phase_line(std::size_t w, bool keyless) {
     std::string line;
-    if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no timing key on stdin"};
+    if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no timing line on stdin"};
     try {
-      const json j = json::parse(line);
-      const int warm = j.at("warmup").get<int>();
-      if (warm < 0 || warm > warmup_range(job_.timing).second) throw Stop{Outcome::bad_job, "warm-up count out of the layout"};
-      return {j.at("key").get<std::uint64_t>(), warm};
-    } catch (const json::exception& e) {
-      throw Stop{Outcome::bad_job, std::string("bad timing key: ") + e.what()};
+      return parse_phase_line(line, w, keyless, warmup_range(job_.timing).second);
+    } catch (const WireError& e) {
+      throw Stop{Outcome::bad_job, e.what()};
     }
   }
 
@@ -943,6 +1046,9 @@ class Runner {
   int out_fd_;
   int slots_fd_;
   SharedSlots slots_;
+  SharedSlots arena_;                  // resident: the timed calls' inputs (owner: made; user: mapped)
+  std::vector<ArenaPhase> arena_phases_;  // per workload: where its timed calls' inputs lie in it
+  bool arena_used_ = false;            // owner: the candidate's inputs came from its arena
   void* snap_ = nullptr;               // owner: its own copy of the phase snapshots (own_slots)
   std::set<std::size_t> snapped_;      // owner: workloads whose timed slots were snapshotted
   void* staging_ = nullptr;  // pinned, host path (make_staging)
@@ -951,6 +1057,15 @@ class Runner {
   LaunchRecorder launches_;
   Gpu gpu_;
   DeviceInfo device_;
+  // One CSR part (row_ptr or col_idx) of the structure made from `csr_seed`, copied to `into`.
+  void upload_csr_part(const WireArg& arg, void* into, std::uint64_t csr_seed) {
+    const CsrStructure& csr = csr_for(arg.gen, csr_seed);
+    const auto& part = arg.gen.dist == Dist::csr_row_ptr ? csr.row_ptr : csr.col_idx;
+    if (part.size() != arg.count) throw Stop{Outcome::bad_job, "csr part size does not match the argument"};
+    RUNNER_CUDA(cudaMemcpy(into, part.data(), part.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
+                runtime_error);
+  }
+
   // The last CSR structure built (both parts of a call and every call of a seed reuse it).
   const CsrStructure& csr_for(const Generator& g, std::uint64_t seed) {
     const bool same = csr_valid_ && csr_seed_ == seed && csr_gen_.rows == g.rows && csr_gen_.cols == g.cols &&

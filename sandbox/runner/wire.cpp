@@ -78,6 +78,7 @@ json to_json(const Job& job) {
           {"record_launches", job.record_launches},
           {"gpu_slots", to_string(job.gpu_slots)},
           {"gpu_slots_bytes", job.gpu_slots_bytes},
+          {"input_arena_bytes", job.input_arena_bytes},
           {"tolerances", tols}};
 }
 
@@ -175,6 +176,8 @@ Job job_from_json(const json& j) {
   else bad(c, "unknown gpu_slots role");
   job.gpu_slots_bytes = get_or<std::uint64_t>(j, "gpu_slots_bytes", 0, c);
   if (job.gpu_slots == SlotsRole::user && job.gpu_slots_bytes == 0) bad(c, "gpu_slots user without a size");
+  job.input_arena_bytes = get_or<std::uint64_t>(j, "input_arena_bytes", 0, c);
+  if (job.input_arena_bytes > 0 && job.gpu_slots != SlotsRole::user) bad(c, "an input arena is for gpu_slots users");
   const json tols = get_or<json>(j, "tolerances", json::object(), c);
   if (!tols.is_object()) bad(c, "tolerances must be an object");
   for (const auto& [dt, t] : tols.items()) {
@@ -264,6 +267,72 @@ int timed_call_slots(const Job& job, std::size_t w) {
   return samples > 0 ? samples + warmup_range(job.timing).second : 0;
 }
 
+ArenaPhase input_arena_phase(const Job& job, std::size_t w) {
+  const WireWorkload& wl = job.workloads[w];
+  ArenaPhase p;
+  p.arg_offset.assign(wl.args.size(), -1);
+  p.shared.assign(wl.args.size(), false);
+  if (!job.timing.enabled || !wl.time) return p;
+  p.calls = timed_call_slots(job, w);
+  if (p.calls <= 0) return p;
+  auto round = [](std::uint64_t b) { return (b + kArenaAlign - 1) / kArenaAlign * kArenaAlign; };
+  for (std::size_t a = 0; a < wl.args.size(); ++a) {  // CSR parts: one host-built structure per phase
+    const WireArg& arg = wl.args[a];
+    if (arg.role != ArgRole::input || (arg.gen.dist != Dist::csr_row_ptr && arg.gen.dist != Dist::csr_col_idx)) continue;
+    p.shared[a] = true;
+    p.arg_offset[a] = static_cast<std::int64_t>(p.shared_bytes);
+    p.shared_bytes += round(arg.count * dtype_size(arg.dtype));
+  }
+  for (std::size_t a = 0; a < wl.args.size(); ++a) {
+    const WireArg& arg = wl.args[a];
+    if (arg.role != ArgRole::input || p.shared[a]) continue;
+    p.arg_offset[a] = static_cast<std::int64_t>(p.call_stride);
+    p.call_stride += round(arg.count * dtype_size(arg.dtype));
+  }
+  p.bytes = p.shared_bytes + static_cast<std::uint64_t>(p.calls) * p.call_stride;
+  return p;
+}
+
+std::uint64_t input_arena_bytes(const Job& job) {
+  std::uint64_t most = 0;
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) most = std::max(most, input_arena_phase(job, w).bytes);
+  return most;
+}
+
+std::string phase_line(std::size_t w, std::optional<std::uint64_t> key, int warmup, int record) {
+  json j = key ? json{{"key", *key}, {"warmup", warmup}} : json{{"go", w}, {"warmup", warmup}};
+  if (record >= 0) j["record"] = record;
+  return j.dump();
+}
+
+PhaseStart parse_phase_line(const std::string& line, std::size_t w, bool keyless, int max_warmup) {
+  constexpr const char* c = "bad_job";
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception& e) {
+    bad(c, std::string("bad timing line: ") + e.what());
+  }
+  if (!j.is_object()) bad(c, "bad timing line: not an object");
+  PhaseStart s;
+  s.warmup = get<int>(j, "warmup", c);
+  if (s.warmup < 0 || s.warmup > max_warmup) bad(c, "warm-up count out of the layout");
+  s.record = get_or<int>(j, "record", -1, c);
+  if (s.record < -1 || s.record >= s.warmup) bad(c, "recorded warm-up out of the phase");
+  if (keyless) {
+    // The inputs are in the arena already: a key here would be one the agent's process may read.
+    if (j.contains("key")) bad(c, "a timing key sent to a runner that maps an input arena");
+    if (get<std::uint64_t>(j, "go", c) != w) bad(c, "a go line for another workload");
+  } else {
+    s.key = get<std::uint64_t>(j, "key", c);
+  }
+  return s;
+}
+
+std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls) {
+  return json{{"fill", w}, {"key", key}, {"calls", calls}}.dump();
+}
+
 Layout output_layout(const Job& job) {
   Layout layout;
   auto add = [&](std::size_t w, int seed, std::size_t a) {
@@ -315,6 +384,7 @@ json to_json(const RunnerResult& r) {
               {"workloads", wls}, {"overhead_s", r.overhead_s},
               {"sample_overhead_s", r.sample_overhead_s}, {"init_s", r.init_s}};
   if (!r.launches_error.empty()) out["launches_error"] = r.launches_error;
+  if (!r.input_arena.empty()) out["input_arena"] = r.input_arena;
   return out;
 }
 
@@ -331,6 +401,7 @@ RunnerResult result_from_json(const json& j) {
   r.sample_overhead_s = get_or<double>(j, "sample_overhead_s", 0, c);
   r.init_s = get_or<double>(j, "init_s", 0, c);
   r.launches_error = get_or<std::string>(j, "launches_error", "", c);
+  r.input_arena = get_or<std::string>(j, "input_arena", "", c);
   const json wls = get_or<json>(j, "workloads", json::array(), c);
   if (!wls.is_array()) bad(c, "workloads must be an array");
   for (const auto& wj : wls) {

@@ -114,6 +114,10 @@ struct Job {
   bool record_launches = false;
   SlotsRole gpu_slots = SlotsRole::none;
   std::uint64_t gpu_slots_bytes = 0;             // user: bytes to map (the owner's "slots" frame)
+  // User: bytes of the owner's input arena to map (its "slots" frame's arena_bytes); 0: no arena,
+  // so each timed phase's key comes on stdin (the host path). With an arena the agent runner never
+  // holds a key: the owner makes the phase's inputs, the parent sends a keyless go line (class 11).
+  std::uint64_t input_arena_bytes = 0;
   std::map<std::string, Tolerance> tolerances;   // owner: per dtype name, for the GPU comparison
 };
 
@@ -128,6 +132,48 @@ Job job_from_json(const nlohmann::json& j);  // throws WireError
 // parent releases when the timed phase is due. Never in the job: the key enters the runner only
 // when the inputs it produces are due (issue 23, class 11).
 std::uint64_t timed_seed(std::uint64_t key, std::uint64_t index);
+
+// GPU-resident path (issue 23, class 11): where a timed phase's inputs lie in the owner's input
+// arena. The owner makes every timed call's inputs there from the phase's key (timed_seed(key, c));
+// the agent runner maps the arena (read-only where the driver allows) and passes pointers into it.
+// Phases run one after another, so they share the arena: its size is the largest phase's.
+struct ArenaPhase {
+  int calls = 0;                         // timed calls with room: the most warm-ups + timed_slots
+  std::uint64_t shared_bytes = 0;        // CSR parts first: one copy shared by the phase's calls
+  std::uint64_t call_stride = 0;         // then each call's own inputs, this many bytes apart
+  std::vector<std::int64_t> arg_offset;  // per argument: offset (shared part or within a call); -1 none
+  std::vector<bool> shared;              // per argument: a CSR part (host-built once per phase)
+  std::uint64_t bytes = 0;               // shared_bytes + calls * call_stride
+  // Byte offset of timed call c's input argument a (arg_offset[a] >= 0).
+  std::uint64_t at(int c, std::size_t a) const {
+    return shared[a] ? static_cast<std::uint64_t>(arg_offset[a])
+                     : shared_bytes + static_cast<std::uint64_t>(c) * call_stride + static_cast<std::uint64_t>(arg_offset[a]);
+  }
+};
+constexpr std::uint64_t kArenaAlign = 256;  // what cudaMalloc guarantees, which kernels may assume
+// One phase of workload w (calls = 0 for an untimed workload or a job without timing), computed
+// from the job as dispatched (before any replay): the owner and the agent runner agree on it.
+ArenaPhase input_arena_phase(const Job& job, std::size_t w);
+// The arena's size: the largest phase's (0 when no workload is timed).
+std::uint64_t input_arena_bytes(const Job& job);
+
+// The line the parent writes on the agent runner's stdin when a timed phase of workload w is due.
+// With a key (host path): {"key": k, "warmup": n}. Without (GPU-resident path with an input arena):
+// {"go": w, "warmup": n}, after the owner has made the phase's inputs; no key enters the agent's
+// process. `record` >= 0 (a job with launch records, class 13): the warm-up whose launches are
+// recorded, drawn by the parent in [0, warmup), added as "record".
+std::string phase_line(std::size_t w, std::optional<std::uint64_t> key, int warmup, int record = -1);
+struct PhaseStart {
+  std::optional<std::uint64_t> key;
+  int warmup = 0;
+  int record = -1;  // the warm-up whose launches are recorded; -1: none
+};
+// The runner's reading of that line: `keyless` (it maps an input arena) refuses a line with a key
+// and wants a go line for workload w; otherwise a key line is required. The warm-up count must lie
+// in [0, max_warmup], a recorded warm-up in [0, warmup). Throws WireError("bad_job").
+PhaseStart parse_phase_line(const std::string& line, std::size_t w, bool keyless, int max_warmup);
+// The parent's request to the owner: make `calls` timed calls' inputs of workload w from `key`.
+std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls);
 
 // Output bytes of one call of workload w.
 std::uint64_t output_bytes(const WireWorkload& w);
@@ -243,6 +289,9 @@ struct RunnerResult {
   double sample_overhead_s = 0;  // median whole empty sample, L2 flush included (outside bound)
   double init_s = 0;                        // CUDA start-up in this runner
   std::string launches_error;               // why launch records are missing although asked for
+  // GPU-resident agent runner: how its timed calls' inputs were mapped from the owner's input
+  // arena: "read" (read-only), "readwrite" (the driver refused read-only), "" (no arena).
+  std::string input_arena;
 };
 
 nlohmann::json to_json(const TimingResult& t);

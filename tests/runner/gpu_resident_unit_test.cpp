@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "catch.hpp"
 #include "sandbox/eval/evaluator.hpp"
@@ -215,4 +217,220 @@ TEST_CASE("gpu-resident: a pool's wait_started waits for spares still starting, 
   pool.hold(true);
   CHECK(pool.wait_started(std::chrono::steady_clock::now() + std::chrono::milliseconds(50)));
   pool.hold(false);
+}
+
+namespace {
+const d2k::tasks::Task& spmv_csr() {
+  static const d2k::tasks::Task t = d2k::tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "spmv_csr");
+  return t;
+}
+std::vector<const d2k::tasks::Workload*> all_workloads(const d2k::tasks::Task& t) {
+  std::vector<const d2k::tasks::Workload*> v;
+  for (const auto& w : t.workloads) v.push_back(&w);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("class 11: the agent runner's go line holds no key; a keyless runner refuses a key", "[runner][resident][threat]") {
+  const std::uint64_t key = 0x9E3779B97F4A7C15ull;  // 11400714819323198485
+  // GPU-resident with an input arena: the line to the agent runner names the workload and the
+  // warm-up count only; the key goes to the owner in its fill line.
+  const std::string go = phase_line(2, std::nullopt, 4);
+  CHECK(go.find("key") == std::string::npos);
+  CHECK(go.find(std::to_string(key)) == std::string::npos);
+  const std::string fill = arena_fill_line(2, key, 17);
+  CHECK(fill.find(std::to_string(key)) != std::string::npos);
+  const PhaseStart s = parse_phase_line(go, 2, true, 5);
+  CHECK_FALSE(s.key.has_value());
+  CHECK(s.warmup == 4);
+  // A keyless runner refuses a line that carries a key (its process must never hold one), a go for
+  // another workload and a warm-up count beyond its layout.
+  CHECK(code([&] { parse_phase_line(phase_line(2, key, 4), 2, true, 5); }) == "bad_job");
+  CHECK(code([&] { parse_phase_line(R"({"go":2,"warmup":4,"key":1})", 2, true, 5); }) == "bad_job");
+  CHECK(code([&] { parse_phase_line(phase_line(1, std::nullopt, 4), 2, true, 5); }) == "bad_job");
+  CHECK(code([&] { parse_phase_line(phase_line(2, std::nullopt, 6), 2, true, 5); }) == "bad_job");
+  CHECK(code([&] { parse_phase_line("not json", 2, true, 5); }) == "bad_job");
+  // The host path keeps its key (no arena there): the line carries it, a go line is refused.
+  const PhaseStart h = parse_phase_line(phase_line(2, key, 3), 2, false, 5);
+  REQUIRE(h.key.has_value());
+  CHECK(*h.key == key);
+  CHECK(h.warmup == 3);
+  CHECK(code([&] { parse_phase_line(go, 2, false, 5); }) == "bad_job");
+}
+
+TEST_CASE("class 11: the input arena holds every timed call's own inputs, aligned, for the largest phase",
+          "[runner][resident][threat]") {
+  Job job = make_job(vector_add(), all_workloads(vector_add()), {1, 2}, "/x.so", TimingSpec{});
+  std::uint64_t most = 0;
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) {
+    const ArenaPhase p = input_arena_phase(job, w);
+    const WireWorkload& wl = job.workloads[w];
+    if (!wl.time) {
+      CHECK(p.calls == 0);
+      CHECK(p.bytes == 0);
+      continue;
+    }
+    CHECK(p.calls == timed_call_slots(job, w));  // every warm-up a key may ask for and every sample
+    CHECK(p.bytes <= job.timing.batch_bytes);     // the batch budget bounds the arena as it did the batch
+    most = std::max(most, p.bytes);
+    // Each call's inputs: disjoint from every other call's and argument's, 256-byte aligned, inside.
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+    for (int c = 0; c < p.calls; ++c)
+      for (std::size_t a = 0; a < wl.args.size(); ++a) {
+        if (wl.args[a].role != ArgRole::input) {
+          CHECK(p.arg_offset[a] == -1);
+          continue;
+        }
+        const std::uint64_t at = p.at(c, a), bytes = wl.args[a].count * dtype_size(wl.args[a].dtype);
+        CHECK(at % kArenaAlign == 0);
+        CHECK(at + bytes <= p.bytes);
+        spans.emplace_back(at, at + bytes);
+      }
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i) CHECK(spans[i - 1].second <= spans[i].first);
+  }
+  CHECK(most > 0);
+  CHECK(input_arena_bytes(job) == most);
+  // No timing, no arena.
+  job.timing.enabled = false;
+  CHECK(input_arena_bytes(job) == 0);
+
+  // A CSR structure is one host-built copy per phase, shared by its calls (their values differ).
+  const Job sp = make_job(spmv_csr(), all_workloads(spmv_csr()), {1}, "/x.so", TimingSpec{});
+  bool saw_csr = false;
+  for (std::size_t w = 0; w < sp.workloads.size(); ++w) {
+    const ArenaPhase p = input_arena_phase(sp, w);
+    if (p.calls < 2) continue;
+    for (std::size_t a = 0; a < sp.workloads[w].args.size(); ++a) {
+      if (p.arg_offset[a] < 0) continue;
+      if (p.shared[a]) {
+        saw_csr = true;
+        CHECK(p.at(0, a) == p.at(p.calls - 1, a));
+        CHECK(p.at(0, a) < p.shared_bytes);
+      } else {
+        CHECK(p.at(1, a) == p.at(0, a) + p.call_stride);
+        CHECK(p.at(0, a) >= p.shared_bytes);
+      }
+    }
+  }
+  CHECK(saw_csr);
+}
+
+TEST_CASE("class 11: the arena's size and mapping travel on the wire; only a slots user maps an arena",
+          "[runner][resident][wire][threat]") {
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0]};
+  Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  job.gpu_slots = SlotsRole::user;
+  job.gpu_slots_bytes = 2ull << 20;
+  job.input_arena_bytes = 6ull << 20;
+  CHECK(job_from_json(to_json(job)).input_arena_bytes == 6ull << 20);
+  job.gpu_slots = SlotsRole::owner;  // an owner makes the arena; it is never told to map one
+  CHECK(code([&] { job_from_json(to_json(job)); }) == "bad_job");
+  RunnerResult r;
+  r.input_arena = "read";
+  CHECK(result_from_json(to_json(r)).input_arena == "read");
+  CHECK(result_from_json(to_json(RunnerResult{})).input_arena.empty());
+}
+
+TEST_CASE("class 11: what the parent writes on the agent runner's stdin holds no key on the resident path",
+          "[runner][resident][process][threat]") {
+  // A stand-in runner: says ready, then copies everything the parent writes on its stdin to a file
+  // (cat writes what it reads at once).
+  const auto dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "resident-stdin";
+  std::filesystem::create_directories(dir);
+  auto lines_of = [](const std::filesystem::path& p, std::size_t n) {  // once it holds n lines, at most 20 s
+    std::vector<std::string> lines;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+      lines.clear();
+      std::ifstream in(p);
+      for (std::string l; std::getline(in, l);) lines.push_back(l);
+      if (lines.size() >= n) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return lines;
+  };
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0], &vector_add().workloads[1]};
+  const Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  const std::uint64_t key = 0xD1B54A32D192ED03ull;
+  const std::string key_text = std::to_string(key);
+  for (const bool resident : {true, false}) {
+    INFO((resident ? "resident" : "host"));
+    const auto file = dir / (resident ? "resident.txt" : "host.txt");
+    const auto script = dir / (resident ? "resident.sh" : "host.sh");
+    std::filesystem::remove(file);
+    {
+      std::ofstream f(script);
+      f << "#!/bin/sh\necho '{\"event\":\"ready\",\"seq\":0}' >&3\nexec cat > '" << file.string() << "'\n";
+    }
+    std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+    auto proc = RunnerProcess::start({script, Mode::agent, -1, false});
+    REQUIRE(proc->wait_ready(std::chrono::seconds(20)));
+    proc->send_job(job);
+    // The owner's side, as the evaluator's fill hook: it alone receives the key.
+    std::vector<std::tuple<std::size_t, std::uint64_t, int>> filled;
+    const FillPhase fill = [&](std::size_t w, std::uint64_t k, int calls, std::string&) {
+      filled.emplace_back(w, k, calls);
+      return true;
+    };
+    std::string err;
+    CHECK(release_phase(*proc, 1, key, 3, 3 + timed_slots(job, 1), resident ? fill : FillPhase(), err) >= 0);
+    CHECK(err.empty());
+    const auto lines = lines_of(file, 2);
+    proc->kill();
+    proc->wait();
+    REQUIRE(lines.size() == 2);  // the job, then the phase's line
+    CHECK(lines[0].find(key_text) == std::string::npos);  // the job never holds a timed key
+    if (resident) {
+      CHECK(lines[1].find("key") == std::string::npos);
+      CHECK(lines[1].find(key_text) == std::string::npos);
+      CHECK_FALSE(parse_phase_line(lines[1], 1, true, 5).key.has_value());
+      REQUIRE(filled.size() == 1);
+      CHECK(std::get<0>(filled[0]) == 1);
+      CHECK(std::get<1>(filled[0]) == key);
+      CHECK(std::get<2>(filled[0]) == 3 + timed_slots(job, 1));
+    } else {  // the host path keeps its key line
+      CHECK(parse_phase_line(lines[1], 1, false, 5).key == key);
+      CHECK(filled.empty());
+    }
+  }
+  // An owner that cannot make the inputs: no line reaches the agent runner, the error says why.
+  const auto file = dir / "refused.txt";
+  const auto script = dir / "refused.sh";
+  std::filesystem::remove(file);
+  {
+    std::ofstream f(script);
+    f << "#!/bin/sh\necho '{\"event\":\"ready\",\"seq\":0}' >&3\nexec cat > '" << file.string() << "'\n";
+  }
+  std::filesystem::permissions(script, std::filesystem::perms::owner_all);
+  auto proc = RunnerProcess::start({script, Mode::agent, -1, false});
+  REQUIRE(proc->wait_ready(std::chrono::seconds(20)));
+  proc->send_job(job);
+  std::string err;
+  CHECK(release_phase(*proc, 1, key, 3, 9, [](std::size_t, std::uint64_t, int, std::string& e) {
+    e = "out of memory";
+    return false;
+  }, err) < 0);
+  CHECK(err == "out of memory");
+  const auto lines = lines_of(file, 1);
+  proc->kill();
+  proc->wait();
+  CHECK(lines.size() == 1);  // the job only
+}
+
+TEST_CASE("class 13: the recorded warm-up travels in the phase's line, never in the job, and stays in the phase",
+          "[runner][resident][threat]") {
+  const std::uint64_t key = 42;
+  for (const bool keyless : {true, false}) {
+    const std::optional<std::uint64_t> k = keyless ? std::nullopt : std::optional<std::uint64_t>(key);
+    CHECK(parse_phase_line(phase_line(0, k, 4, 2), 0, keyless, 5).record == 2);
+    CHECK(parse_phase_line(phase_line(0, k, 4), 0, keyless, 5).record == -1);  // no launch records asked
+    CHECK(phase_line(0, k, 4).find("record") == std::string::npos);
+    CHECK(code([&] { parse_phase_line(phase_line(0, k, 4, 4), 0, keyless, 5); }) == "bad_job");  // not a warm-up
+    CHECK(code([&] { parse_phase_line(phase_line(0, k, 0, 0), 0, keyless, 5); }) == "bad_job");
+  }
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0]};
+  Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  job.record_launches = true;
+  CHECK(to_json(job).dump().find("record\"") == std::string::npos);  // only record_launches, no position
 }

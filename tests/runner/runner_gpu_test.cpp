@@ -174,6 +174,43 @@ TEST_CASE("gpu-resident: the expert is correct, timed and unflagged, every outpu
     if (g.timing) CHECK(g.timing->samples >= 10);
   }
   CHECK(gpu.phases.compare_s == 0);  // no comparison in the parent
+  // Class 11: the timed calls' inputs came from the owner's arena (no key in the agent runner); the
+  // host path keeps its key and has no arena.
+  CHECK((gpu.input_arena == "read" || gpu.input_arena == "readwrite"));
+  CHECK(host.input_arena.empty());
+  std::printf("gpu-resident expert: input arena mapped %s\n", gpu.input_arena.c_str());
+}
+
+// Class 13 (docs/threat-model.md): with launch records, one drawn warm-up per timed phase is
+// recorded inside the phase's window (CUPTI on around that call only): the expert stays ok and
+// unflagged under the tight bound, and its launches are recorded on every workload.
+TEST_CASE("gpu-resident: with launch records (a warm-up recorded per phase) the expert stays ok and unflagged",
+          "[gpu][runner][resident]") {
+  if (!d2k::test::have_gpu("gpu-resident launch records")) return;
+  const auto& task = d2k::test::vector_add();
+  const auto out = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so";
+  EvalRequest r;
+  r.task = &task;
+  r.so_path = d2k::test::nvcc_build(task.expert_path(3), out);
+  r.workloads = WorkloadSet::all;
+  r.seeds = 2;
+  r.record_launches = true;
+  const EvalResult e = d2k::test::evaluator_resident().evaluate(r);
+  std::printf("experts_L3.so [gpu-resident, launch records]: %s time=%.3f us flags=%zu launches_error='%s'\n",
+              std::string(d2k::sandbox::to_string(e.status)).c_str(), e.time_s * 1e6, e.flags.size(),
+              e.launches_error.c_str());
+  for (const auto& w : e.workloads)
+    if (w.timing)
+      std::printf("   %-18s median %.2f us  flag below %.3f  launches %zu\n", w.name.c_str(), w.timing->median_s * 1e6,
+                  w.flag_below_fraction, w.launches ? w.launches->size() : 0);
+  CHECK(e.status == d2k::sandbox::Outcome::ok);
+  CHECK(e.flags.empty());
+  CHECK(e.retried_flag.empty());
+  CHECK(e.launches_error.empty());
+  for (const auto& w : e.workloads) {
+    CHECK(w.launches.has_value());
+    if (w.launches) CHECK(!w.launches->empty());
+  }
 }
 
 // The two evaluations draw their own secret seeds, so the values differ; the index, the count and
