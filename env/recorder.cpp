@@ -35,6 +35,10 @@ struct Recorder::Active {
   std::deque<Unsynced> unsynced;
   std::uint64_t seq = 0;
   std::uint64_t durable = kLogPreambleBytes;
+  // The latest record whose fdatasync was asked for; those after it are read-only records
+  // (record_observe's) written since, the oldest of them at `unasked_since` (Recorder::sync_later).
+  std::uint64_t requested = 0;
+  std::chrono::steady_clock::time_point unasked_since{};
   std::string tenant;  // who opened the session (LogSyncer's round-robin)
   bool ended = false;  // end() ran; the log closes once its last records are durable
   bool refused = false;                       // the last write was refused (logged once per spell)
@@ -43,6 +47,12 @@ struct Recorder::Active {
   json base_reply;
   std::uint64_t base_n = 0;
   std::size_t base_bytes = 0;
+  // record_observe: the patch from the base (base_n) to the observe replies of `generation`, less
+  // its two changing values (Recorder::record_observe).
+  struct ObservePatch {
+    std::uint64_t generation = 0, base_n = 0;
+    json patch;
+  } observe;
 };
 
 namespace {
@@ -282,6 +292,11 @@ void redact(json& j, const std::string& secret, const std::string& shown) {
 
 }  // namespace
 
+bool Recorder::events_wanted() const {
+  if (config_.on_event) return !config_.watched || config_.watched();
+  return pub_ != nullptr;
+}
+
 void Recorder::publish(const std::string& session, const json& event) {
   if (config_.on_event) return config_.on_event(session, event);
   if (!pub_) return;
@@ -301,6 +316,7 @@ void Recorder::publish(const std::string& session, const json& event) {
 
 void Recorder::fail_log(Active& a, const std::string& why) {
   log_error("episode log of session " + a.row.session + " failed: " + why);
+  if (a.writer) request_sync(a);  // what was written and not asked for yet: its report still comes
   a.writer.reset();
   a.row.log_status = "failed: " + why;
   save_row(a);
@@ -323,14 +339,27 @@ void Recorder::written(Active& a, json record) {
 }
 
 void Recorder::request_sync(Active& a) {
-  if (syncer_ && a.writer && !a.unsynced.empty())
-    syncer_->request(a.row.session, a.writer->file(), a.unsynced.back().seq, a.tenant);
+  if (syncer_ && a.writer && !a.unsynced.empty() && a.unsynced.back().seq > a.requested) {
+    a.requested = a.unsynced.back().seq;
+    syncer_->request(a.row.session, a.writer->file(), a.requested, a.tenant);
+  }
 }
 
-std::uint64_t Recorder::pending(const std::string& session) const {
+void Recorder::sync_later(Active& a) {
+  if (!syncer_ || !a.writer || a.unsynced.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (a.requested + 1 == a.unsynced.back().seq)  // the first record not asked for
+    a.unasked_since = now;
+  else if (now - a.unasked_since >= config_.read_only_sync_after)
+    request_sync(a);
+}
+
+std::uint64_t Recorder::pending(const std::string& session) {
   auto it = active_.find(session);
   if (it == active_.end() || it->second->unsynced.empty()) return 0;
-  return it->second->unsynced.back().seq;
+  Active& a = *it->second;
+  if (a.requested < a.unsynced.back().seq) request_sync(a);  // a reply waits for read-only records now
+  return a.unsynced.back().seq;
 }
 
 bool Recorder::synced(const std::string& session, std::uint64_t record, int error) {
@@ -386,7 +415,8 @@ void Recorder::finish(std::map<std::string, std::unique_ptr<Active>>::iterator i
   active_.erase(it);
 }
 
-bool Recorder::flush(Active& a) {
+bool Recorder::flush(Active& a, bool sync) {
+  bool wrote = false;
   while (!a.waiting.empty()) {
     if (!a.writer) {  // not recorded, or the log was given up: nothing to wait for
       for (const auto& w : a.waiting)
@@ -412,8 +442,9 @@ bool Recorder::flush(Active& a) {
     if (!a.waiting.front().event.is_null()) publish(a.row.session, a.waiting.front().event);
     written(a, std::move(a.waiting.front().record));
     a.waiting.pop_front();
+    wrote = true;
   }
-  request_sync(a);
+  if (sync && wrote) request_sync(a);  // (read-only records written earlier are not asked for here)
   return true;
 }
 
@@ -604,6 +635,71 @@ bool Recorder::record(const Episode& episode, const json& request, const json& r
     std::string before = a.row.outcome;
     summarize_exchange(a.row, request, reply, a.layer_properties);
     if (a.row.outcome != before) save_row(a);
+  } catch (const std::exception& e) {
+    log_error("recorder: record for session " + episode.id() + " failed: " + e.what());
+  }
+  return true;
+}
+
+namespace {
+// The two values that differ between observe replies of one generation (Recorder::record_observe).
+constexpr const char* kObserveIdPath = "/id";
+constexpr const char* kObserveClockPath = "/observation/budget/seconds_used";
+}  // namespace
+
+void Recorder::observe_patch(Active& a, std::uint64_t generation, const json& reply) {
+  // What json::diff gives for the whole reply (as record() logs it), less the replace ops of the two
+  // changing values, which every record then sets itself (a replace is valid: both exist in every
+  // reply with an observation, so in the base too).
+  json patch = json::array();
+  for (json& op : json::diff(a.base_reply, reply)) {
+    const std::string& path = op.at("path").get_ref<const std::string&>();
+    if (op.at("op") == "replace" && (path == kObserveIdPath || path == kObserveClockPath)) continue;
+    patch.push_back(std::move(op));
+  }
+  a.observe = {generation, a.base_n, std::move(patch)};
+}
+
+void Recorder::prime_observe(const Episode& episode, std::uint64_t generation, const json& reply) {
+  try {
+    auto it = active_.find(episode.id());
+    if (it == active_.end() || generation == 0 || !it->second->writer || it->second->base_reply.is_null()) return;
+    observe_patch(*it->second, generation, reply);
+  } catch (const std::exception& e) {
+    log_error("recorder: observe patch for session " + episode.id() + " failed: " + e.what());
+  }
+}
+
+bool Recorder::record_observe(const Episode& episode, const json& request, std::uint64_t generation, std::uint64_t id,
+                              double seconds_used, const std::function<json()>& reply, double t_request,
+                              double t_reply) {
+  try {
+    auto it = active_.find(episode.id());
+    if (it == active_.end()) return true;
+    Active& a = *it->second;
+    if (generation == 0 || !a.writer || a.base_reply.is_null() || events_wanted())
+      return record(episode, request, reply(), t_request, t_reply, false);
+    if (a.observe.generation != generation || a.observe.base_n != a.base_n || a.observe.patch.is_null()) {
+      const json whole = reply();
+      observe_patch(a, generation, whole);
+      summarize_exchange(a.row, request, whole, a.layer_properties);  // reads nothing of the two values
+    }
+    json patch = a.observe.patch;
+    patch.push_back({{"op", "replace"}, {"path", kObserveIdPath}, {"value", id}});
+    patch.push_back({{"op", "replace"}, {"path", kObserveClockPath}, {"value", seconds_used}});
+    const std::uint64_t n = a.next_n++;
+    // A read-only record: no fdatasync of its own (docs/episode-log.md), unless records that wait
+    // for one are written with it.
+    const bool alone = a.waiting.empty();
+    a.waiting.push_back({{{"k", "exchange"}, {"n", n}, {"t_request", t_request}, {"t_reply", t_reply},
+                          {"request", request}, {"reply_base", a.base_n}, {"reply_patch", std::move(patch)}},
+                         json()});
+    if (!flush(a, !alone)) {  // dropped: its reply is not sent either
+      a.waiting.pop_back();
+      --a.next_n;
+      return false;
+    }
+    if (alone) sync_later(a);
   } catch (const std::exception& e) {
     log_error("recorder: record for session " + episode.id() + " failed: " + e.what());
   }

@@ -133,10 +133,9 @@ class Server {
   protocol::Value op_list_tasks() const;
   protocol::Value op_reset(const Request& request);
   Answer op_step(const Route& route, const Request& request);
-  protocol::Value op_observe(const Request& request);
-  // observe without a recorder: the reply's bytes spliced from the session's cached observation
-  // (rebuilt only after the session changed; its clock field refreshed each time).
-  ReplyBytes fast_observe(const Request& request);
+  // observe: the reply's bytes spliced from the session's cached observation (rebuilt only after
+  // the session changed; its clock field refreshed each time), logged (with a recorder) before it goes.
+  ReplyBytes op_observe(const Request& request);
   void forget_observation(const std::string& session) { observations_.erase(session); }
   protocol::Value op_close(const Request& request);
   protocol::Value op_stats() const;
@@ -223,14 +222,19 @@ class Server {
   bool stopping_ = false;
 
   SessionTable sessions_;
-  // Each session's observe reply as last built, for `observe` without a recorder (issue 15 item 5):
-  // dropped whenever the server changes the session (step, a landed action, close, erase).
+  // Each session's observe reply as last built (issue 15 item 5): dropped whenever the server
+  // changes the session (step, a landed action, close, erase).
   struct ObserveBytes {
     std::string observation;  // encoded; its budget.seconds_used (a float64) at clock_at
     std::size_t clock_at = std::string::npos;
     std::string info;  // encoded, without the queue entry (built per call while an action waits)
+    std::uint64_t generation = 0;  // unique per build: the recorder's patch for it is computed once
   };
-  static ObserveBytes observe_bytes(const nlohmann::json& observation, const nlohmann::json& info);
+  ObserveBytes observe_bytes(const nlohmann::json& observation, const nlohmann::json& info);
+  // The observe reply's bytes: `cached` and `info` (encoded) spliced into the reply map with `id`.
+  static std::string observe_reply(const ObserveBytes& cached, std::uint64_t id, const std::string& info);
+  static nlohmann::json decode_reply(const std::string& bytes);  // a reply of this server, as decoded
+  std::uint64_t observe_generation_ = 0;
   std::unordered_map<std::string, ObserveBytes> observations_;
   ReplyCache replies_;
   std::mt19937_64 rng_{std::random_device{}()};  // episode seeds not given by the client
