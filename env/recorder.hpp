@@ -118,7 +118,7 @@ class Recorder {
   bool events_wanted() const;  // an event published now may reach someone
   void append(Active& a, const nlohmann::json& record);
   // After a record of `a` was written: with log-sync threads, it waits for its fdatasync.
-  void written(Active& a, nlohmann::json record);
+  void written(Active& a, nlohmann::json record, std::string encoded = {});
   void request_sync(Active& a);
   // After a read-only record written alone: asks for no fdatasync unless the oldest record not asked
   // for is config_.read_only_sync_after old.
@@ -132,6 +132,10 @@ class Recorder {
   nlohmann::json exchange_record(Active& a, std::uint64_t n, const nlohmann::json& request,
                                  const nlohmann::json& reply, double t_request, double t_reply);
   void observe_patch(Active& a, std::uint64_t generation, const nlohmann::json& reply);
+  struct ObservePatch;
+  static std::string observe_record(std::uint64_t n, double t_request, double t_reply, const nlohmann::json& request,
+                                    std::uint64_t base_n, const ObservePatch& patch, std::uint64_t id,
+                                    double seconds_used);
   void keep_base(Active& a, std::uint64_t n, const nlohmann::json& request, const nlohmann::json& reply);
   void drop_base(Active& a);
   static constexpr std::size_t kBaseMaxBytes = 1u << 20;     // a larger reply is not kept as a base

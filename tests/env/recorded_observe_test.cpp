@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -181,23 +182,41 @@ TEST_CASE("record_observe: no fdatasync of its own; a reply that waits, or its a
     settle("s1");
     const int after_begin = syncs.load();
     CHECK(after_begin >= 1);
-    for (std::uint64_t id = 2; id < 12; ++id) {
+    std::uint64_t id = 2;
+    auto observe = [&] {
       json reply = {{"v", 1}, {"id", id}, {"ok", true}, {"observation", ep.observation()}, {"info", ep.info()}};
+      reply["observation"]["budget"]["seconds_used"] = 0.5;
       CHECK(rec.record_observe(ep, {{"v", 1}, {"id", id}, {"op", "observe"}, {"session", "s1"}}, 1, id, 0.5,
                                [&] { return reply; }, 11.0, 11.1));
-    }
+      ++id;
+    };
+    for (int i = 0; i < 10; ++i) observe();
     if (!aged) {
-      // Nothing asked for: the sync threads run what was asked so far, and that is none of them.
-      const std::uint64_t waiting = rec.pending("s1");  // ... until a reply waits: this asks
-      CHECK(waiting != 0);
+      // Nothing asked for (stop_sync would run none) until a reply waits: pending() asks.
+      CHECK(rec.pending("s1") != 0);
       settle("s1");  // (hangs, then fails, if pending() did not ask)
       CHECK(syncs.load() == after_begin + 1);  // one fdatasync for the ten
+      // A failed fdatasync: the records after the last durable one are cut off and written again.
+      for (int i = 0; i < 3; ++i) observe();
+      const std::uint64_t last = rec.pending("s1");
+      CHECK_FALSE(rec.synced("s1", last, EIO));
+      CHECK(read_episode_log(rec.log_path("s1")).exchanges.size() == 11);
+      CHECK(rec.flush(std::string("s1")));
+      settle("s1");
     } else {
       rec.stop_sync();  // runs what was asked: the observes after the first asked, each past its age (0)
       CHECK(syncs.load() > after_begin);
     }
     rec.stop_sync();
-    CHECK(read_episode_log(rec.log_path("s1")).exchanges.size() == 11);
+    const EpisodeLog log = read_episode_log(rec.log_path("s1"));
+    CHECK_FALSE(log.torn_tail);
+    REQUIRE(log.exchanges.size() == (aged ? 11u : 14u));
+    for (std::size_t i = 1; i < log.exchanges.size(); ++i) {
+      CHECK(log.exchanges[i].n == i);
+      CHECK(log.exchanges[i].reply["id"] == i + 1);
+      CHECK(log.exchanges[i].reply["observation"]["budget"]["seconds_used"] == 0.5);
+      CHECK(log.exchanges[i].reply["observation"]["files"] == ep.observation()["files"]);
+    }
   }
   fs::remove_all(dir);
 }
