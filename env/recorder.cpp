@@ -345,7 +345,7 @@ void Recorder::written(Active& a, json record, std::string encoded) {
 }
 
 void Recorder::request_sync(Active& a) {
-  if (syncer_ && a.writer && !a.unsynced.empty() && a.unsynced.back().seq > a.requested) {
+  if (syncer_ && a.writer && a.writer->file() && !a.unsynced.empty() && a.unsynced.back().seq > a.requested) {
     a.requested = a.unsynced.back().seq;
     syncer_->request(a.row.session, a.writer->file(), a.requested, a.tenant);
   }
