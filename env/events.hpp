@@ -39,8 +39,8 @@ class Events {
  private:
   zmq::socket_t socket_;
   bool curve_ = false;
-  bool show_source_ = false;
-  bool watched_ = false;  // whole events (CURVE: to the key that opened the session; else events_source)
+  bool show_source_ = false;  // whole events (CURVE: to the key that opened the session; else events_source)
+  bool watched_ = false;      // a subscription was granted (watched())
   std::string bound_;
 };
 
