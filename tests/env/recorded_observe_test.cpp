@@ -47,8 +47,10 @@ struct Fixture {
 const json kResetRequest = {{"v", 1}, {"id", 1}, {"op", "reset"}, {"task", "vector_add"}, {"layer", 1}};
 
 json reset_reply(const Episode& ep) {
-  return {{"v", 1}, {"id", 1}, {"ok", true}, {"session", ep.id()}, {"instance", "i"},
-          {"observation", ep.observation()}, {"info", ep.info()}};
+  return {{"v", 1},           {"id", 1},
+          {"ok", true},       {"session", ep.id()},
+          {"instance", "i"},  {"observation", ep.observation()},
+          {"info", ep.info()}};
 }
 
 // The records of a log file as written (the reader rebuilds compact ones; this shows them).
@@ -102,8 +104,14 @@ TEST_CASE("record_observe: one patch per generation and base, every reply read b
   // A step changes the base: the same generation is patched again from the new base.
   ep.workspace().write("kernel.cu", "// changed\n");
   ep.record_step({{"action", "write_file"}, {"ok", true}}, 0.0);
-  json step = {{"v", 1}, {"id", id}, {"ok", true}, {"observation", ep.observation()}, {"reward", 0.0},
-               {"terminated", false}, {"truncated", false}, {"info", ep.info()}};
+  json step = {{"v", 1},
+               {"id", id},
+               {"ok", true},
+               {"observation", ep.observation()},
+               {"reward", 0.0},
+               {"terminated", false},
+               {"truncated", false},
+               {"info", ep.info()}};
   REQUIRE(rec.record(ep, {{"v", 1}, {"id", id}, {"op", "step"}, {"session", "s1"}, {"action", {{"type", "compile"}}}},
                      step, 12.0, 12.1));
   sent.push_back(step);
@@ -139,7 +147,7 @@ TEST_CASE("record_observe: one patch per generation and base, every reply read b
   const std::vector<json> raw = raw_records(path);
   REQUIRE(raw.size() == sent.size() + 2);  // header, exchanges, end
   CHECK(raw[2].value("reply_base", 99) == 0);
-  CHECK(raw[2]["reply_patch"].size() <= 4);  // instance and session go, id and clock change
+  CHECK(raw[2]["reply_patch"].size() <= 4);      // instance and session go, id and clock change
   CHECK(raw[23].value("reply_base", 99) == 21);  // after the step, of the step
   for (std::size_t i = 2; i < raw.size() - 1; ++i) CHECK_FALSE(raw[i].contains("reply"));
   fs::remove_all(dir);
@@ -186,15 +194,16 @@ TEST_CASE("record_observe: no fdatasync of its own; a reply that waits, or its a
     auto observe = [&] {
       json reply = {{"v", 1}, {"id", id}, {"ok", true}, {"observation", ep.observation()}, {"info", ep.info()}};
       reply["observation"]["budget"]["seconds_used"] = 0.5;
-      CHECK(rec.record_observe(ep, {{"v", 1}, {"id", id}, {"op", "observe"}, {"session", "s1"}}, 1, id, 0.5,
-                               [&] { return reply; }, 11.0, 11.1));
+      CHECK(rec.record_observe(
+          ep, {{"v", 1}, {"id", id}, {"op", "observe"}, {"session", "s1"}}, 1, id, 0.5, [&] { return reply; }, 11.0,
+          11.1));
       ++id;
     };
     for (int i = 0; i < 10; ++i) observe();
     if (!aged) {
       // Nothing asked for (stop_sync would run none) until a reply waits: pending() asks.
       CHECK(rec.pending("s1") != 0);
-      settle("s1");  // (hangs, then fails, if pending() did not ask)
+      settle("s1");                            // (hangs, then fails, if pending() did not ask)
       CHECK(syncs.load() == after_begin + 1);  // one fdatasync for the ten
       // A failed fdatasync: the records after the last durable one are cut off and written again.
       for (int i = 0; i < 3; ++i) observe();
@@ -221,7 +230,8 @@ TEST_CASE("record_observe: no fdatasync of its own; a reply that waits, or its a
   fs::remove_all(dir);
 }
 
-TEST_CASE("recorded observe: the log holds exactly the replies sent, through steps and a compile", "[server][observe]") {
+TEST_CASE("recorded observe: the log holds exactly the replies sent, through steps and a compile",
+          "[server][observe]") {
   d2k::env::Config config = d2k::test::test_config();
   REQUIRE(config.record);
   d2k::test::TestServer srv(config);
