@@ -793,7 +793,8 @@ Value Server::op_reset(const Request& request) {
   json info = session.episode->info();
   // observe starts from this one (op_observe) instead of building it again: a few KB (the starter
   // files), and the first observe of each of many sessions stays cheap.
-  observations_[id] = observe_bytes(observation, info);
+  ObserveBytes bytes = observe_bytes(observation, info);
+  keep_observation(id, bytes);
   return {{"session", id}, {"instance", instance_}, {"observation", std::move(observation)}, {"info", std::move(info)}};
 }
 
@@ -1220,15 +1221,20 @@ ReplyBytes Server::op_observe(const Request& request) {
   // Nothing of the session goes out while an earlier record waits for the disk.
   if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   s.episode->touch();
-  auto [it, fresh] = observations_.try_emplace(request.session);
-  if (fresh) it->second = observe_bytes(s.episode->observation(), s.episode->info());
-  ObserveBytes& cached = it->second;
+  ObserveBytes unkept;  // when observations_ is full: this reply's alone
+  ObserveBytes* kept = nullptr;
+  if (auto it = observations_.find(request.session); it != observations_.end()) kept = &it->second;
+  if (!kept) {
+    unkept = observe_bytes(s.episode->observation(), s.episode->info());
+    kept = keep_observation(request.session, unkept);
+  }
+  ObserveBytes& cached = kept ? *kept : unkept;
   const double clock = s.episode->seconds_used();
   std::uint64_t generation = cached.generation;  // 0: this reply is not the cached one bar id and clock
   ReplyBytes reply;
   // The one field time changes, written over its 9 bytes in the cached encoding.
   if (!protocol::overwrite_float64(cached.observation, cached.clock_at, clock)) {
-    observations_.erase(it);  // cannot happen (seconds_used is always a double); never a stale clock
+    forget_observation(request.session);  // cannot happen (seconds_used is always a double); never a stale clock
     generation = 0;
     reply = std::make_shared<const std::string>(protocol::encode(protocol::make_ok_reply(
         request.envelope.id, {{"observation", s.episode->observation()}, {"info", s.episode->info()}})));
@@ -1276,6 +1282,21 @@ json Server::decode_reply(const std::string& bytes) {
   all.max_array_items = all.max_map_entries = all.max_total_items = bytes.size();
   all.max_depth = 64;
   return protocol::decode(bytes, all);
+}
+
+Server::ObserveBytes* Server::keep_observation(const std::string& session, ObserveBytes& bytes) {
+  forget_observation(session);
+  const std::size_t size = bytes.observation.size() + bytes.info.size();
+  if (observations_bytes_ + size > observations_max_bytes_) return nullptr;
+  observations_bytes_ += size;
+  return &(observations_[session] = std::move(bytes));
+}
+
+void Server::forget_observation(const std::string& session) {
+  auto it = observations_.find(session);
+  if (it == observations_.end()) return;
+  observations_bytes_ -= it->second.observation.size() + it->second.info.size();
+  observations_.erase(it);
 }
 
 Server::ObserveBytes Server::observe_bytes(const json& observation, const json& info) {

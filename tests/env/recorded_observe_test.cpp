@@ -269,3 +269,45 @@ TEST_CASE("recorded observe: the log holds exactly the replies sent, through ste
           observed[i - 1].second["observation"]["budget"]["seconds_used"].get<double>());
   CHECK(observed.back().second["observation"]["files"]["extra.cuh"] == "// hello\n");
 }
+
+TEST_CASE("cached observe replies stay within their bound; past it each observe is built alone", "[server][observe]") {
+  // Every open session may keep its observe reply encoded (up to a workspace each): their bytes are
+  // bounded, and a session past the bound is answered (and logged) from a reply built per call.
+  for (const bool bounded : {false, true}) {
+    INFO((bounded ? "bound 0" : "default bound"));
+    const d2k::env::Config config = d2k::test::test_config();
+    d2k::test::TestServer srv(config, nullptr, [&](d2k::env::Server& server) {
+      if (bounded) server.set_observations_max_bytes(0);
+    });
+    Client c(srv.endpoint);
+    const std::string a = c.reset("vector_add", 1, 5)["session"].get<std::string>();
+    const std::string b = c.reset("vector_add", 1, 6)["session"].get<std::string>();
+    std::vector<std::pair<std::uint64_t, Value>> observed;
+    for (int i = 0; i < 3; ++i) {
+      Value r = c.observe(a);
+      observed.emplace_back(c.last_id(), r);
+      c.observe(b);
+    }
+    c.step(a, {{"type", "write_file"}, {"path", "extra.cuh"}, {"content", "// bounded\n"}});
+    Value after = c.observe(a);
+    observed.emplace_back(c.last_id(), after);
+    CHECK(after["observation"]["files"]["extra.cuh"] == "// bounded\n");
+    if (bounded)
+      CHECK(srv.server->observations_bytes() == 0);
+    else
+      CHECK(srv.server->observations_bytes() > 0);
+    c.close(b);
+    c.close(a);
+    CHECK(srv.server->observations_bytes() == 0);  // each closed session's went with it
+    srv.stop();
+    std::size_t found = 0;
+    for (const LogExchange& x : read_episode_log(config.log_dir / (a + ".d2klog")).exchanges) {
+      if (x.request.value("op", "") != "observe") continue;
+      REQUIRE(found < observed.size());
+      CHECK(x.request["id"] == observed[found].first);
+      CHECK(x.reply == observed[found].second);
+      ++found;
+    }
+    CHECK(found == observed.size());
+  }
+}
