@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include <zmq_addon.hpp>
 
 #include "env/episode.hpp"
+#include "env/recorder.hpp"
 #include "env/server.hpp"
 #include "protocol/client.hpp"
 #include "protocol/codec.hpp"
@@ -240,6 +242,31 @@ int main(int argc, char** argv) {
     }
     Stats sb = summarize(build);
     std::printf("build observe reply (us)     %10.1f %10.1f %10.1f\n", sb.p50, sb.p99, sb.mean);
+    // And logging it, what recording adds to each observe on the loop (--record 1): the record made
+    // from the patch of its generation, one write(2), no fdatasync (log-sync threads on, as in serve).
+    {
+      d2k::env::RecorderConfig rc;
+      rc.log_dir = std::filesystem::path(state) / "bench-episodes";
+      rc.on_synced = [](const std::string&, std::uint64_t, int) {};
+      d2k::env::Recorder rec(rc);
+      const Value observe_request = {{"v", 1}, {"id", 2}, {"op", "observe"}, {"session", "bench"}};
+      rec.begin(ep, {{"v", 1}, {"id", 1}, {"op", "reset"}, {"task", "vector_add"}, {"layer", 2}},
+                d2k::protocol::make_ok_reply(
+                    1, {{"session", "bench"}, {"observation", ep.observation()}, {"info", ep.info()}}),
+                0.0, 0.0);
+      const Value observed = d2k::protocol::make_ok_reply(2, {{"observation", ep.observation()}, {"info", ep.info()}});
+      std::vector<double> logged;
+      for (int i = 0; i < samples; ++i) {
+        auto t0 = steady_clock::now();
+        rec.record_observe(ep, observe_request, 1, 2 + static_cast<std::uint64_t>(i), 0.5, [&] { return observed; },
+                           1.0, 1.0);
+        logged.push_back(duration<double, std::micro>(steady_clock::now() - t0).count());
+      }
+      rec.end(ep, "closed");
+      rec.stop_sync();
+      Stats sl = summarize(logged);
+      std::printf("log observe record (us)      %10.1f %10.1f %10.1f\n", sl.p50, sl.p99, sl.mean);
+    }
     Stats se = summarize(enc), sd = summarize(dec);
     std::printf("encode observe reply (us)    %10.1f %10.1f %10.1f\n", se.p50, se.p99, se.mean);
     std::printf("decode observe reply (us)    %10.1f %10.1f %10.1f\n", sd.p50, sd.p99, sd.mean);

@@ -46,13 +46,17 @@ std::string log_preamble() {
 }
 
 std::string encode_log_record(const json& record) {
-  std::vector<std::uint8_t> payload = json::to_msgpack(record);
+  const std::vector<std::uint8_t> payload = json::to_msgpack(record);
+  return encode_log_payload(std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+}
+
+std::string encode_log_payload(std::string_view payload) {
   if (payload.size() > kLogMaxRecordBytes) throw std::length_error("episode log record over 256 MiB");
   std::string out;
   out.reserve(payload.size() + kLogRecordOverhead);
   put_u32(out, static_cast<std::uint32_t>(payload.size()));
   put_u64(out, XXH3_64bits(payload.data(), payload.size()));
-  out.append(reinterpret_cast<const char*>(payload.data()), payload.size());
+  out.append(payload);
   return out;
 }
 
@@ -106,6 +110,7 @@ void EpisodeLogWriter::write_all(const std::string& bytes) {
 }
 
 void EpisodeLogWriter::append(const json& record) { write_all(encode_log_record(record)); }
+void EpisodeLogWriter::append_encoded(const std::string& record) { write_all(record); }
 
 void EpisodeLogWriter::truncate(std::uint64_t bytes) {
   if (!file_) throw std::system_error(EBADF, std::generic_category(), "episode log closed " + path_.string());

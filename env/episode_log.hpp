@@ -16,6 +16,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,8 @@ struct LogError : std::runtime_error {
 
 // Encodes one record (length, checksum, payload) ready to append.
 std::string encode_log_record(const nlohmann::json& record);
+// The same from a record's MessagePack payload already encoded (one map).
+std::string encode_log_payload(std::string_view payload);
 // The 16-byte preamble of a log of kLogFormatVersion.
 std::string log_preamble();
 
@@ -64,6 +67,7 @@ class EpisodeLogWriter {
   EpisodeLogWriter& operator=(const EpisodeLogWriter&) = delete;
 
   void append(const nlohmann::json& record);
+  void append_encoded(const std::string& record);  // what encode_log_record/encode_log_payload give
   void close();
   // Cuts the file back to `bytes` (a record boundary at or after the preamble): the records after
   // it are gone, to be appended again. Throws std::system_error (and broken() is then true) when

@@ -97,9 +97,10 @@ void Events::on_subscriptions() {
     // A subscriber's prefix P becomes "<its key>:P": only topics of the sessions it opened match.
     std::string granted = (owner.empty() ? "" : owner + ":") + std::string(m.data<char>() + 1, m.size() - 1);
     try {
-      if (subscribe)
+      if (subscribe) {
         socket_.set(zmq::sockopt::subscribe, granted);
-      else
+        watched_ = true;
+      } else
         socket_.set(zmq::sockopt::unsubscribe, granted);
     } catch (const zmq::error_t& e) {
       log_warn(std::string("events: subscription not granted: ") + e.what());

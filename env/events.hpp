@@ -30,6 +30,9 @@ class Events {
   void* handle() { return socket_.handle(); }
   // Grants the subscriptions that arrived (each within its subscriber's own sessions).
   void on_subscriptions();
+  // Whether a subscription was ever granted: until then no event can reach anyone. (It stays true:
+  // an unsubscription names a prefix, not who sent it, so counting them could silence a watcher.)
+  bool watched() const { return watched_; }
   // Publishes an event of `session`, which `owner` opened ("" without CURVE). Never throws.
   void publish(const std::string& session, const std::string& owner, const nlohmann::json& event);
 
@@ -37,6 +40,7 @@ class Events {
   zmq::socket_t socket_;
   bool curve_ = false;
   bool show_source_ = false;  // whole events (CURVE: to the key that opened the session; else events_source)
+  bool watched_ = false;      // a subscription was granted (watched())
   std::string bound_;
 };
 

@@ -16,9 +16,19 @@ namespace d2k::env {
 
 using nlohmann::json;
 
+// record_observe: the patch from the base (base_n) to the observe replies of `generation`, less its
+// two changing values: its ops, each encoded (MessagePack), in order.
+struct Recorder::ObservePatch {
+  std::uint64_t generation = 0, base_n = 0;
+  std::size_t count = 0;
+  std::string ops;
+  bool made = false;
+};
+
 struct Recorder::Active {
   struct Waiting {
     json record, event;  // the log record, and the event published once it is written
+    std::string encoded;  // instead of `record`: the record as encode_log_record gives it
   };
   EpisodeRow row;
   std::unique_ptr<EpisodeLogWriter> writer;  // null when not recording or after a failure
@@ -31,10 +41,15 @@ struct Recorder::Active {
     std::uint64_t seq;
     std::uint64_t end;
     json record;
+    std::string encoded;
   };
   std::deque<Unsynced> unsynced;
   std::uint64_t seq = 0;
   std::uint64_t durable = kLogPreambleBytes;
+  // The latest record whose fdatasync was asked for; those after it are read-only records
+  // (record_observe's) written since, the oldest of them at `unasked_since` (Recorder::sync_later).
+  std::uint64_t requested = 0;
+  std::chrono::steady_clock::time_point unasked_since{};
   std::string tenant;  // who opened the session (LogSyncer's round-robin)
   bool ended = false;  // end() ran; the log closes once its last records are durable
   bool refused = false;                       // the last write was refused (logged once per spell)
@@ -43,6 +58,7 @@ struct Recorder::Active {
   json base_reply;
   std::uint64_t base_n = 0;
   std::size_t base_bytes = 0;
+  ObservePatch observe;  // record_observe's, for the latest generation observed
 };
 
 namespace {
@@ -282,6 +298,11 @@ void redact(json& j, const std::string& secret, const std::string& shown) {
 
 }  // namespace
 
+bool Recorder::events_wanted() const {
+  if (config_.on_event) return !config_.watched || config_.watched();
+  return pub_ != nullptr;
+}
+
 void Recorder::publish(const std::string& session, const json& event) {
   if (config_.on_event) return config_.on_event(session, event);
   if (!pub_) return;
@@ -301,6 +322,7 @@ void Recorder::publish(const std::string& session, const json& event) {
 
 void Recorder::fail_log(Active& a, const std::string& why) {
   log_error("episode log of session " + a.row.session + " failed: " + why);
+  if (a.writer) request_sync(a);  // what was written and not asked for yet: its report still comes
   a.writer.reset();
   a.row.log_status = "failed: " + why;
   save_row(a);
@@ -317,20 +339,33 @@ void Recorder::append(Active& a, const json& record) {
   }
 }
 
-void Recorder::written(Active& a, json record) {
+void Recorder::written(Active& a, json record, std::string encoded) {
   if (!syncer_) return;  // fdatasync'ed by the writer already
-  a.unsynced.push_back({++a.seq, a.writer->bytes(), std::move(record)});
+  a.unsynced.push_back({++a.seq, a.writer->bytes(), std::move(record), std::move(encoded)});
 }
 
 void Recorder::request_sync(Active& a) {
-  if (syncer_ && a.writer && !a.unsynced.empty())
-    syncer_->request(a.row.session, a.writer->file(), a.unsynced.back().seq, a.tenant);
+  if (syncer_ && a.writer && a.writer->file() && !a.unsynced.empty() && a.unsynced.back().seq > a.requested) {
+    a.requested = a.unsynced.back().seq;
+    syncer_->request(a.row.session, a.writer->file(), a.requested, a.tenant);
+  }
 }
 
-std::uint64_t Recorder::pending(const std::string& session) const {
+void Recorder::sync_later(Active& a) {
+  if (!syncer_ || !a.writer || a.unsynced.empty()) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (a.requested + 1 == a.unsynced.back().seq)  // the first record not asked for
+    a.unasked_since = now;
+  else if (now - a.unasked_since >= config_.read_only_sync_after)
+    request_sync(a);
+}
+
+std::uint64_t Recorder::pending(const std::string& session) {
   auto it = active_.find(session);
   if (it == active_.end() || it->second->unsynced.empty()) return 0;
-  return it->second->unsynced.back().seq;
+  Active& a = *it->second;
+  if (a.requested < a.unsynced.back().seq) request_sync(a);  // a reply waits for read-only records now
+  return a.unsynced.back().seq;
 }
 
 bool Recorder::synced(const std::string& session, std::uint64_t record, int error) {
@@ -367,7 +402,8 @@ bool Recorder::synced(const std::string& session, std::uint64_t record, int erro
     log_error("episode log of session " + a.row.session + ": cannot sync episode log (" + why +
               "); holding replies until it can be written");
   a.refused = true;
-  for (auto r = a.unsynced.rbegin(); r != a.unsynced.rend(); ++r) a.waiting.push_front({std::move(r->record), json()});
+  for (auto r = a.unsynced.rbegin(); r != a.unsynced.rend(); ++r)
+    a.waiting.push_front({std::move(r->record), json(), std::move(r->encoded)});
   a.unsynced.clear();
   return false;
 }
@@ -386,7 +422,8 @@ void Recorder::finish(std::map<std::string, std::unique_ptr<Active>>::iterator i
   active_.erase(it);
 }
 
-bool Recorder::flush(Active& a) {
+bool Recorder::flush(Active& a, bool sync) {
+  bool wrote = false;
   while (!a.waiting.empty()) {
     if (!a.writer) {  // not recorded, or the log was given up: nothing to wait for
       for (const auto& w : a.waiting)
@@ -395,7 +432,10 @@ bool Recorder::flush(Active& a) {
       return true;
     }
     try {
-      a.writer->append(a.waiting.front().record);
+      if (a.waiting.front().encoded.empty())
+        a.writer->append(a.waiting.front().record);
+      else
+        a.writer->append_encoded(a.waiting.front().encoded);
     } catch (const std::exception& e) {
       if (a.writer->broken()) {  // the file ends in a torn record: no later record can follow it
         fail_log(a, e.what());
@@ -410,10 +450,11 @@ bool Recorder::flush(Active& a) {
     if (a.refused) log_info("episode log of session " + a.row.session + " is written again");
     a.refused = false;
     if (!a.waiting.front().event.is_null()) publish(a.row.session, a.waiting.front().event);
-    written(a, std::move(a.waiting.front().record));
+    written(a, std::move(a.waiting.front().record), std::move(a.waiting.front().encoded));
     a.waiting.pop_front();
+    wrote = true;
   }
-  request_sync(a);
+  if (sync && wrote) request_sync(a);  // (read-only records written earlier are not asked for here)
   return true;
 }
 
@@ -604,6 +645,121 @@ bool Recorder::record(const Episode& episode, const json& request, const json& r
     std::string before = a.row.outcome;
     summarize_exchange(a.row, request, reply, a.layer_properties);
     if (a.row.outcome != before) save_row(a);
+  } catch (const std::exception& e) {
+    log_error("recorder: record for session " + episode.id() + " failed: " + e.what());
+  }
+  return true;
+}
+
+namespace {
+// The two values that differ between observe replies of one generation (Recorder::record_observe).
+constexpr const char* kObserveIdPath = "/id";
+constexpr const char* kObserveClockPath = "/observation/budget/seconds_used";
+
+std::string msgpack_array_header(std::size_t n) {
+  std::string h;
+  if (n < 16) {
+    h.push_back(static_cast<char>(0x90 | n));
+  } else if (n <= 0xffff) {
+    h.push_back(static_cast<char>(0xdc));
+    for (int shift = 8; shift >= 0; shift -= 8) h.push_back(static_cast<char>((n >> shift) & 0xff));
+  } else {
+    h.push_back(static_cast<char>(0xdd));
+    for (int shift = 24; shift >= 0; shift -= 8) h.push_back(static_cast<char>((n >> shift) & 0xff));
+  }
+  return h;
+}
+
+}  // namespace
+
+// The payload of an observe's compact record, {k, n, t_request, t_reply, request, reply_base,
+// reply_patch}, written as MessagePack around the patch's ops encoded once: what
+// json::to_msgpack of that record gives, bar the encoding's choices (the reader sees the same map).
+std::string Recorder::observe_record(std::uint64_t n, double t_request, double t_reply, const json& request,
+                                     std::uint64_t base_n, const ObservePatch& patch, std::uint64_t id,
+                                     double seconds_used) {
+  using protocol::encode;
+  static const std::string head = std::string(1, static_cast<char>(0x87)) + encode("k") + encode("exchange") + encode("n");
+  static const std::string t_request_key = encode("t_request"), t_reply_key = encode("t_reply"),
+                           request_key = encode("request"), base_key = encode("reply_base"),
+                           patch_key = encode("reply_patch");
+  auto replace_op = [](const char* path) {  // {op: replace, path, value: ...} up to the value
+    return std::string(1, static_cast<char>(0x83)) + encode("op") + encode("replace") + encode("path") + encode(path) +
+           encode("value");
+  };
+  static const std::string id_op = replace_op(kObserveIdPath), clock_op = replace_op(kObserveClockPath);
+  std::string out = head;
+  out.reserve(head.size() + 128 + patch.ops.size());
+  out += encode(n);
+  out += t_request_key;
+  out += encode(t_request);
+  out += t_reply_key;
+  out += encode(t_reply);
+  out += request_key;
+  out += encode(request);
+  out += base_key;
+  out += encode(base_n);
+  out += patch_key;
+  out += msgpack_array_header(patch.count + 2);
+  out += patch.ops;
+  out += id_op;
+  out += encode(id);
+  out += clock_op;
+  out += encode(seconds_used);
+  return out;
+}
+
+void Recorder::observe_patch(Active& a, std::uint64_t generation, const json& reply) {
+  // What json::diff gives for the whole reply (as record() logs it), less the replace ops of the two
+  // changing values, which every record then sets itself (a replace is valid: both exist in every
+  // reply with an observation, so in the base too).
+  ObservePatch made{generation, a.base_n, 0, {}, true};
+  for (const json& op : json::diff(a.base_reply, reply)) {
+    const std::string& path = op.at("path").get_ref<const std::string&>();
+    if (op.at("op") == "replace" && (path == kObserveIdPath || path == kObserveClockPath)) continue;
+    made.ops += protocol::encode(op);
+    ++made.count;
+  }
+  a.observe = std::move(made);
+}
+
+void Recorder::prime_observe(const Episode& episode, std::uint64_t generation, const json& reply) {
+  try {
+    auto it = active_.find(episode.id());
+    if (it == active_.end() || generation == 0 || !it->second->writer || it->second->base_reply.is_null()) return;
+    observe_patch(*it->second, generation, reply);
+  } catch (const std::exception& e) {
+    log_error("recorder: observe patch for session " + episode.id() + " failed: " + e.what());
+  }
+}
+
+bool Recorder::record_observe(const Episode& episode, const json& request, std::uint64_t generation, std::uint64_t id,
+                              double seconds_used, const std::function<json()>& reply, double t_request,
+                              double t_reply) {
+  try {
+    auto it = active_.find(episode.id());
+    if (it == active_.end()) return true;
+    Active& a = *it->second;
+    if (generation == 0 || !a.writer || a.base_reply.is_null() || events_wanted())
+      return record(episode, request, reply(), t_request, t_reply, false);
+    if (a.observe.generation != generation || a.observe.base_n != a.base_n || !a.observe.made) {
+      const json whole = reply();
+      observe_patch(a, generation, whole);
+      summarize_exchange(a.row, request, whole, a.layer_properties);  // reads nothing of the two values
+    }
+    const std::uint64_t n = a.next_n++;
+    // A read-only record: no fdatasync of its own (docs/episode-log.md), unless records that wait
+    // for one are written with it.
+    const bool alone = a.waiting.empty();
+    a.waiting.push_back({json(), json(),
+                         encode_log_payload(observe_record(n, t_request, t_reply, request, a.base_n, a.observe, id,
+                                                          seconds_used))});
+    if (!flush(a, !alone)) {  // dropped: its reply is not sent either
+      a.waiting.pop_back();
+      --a.next_n;
+      return false;
+    }
+    if (alone) sync_later(a);
   } catch (const std::exception& e) {
     log_error("recorder: record for session " + episode.id() + " failed: " + e.what());
   }

@@ -39,12 +39,19 @@ struct RecorderConfig {
   std::uint64_t log_budget_bytes = 0;  // episode logs kept in log_dir; beyond it the oldest finished go; 0 = no bound
   // When set, events go here (the server's events socket, env/events.hpp) instead of a PUB socket.
   std::function<void(const std::string& session, const nlohmann::json& event)> on_event;
+  // With on_event: whether anyone may be watching. While it says no, record_observe builds no event
+  // (the one record whose event is costly and worthless unheard). Unset: always.
+  std::function<bool()> watched;
   // With `sync`: when set, fdatasync runs on log-sync threads (group commit, off the caller's thread),
   // which call this after each one; the owner hands it back to synced() on its own thread. Unset:
   // every record is fdatasync'ed before begin/record/flush return.
   LogSyncer::Done on_synced;
   std::size_t sync_threads = 4;  // a slow file holds one; the others sync other sessions' files
   LogSyncer::Hook sync_hook;     // tests: runs before each session's fdatasync, on its sync thread
+  // With on_synced: read-only records (observes) ask for no fdatasync of their own; a session's
+  // next record that does, a reply that waits (pending) or its end covers them, and so does one
+  // asked for once the oldest of them is this old (a session that only observes, in groups).
+  std::chrono::milliseconds read_only_sync_after{1000};
 };
 
 class Recorder {
@@ -69,11 +76,23 @@ class Recorder {
   // session, by the next record or flush); without, it is dropped (a reply that will not be sent).
   bool record(const Episode& episode, const nlohmann::json& request, const nlohmann::json& reply, double t_request,
               double t_reply, bool keep = true);
+  // An observe answered from the server's cached reply encoding. `reply` gives the reply sent (as
+  // decoded). Replies given with one `generation` (nonzero) differ only in `id` and
+  // observation.budget.seconds_used: their patch from the base is computed once per generation and
+  // base, and each record is that patch with the two values set (no diff, no event while nobody
+  // watches). Generation 0, a watcher or no base: recorded by record(). Returns as record(), keep false.
+  bool record_observe(const Episode& episode, const nlohmann::json& request, std::uint64_t generation,
+                      std::uint64_t id, double seconds_used, const std::function<nlohmann::json()>& reply,
+                      double t_request, double t_reply);
+  // Makes record_observe's patch for `generation` now (after begin: the first observes of a new
+  // session are as cheap as later ones). `reply`: an observe reply of that generation, as decoded.
+  void prime_observe(const Episode& episode, std::uint64_t generation, const nlohmann::json& reply);
   // Writes the session's waiting records; true when none is left waiting (or it is not recorded).
   bool flush(const std::string& session);
   // With on_synced: the session's latest record written and not yet known durable (0 when there is
-  // none): a reply of the session goes out once synced() has reported it (or a later one).
-  std::uint64_t pending(const std::string& session) const;
+  // none): a reply of the session goes out once synced() has reported it (or a later one). Asks for
+  // the fdatasync of read-only records not asked for yet (record_observe), since a reply waits now.
+  std::uint64_t pending(const std::string& session);
   // A log-sync report (on_synced) on the owner's thread. False when the fdatasync failed: the
   // records after the last durable one are cut off the file and wait to be written again (as a
   // record the disk refused), so nothing held for them may be answered as done.
@@ -96,18 +115,27 @@ class Recorder {
  private:
   struct Active;
   void publish(const std::string& session, const nlohmann::json& event);
+  bool events_wanted() const;  // an event published now may reach someone
   void append(Active& a, const nlohmann::json& record);
   // After a record of `a` was written: with log-sync threads, it waits for its fdatasync.
-  void written(Active& a, nlohmann::json record);
+  void written(Active& a, nlohmann::json record, std::string encoded = {});
   void request_sync(Active& a);
+  // After a read-only record written alone: asks for no fdatasync unless the oldest record not asked
+  // for is config_.read_only_sync_after old.
+  void sync_later(Active& a);
   void finish(std::map<std::string, std::unique_ptr<Active>>::iterator it);  // close the log, drop the session
-  bool flush(Active& a);
+  bool flush(Active& a, bool sync = true);  // sync: ask for the fdatasync of what it wrote
   void save_row(Active& a);
   void fail_log(Active& a, const std::string& why);
   // The log record of one exchange: whole, or for an observe a patch against the session's base
   // reply (once a whole reply with an observation is on disk, keep_base makes it the base).
   nlohmann::json exchange_record(Active& a, std::uint64_t n, const nlohmann::json& request,
                                  const nlohmann::json& reply, double t_request, double t_reply);
+  void observe_patch(Active& a, std::uint64_t generation, const nlohmann::json& reply);
+  struct ObservePatch;
+  static std::string observe_record(std::uint64_t n, double t_request, double t_reply, const nlohmann::json& request,
+                                    std::uint64_t base_n, const ObservePatch& patch, std::uint64_t id,
+                                    double seconds_used);
   void keep_base(Active& a, std::uint64_t n, const nlohmann::json& request, const nlohmann::json& reply);
   void drop_base(Active& a);
   static constexpr std::size_t kBaseMaxBytes = 1u << 20;     // a larger reply is not kept as a base

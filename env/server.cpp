@@ -392,6 +392,7 @@ void Server::bind() {
       if (!s && server_key_) return;  // no owner known: nobody is entitled to it
       events_->publish(session, s ? s->owner : std::string(), event);
     };
+    rc.watched = [this] { return events_ && events_->watched(); };
     recorder_ = std::make_unique<Recorder>(rc);
   }
 }
@@ -567,7 +568,7 @@ void Server::handle(const Route& route, std::string_view payload, const std::str
         return;
       }
     Answer answer = dispatch(route, request);
-    if (answer.cached) {  // a retry of a step that completed, or an observe without a recorder
+    if (answer.cached) {  // a retry of a step that completed, or an observe (logged in op_observe)
       send_logged(request.session, {route}, *answer.cached, id,
                   envelope.op == "observe" ? Durability::none : Durability::wait);
       return;
@@ -656,8 +657,13 @@ bool Server::record_exchange(const Request& request, const Value& reply) try {
   const protocol::Envelope& envelope = request.envelope;
   if (envelope.op == "reset") {
     if (!recorder_ || !reply.value("ok", false)) return true;
-    if (Session* s = sessions_.find(reply.value("session", "")))
-      return recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now(), request.tenant);
+    if (Session* s = sessions_.find(reply.value("session", ""))) {
+      if (!recorder_->begin(*s->episode, envelope.body, reply, request.t, unix_now(), request.tenant)) return false;
+      // The session's first observes are as cheap as later ones: their log patch is made now.
+      if (auto o = observations_.find(s->episode->id()); o != observations_.end())
+        recorder_->prime_observe(*s->episode, o->second.generation,
+                                 decode_reply(observe_reply(o->second, envelope.id, o->second.info)));
+    }
     return true;
   }
   if (request.session.empty()) return true;  // not a session's op, or its session field was invalid
@@ -701,10 +707,7 @@ Server::Answer Server::dispatch(const Route& route, const Request& request) {
   if (op == "list_tasks") return {protocol::make_ok_reply(id, op_list_tasks())};
   if (op == "reset") return {protocol::make_ok_reply(id, op_reset(request))};
   if (op == "step") return op_step(route, request);
-  if (op == "observe") {
-    if (!recorder_) return {{}, fast_observe(request)};  // nothing to log: no reply value needed
-    return {protocol::make_ok_reply(id, op_observe(request))};
-  }
+  if (op == "observe") return {{}, op_observe(request)};  // logged already: sent as it is
   if (op == "close") return {protocol::make_ok_reply(id, op_close(request))};
   if (op == "stats") return {protocol::make_ok_reply(id, op_stats())};
   throw Error(ErrorCode::unknown_op, "unknown op '" + op + "'", "op");
@@ -788,9 +791,10 @@ Value Server::op_reset(const Request& request) {
   session.owner = request.client;  // with CURVE, only this key may act on the session or watch it
   json observation = session.episode->observation();
   json info = session.episode->info();
-  // observe without a recorder starts from this one (fast_observe) instead of building it again:
-  // a few KB (the starter files), and the first observe of each of many sessions stays cheap.
-  if (!recorder_) observations_[id] = observe_bytes(observation, info);
+  // observe starts from this one (op_observe) instead of building it again: a few KB (the starter
+  // files), and the first observe of each of many sessions stays cheap.
+  ObserveBytes bytes = observe_bytes(observation, info);
+  keep_observation(id, bytes);
   return {{"session", id}, {"instance", instance_}, {"observation", std::move(observation)}, {"info", std::move(info)}};
 }
 
@@ -1212,14 +1216,87 @@ void Server::finish_deferred(const std::string& session_id, std::uint64_t id, Va
   if (s->closing) erase_session(session_id, "closed");
 }
 
-Value Server::op_observe(const Request& request) {
-  Session& s = sessions_.find_open(request.session, request.client);
+ReplyBytes Server::op_observe(const Request& request) {
+  Session& s = sessions_.find_open(request.session, request.client);  // the key that opened it (CURVE)
+  // Nothing of the session goes out while an earlier record waits for the disk.
   if (recorder_ && !recorder_->flush(request.session)) throw storage_error();
   s.episode->touch();
-  json info = s.episode->info();
-  if (s.in_flight && preparation_)
-    if (auto waiting = preparation_->waiting(request.session)) info["queue"] = std::move(*waiting);
-  return {{"observation", s.episode->observation()}, {"info", std::move(info)}};
+  ObserveBytes unkept;  // when observations_ is full: this reply's alone
+  ObserveBytes* kept = nullptr;
+  if (auto it = observations_.find(request.session); it != observations_.end()) kept = &it->second;
+  if (!kept) {
+    unkept = observe_bytes(s.episode->observation(), s.episode->info());
+    kept = keep_observation(request.session, unkept);
+  }
+  ObserveBytes& cached = kept ? *kept : unkept;
+  const double clock = s.episode->seconds_used();
+  std::uint64_t generation = cached.generation;  // 0: this reply is not the cached one bar id and clock
+  ReplyBytes reply;
+  // The one field time changes, written over its 9 bytes in the cached encoding.
+  if (!protocol::overwrite_float64(cached.observation, cached.clock_at, clock)) {
+    forget_observation(request.session);  // cannot happen (seconds_used is always a double); never a stale clock
+    generation = 0;
+    reply = std::make_shared<const std::string>(protocol::encode(protocol::make_ok_reply(
+        request.envelope.id, {{"observation", s.episode->observation()}, {"info", s.episode->info()}})));
+  } else {
+    std::string queued_info;  // info with its queue entry, while an evaluation waits for its task
+    if (s.in_flight && preparation_)
+      if (auto waiting = preparation_->waiting(request.session)) {
+        json info = s.episode->info();
+        info["queue"] = std::move(*waiting);
+        queued_info = protocol::encode(info);
+        generation = 0;
+      }
+    reply = std::make_shared<const std::string>(
+        observe_reply(cached, request.envelope.id, queued_info.empty() ? cached.info : queued_info));
+  }
+  // Logged before it is sent (handle), as every reply: the recorder sets the reply's id and clock in
+  // the patch it made once for this generation, or logs the reply as sent (decoded) otherwise.
+  if (recorder_ && !recorder_->record_observe(*s.episode, request.envelope.body, generation, request.envelope.id,
+                                              clock, [&] { return decode_reply(*reply); }, request.t, unix_now()))
+    throw storage_error();
+  return reply;
+}
+
+std::string Server::observe_reply(const ObserveBytes& cached, std::uint64_t id, const std::string& info) {
+  // The reply map {observation, info, v, id, ok} written around the cached encodings: what
+  // protocol::encode(make_ok_reply(...)) gives, in another key order (a map's order carries
+  // nothing, PROTOCOL.md section 3).
+  static const std::string head = [] {
+    std::string h(1, static_cast<char>(0x85));  // fixmap of 5 entries
+    return h + protocol::encode("v") + protocol::encode(protocol::kVersion) + protocol::encode("ok") +
+           protocol::encode(true) + protocol::encode("id");
+  }();
+  static const std::string observation_key = protocol::encode("observation"), info_key = protocol::encode("info");
+  const std::string id_bytes = protocol::encode(id);
+  std::string bytes;
+  bytes.reserve(head.size() + id_bytes.size() + observation_key.size() + cached.observation.size() +
+                info_key.size() + info.size());
+  bytes.append(head).append(id_bytes).append(observation_key).append(cached.observation).append(info_key).append(info);
+  return bytes;
+}
+
+json Server::decode_reply(const std::string& bytes) {
+  protocol::Limits all;  // the server's own reply: no request limit applies
+  all.max_message_bytes = all.max_string_bytes = bytes.size();
+  all.max_array_items = all.max_map_entries = all.max_total_items = bytes.size();
+  all.max_depth = 64;
+  return protocol::decode(bytes, all);
+}
+
+Server::ObserveBytes* Server::keep_observation(const std::string& session, ObserveBytes& bytes) {
+  forget_observation(session);
+  const std::size_t size = bytes.observation.size() + bytes.info.size();
+  if (observations_bytes_ + size > observations_max_bytes_) return nullptr;
+  observations_bytes_ += size;
+  return &(observations_[session] = std::move(bytes));
+}
+
+void Server::forget_observation(const std::string& session) {
+  auto it = observations_.find(session);
+  if (it == observations_.end()) return;
+  observations_bytes_ -= it->second.observation.size() + it->second.info.size();
+  observations_.erase(it);
 }
 
 Server::ObserveBytes Server::observe_bytes(const json& observation, const json& info) {
@@ -1231,44 +1308,8 @@ Server::ObserveBytes Server::observe_bytes(const json& observation, const json& 
   out.observation = std::move(m.bytes);
   out.clock_at = m.at;
   out.info = protocol::encode(info);
+  out.generation = ++observe_generation_;
   return out;
-}
-
-ReplyBytes Server::fast_observe(const Request& request) {
-  Session& s = sessions_.find_open(request.session, request.client);  // the key that opened it (CURVE)
-  s.episode->touch();
-  auto [it, fresh] = observations_.try_emplace(request.session);
-  if (fresh) it->second = observe_bytes(s.episode->observation(), s.episode->info());
-  ObserveBytes& cached = it->second;
-  // The one field time changes, written over its 9 bytes in the cached encoding.
-  if (!protocol::overwrite_float64(cached.observation, cached.clock_at, s.episode->seconds_used())) {
-    observations_.erase(it);  // cannot happen (seconds_used is always a double); never a stale clock
-    return std::make_shared<const std::string>(protocol::encode(protocol::make_ok_reply(
-        request.envelope.id, {{"observation", s.episode->observation()}, {"info", s.episode->info()}})));
-  }
-  std::string queued_info;  // info with its queue entry, while an evaluation waits for its task
-  if (s.in_flight && preparation_)
-    if (auto waiting = preparation_->waiting(request.session)) {
-      json info = s.episode->info();
-      info["queue"] = std::move(*waiting);
-      queued_info = protocol::encode(info);
-    }
-  const std::string& info = queued_info.empty() ? cached.info : queued_info;
-  // The reply map {observation, info, v, id, ok} written around the cached encodings: what
-  // protocol::encode(make_ok_reply(...)) gives, in another key order (a map's order carries
-  // nothing, PROTOCOL.md section 3).
-  static const std::string head = [] {
-    std::string h(1, static_cast<char>(0x85));  // fixmap of 5 entries
-    return h + protocol::encode("v") + protocol::encode(protocol::kVersion) + protocol::encode("ok") +
-           protocol::encode(true) + protocol::encode("id");
-  }();
-  static const std::string observation_key = protocol::encode("observation"), info_key = protocol::encode("info");
-  const std::string id = protocol::encode(request.envelope.id);
-  std::string bytes;
-  bytes.reserve(head.size() + id.size() + observation_key.size() + cached.observation.size() + info_key.size() +
-                info.size());
-  bytes.append(head).append(id).append(observation_key).append(cached.observation).append(info_key).append(info);
-  return std::make_shared<const std::string>(std::move(bytes));
 }
 
 Value Server::op_close(const Request& request) {

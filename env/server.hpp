@@ -74,6 +74,10 @@ class Server {
   // For tests: runs on a log-sync thread before each fdatasync of `session`'s episode log; a hook
   // that blocks makes that session's log slow (its replies wait; no other session's do). Set before run().
   void set_sync_hook(std::function<void(const std::string& session)> hook) { sync_hook_ = std::move(hook); }
+  // For tests: the bound of the sessions' cached observe replies (set before run()), and the bytes
+  // they hold now (any thread).
+  void set_observations_max_bytes(std::size_t bytes) { observations_max_bytes_ = bytes; }
+  std::size_t observations_bytes() const { return observations_bytes_.load(std::memory_order_relaxed); }
 
  private:
   // A request as the parser typed it, and when it arrived.
@@ -133,11 +137,10 @@ class Server {
   protocol::Value op_list_tasks() const;
   protocol::Value op_reset(const Request& request);
   Answer op_step(const Route& route, const Request& request);
-  protocol::Value op_observe(const Request& request);
-  // observe without a recorder: the reply's bytes spliced from the session's cached observation
-  // (rebuilt only after the session changed; its clock field refreshed each time).
-  ReplyBytes fast_observe(const Request& request);
-  void forget_observation(const std::string& session) { observations_.erase(session); }
+  // observe: the reply's bytes spliced from the session's cached observation (rebuilt only after
+  // the session changed; its clock field refreshed each time), logged (with a recorder) before it goes.
+  ReplyBytes op_observe(const Request& request);
+  void forget_observation(const std::string& session);
   protocol::Value op_close(const Request& request);
   protocol::Value op_stats() const;
 
@@ -223,15 +226,27 @@ class Server {
   bool stopping_ = false;
 
   SessionTable sessions_;
-  // Each session's observe reply as last built, for `observe` without a recorder (issue 15 item 5):
-  // dropped whenever the server changes the session (step, a landed action, close, erase).
+  // Each session's observe reply as last built (issue 15 item 5): dropped whenever the server
+  // changes the session (step, a landed action, close, erase).
   struct ObserveBytes {
     std::string observation;  // encoded; its budget.seconds_used (a float64) at clock_at
     std::size_t clock_at = std::string::npos;
     std::string info;  // encoded, without the queue entry (built per call while an action waits)
+    std::uint64_t generation = 0;  // unique per build: the recorder's patch for it is computed once
   };
-  static ObserveBytes observe_bytes(const nlohmann::json& observation, const nlohmann::json& info);
+  ObserveBytes observe_bytes(const nlohmann::json& observation, const nlohmann::json& info);
+  // The observe reply's bytes: `cached` and `info` (encoded) spliced into the reply map with `id`.
+  static std::string observe_reply(const ObserveBytes& cached, std::uint64_t id, const std::string& info);
+  static nlohmann::json decode_reply(const std::string& bytes);  // a reply of this server, as decoded
+  std::uint64_t observe_generation_ = 0;
   std::unordered_map<std::string, ObserveBytes> observations_;
+  // All of observations_ stays under this (each is up to a workspace, 2 MiB, and every open session
+  // may have one): past it a session's observe reply is encoded per call and not kept.
+  std::size_t observations_max_bytes_ = 256u << 20;
+  std::atomic<std::size_t> observations_bytes_{0};  // written by the loop only
+  // Moves `bytes` into observations_ as `session`'s observe reply when it fits: the kept one; else
+  // null, `bytes` untouched.
+  ObserveBytes* keep_observation(const std::string& session, ObserveBytes& bytes);
   ReplyCache replies_;
   std::mt19937_64 rng_{std::random_device{}()};  // episode seeds not given by the client
 

@@ -1,6 +1,7 @@
-// Issue 15 item 5: without a recorder, `observe` answers from the session's cached observation
-// (rebuilt after every change the server makes to the session, its clock field refreshed on every
-// call). These tests fail if a change is not seen, or if the reply differs from the full path's.
+// Issue 15 item 5: `observe` answers from the session's cached observation (rebuilt after every
+// change the server makes to the session, its clock field refreshed on every call), with or without
+// a recorder (recorded_observe_test.cpp covers the log). These tests, run without one, fail if a
+// change is not seen, or if the reply differs from the full path's.
 #include <chrono>
 #include <thread>
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "catch.hpp"
+#include "env/episode_log.hpp"
 #include "env/prepare.hpp"
 #include "server_fixture.hpp"
 #ifdef D2K_TEST_HAVE_EVAL
@@ -377,7 +378,8 @@ TEST_CASE("through the server: the task under way gives way to a parked evaluati
 TEST_CASE("an evaluation before its task is ready waits, says so in info and in stats, then runs",
           "[server][prepare][slow]") {
   auto gpu = std::make_shared<GatedBackend>();
-  TestServer srv(d2k::test::test_config(), gpu);
+  const d2k::env::Config config = d2k::test::test_config();
+  TestServer srv(config, gpu);
   Client c(srv.endpoint);
   // Preparation is under way and stuck on the first task (the gate is shut).
   REQUIRE(eventually([&] { return !gpu->order().empty(); }));
@@ -409,8 +411,17 @@ TEST_CASE("an evaluation before its task is ready waits, says so in info and in 
     return o["info"].contains("queue") && o["info"]["queue"]["state"] == "waiting_for_preparation";
   }));
   Value o = c.observe(s);
+  const std::uint64_t queued_id = c.last_id();
   CHECK(o["info"]["queue"]["task"] == task);
   CHECK(o["info"]["queue"]["gpu"] == 0);
+  // Logged as sent, queue entry included (a reply that is not the cached one: no shared patch).
+  bool logged = false;
+  for (const auto& x : d2k::env::read_episode_log(config.log_dir / (s + ".d2klog")).exchanges)
+    if (x.request.value("op", "") == "observe" && x.request["id"] == queued_id) {
+      CHECK(x.reply == o);
+      logged = true;
+    }
+  CHECK(logged);
   st = c.stats();
   CHECK(st["gpus"][0]["waiting_for_preparation"] == 1);
   CHECK(st["gpus"][0]["queue_depth"] == 1);

@@ -455,13 +455,14 @@ TEST_CASE("a slow episode-log sync holds only its own session's replies that cha
     std::lock_guard lock(gate.mutex);
     gate.held.insert(a);
   }
-  // An observe changes nothing: answered with its record written, its fdatasync still held.
+  // An observe changes nothing: answered once its record is written, with no fdatasync of its own
+  // (the session's next one makes it durable: docs/episode-log.md).
   Value s10 = slow.call(req(10, "observe", {{"session", a}}));
   CHECK(s10["id"] == 10);
   CHECK(s10["observation"]["step"] == 0);
-  REQUIRE(gate.wait_entered(1));  // the observe's fdatasync, held
   CHECK(d2k::env::read_episode_log(config.log_dir / (a + ".d2klog")).exchanges.size() == 2);  // reset, 10
   slow.send(req(11, "step", {{"session", a}, {"action", {{"type", "write_file"}, {"path", "n.h"}, {"content", "1"}}}}));
+  REQUIRE(gate.wait_entered(1));  // the step's fdatasync (the observe's record with it), held
   slow.send(req(12, "observe", {{"session", a}}));  // it would show step 11: it waits behind it
   slow.send(req(13, "observe", {{"session", "nope"}}));  // no such session: an error, not logged, not held
   slow.send(req(14, "step", {{"session", a}, {"action", {{"type", "nope"}}}}));  // refused: changes nothing, but behind 11

@@ -162,8 +162,8 @@ TEST_CASE("curve: listed keys are served, unknown keys and plain clients are not
 }
 
 TEST_CASE("curve: observe's fast path (no recorder) checks the key too", "[curve]") {
-  // Without a recorder `observe` is answered from a cached observation (env/server.cpp
-  // fast_observe); the merge of that path and the key binding once let another key read it.
+  // `observe` is answered from a cached observation (env/server.cpp op_observe, with a recorder
+  // too); the merge of that path and the key binding once let another key read it.
   Keys keys;
   d2k::env::Config cfg = curve_config(keys);
   cfg.record = false;
