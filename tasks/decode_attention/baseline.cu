@@ -49,7 +49,8 @@ extern "C" int d2k_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16*
   (void)num_pages;
   const int64_t threads = B * Hq;
   const int block = 128;
-  decode_attention_baseline<<<static_cast<unsigned>((threads + block - 1) / block), block, 0, stream>>>(
+  const unsigned blocks = static_cast<unsigned>((threads + block - 1) / block);
+  decode_attention_baseline<<<blocks, block, 0, stream>>>(
       q, k_cache, v_cache, page_ptr, page_idx, last_len, out, B, Hq, Hkv, 1.0f / sqrtf(static_cast<float>(kD)));
   return static_cast<int>(cudaGetLastError());
 }

@@ -79,7 +79,8 @@ extern "C" int d2k_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16*
                                     int64_t num_pages, cudaStream_t stream) {
   (void)num_pages;
   if (B < 1 || Hq < 1 || Hkv < 1 || Hq % Hkv != 0) return static_cast<int>(cudaErrorInvalidValue);
-  decode_attention_reference<<<dim3(static_cast<unsigned>(Hq), static_cast<unsigned>(B)), kD, 0, stream>>>(
+  const dim3 grid(static_cast<unsigned>(Hq), static_cast<unsigned>(B));
+  decode_attention_reference<<<grid, kD, 0, stream>>>(
       q, k_cache, v_cache, page_ptr, page_idx, last_len, out, Hq, Hkv, 1.0 / std::sqrt(static_cast<double>(kD)));
   return static_cast<int>(cudaGetLastError());
 }

@@ -162,11 +162,13 @@ extern "C" int d2k_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16*
   float2* part_ml = static_cast<float2*>(scratch.ptr);
   float* part_acc = reinterpret_cast<float*>(static_cast<char*>(scratch.ptr) + ml_bytes);
   const float qscale = 1.4426950408889634f / sqrtf(static_cast<float>(kD));
-  split_kernel<<<dim3(kMaxSplit, static_cast<unsigned>(B), static_cast<unsigned>(Hkv)), kWarps * 32, 0, stream>>>(
+  const dim3 grid(kMaxSplit, static_cast<unsigned>(B), static_cast<unsigned>(Hkv));
+  split_kernel<<<grid, kWarps * 32, 0, stream>>>(
       q, k_cache, v_cache, page_ptr, page_idx, last_len, part_ml, part_acc, static_cast<int>(Hq),
       static_cast<int>(Hkv), qscale);
   const int64_t warps = B * Hq;
-  combine_kernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, stream>>>(
+  const unsigned combine_blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
+  combine_kernel<<<combine_blocks, 256, 0, stream>>>(
       page_ptr, part_ml, part_acc, out, static_cast<int>(B), static_cast<int>(Hq));
   return static_cast<int>(cudaGetLastError());
 }

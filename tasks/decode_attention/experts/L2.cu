@@ -67,7 +67,8 @@ split_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restric
              const __nv_bfloat16* __restrict__ v_cache, const int* __restrict__ page_ptr,
              const int* __restrict__ page_idx, const int* __restrict__ last_len, float2* __restrict__ part_ml,
              float* __restrict__ part_acc, int Hq, int Hkv, float qscale) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ uint4 smem_raw[];  // 16-byte aligned: enough for the 16-byte copies
+  unsigned char* smem = reinterpret_cast<unsigned char*>(smem_raw);
   float* qs = reinterpret_cast<float*>(smem + kWarps * kWarpRing);  // [GMAX][128]
   float* ps = qs + GMAX * kD;                                         // [warp][GMAX][16]
   const int c = blockIdx.x, b = blockIdx.y, j = blockIdx.z;
@@ -277,8 +278,8 @@ cudaError_t launch(const __nv_bfloat16* q, const __nv_bfloat16* k_cache, const _
                                          static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const float qscale = 1.4426950408889634f / sqrtf(static_cast<float>(kD));
-  split_kernel<GMAX><<<dim3(kMaxSplit, static_cast<unsigned>(B), static_cast<unsigned>(Hkv)), kWarps * 32, smem,
-                       stream>>>(q, k_cache, v_cache, page_ptr, page_idx, last_len, part_ml, part_acc,
+  const dim3 grid(kMaxSplit, static_cast<unsigned>(B), static_cast<unsigned>(Hkv));
+  split_kernel<GMAX><<<grid, kWarps * 32, smem, stream>>>(q, k_cache, v_cache, page_ptr, page_idx, last_len, part_ml, part_acc,
                                  static_cast<int>(Hq), static_cast<int>(Hkv), qscale);
   return cudaGetLastError();
 }
@@ -305,7 +306,8 @@ extern "C" int d2k_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16*
                  : launch<16>(q, k_cache, v_cache, page_ptr, page_idx, last_len, part_ml, part_acc, B, Hq, Hkv, stream);
   if (err != cudaSuccess) return static_cast<int>(err);
   const int64_t warps = B * Hq;
-  combine_kernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, stream>>>(
+  const unsigned combine_blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
+  combine_kernel<<<combine_blocks, 256, 0, stream>>>(
       page_ptr, part_ml, part_acc, out, static_cast<int>(B), static_cast<int>(Hq));
   return static_cast<int>(cudaGetLastError());
 }

@@ -134,21 +134,32 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
       const int64_t stream = static_cast<int64_t>(blockIdx.x) * kConsumers + lane;
       const int64_t f0 = stream * F / W, f1 = (stream + 1) * F / W;
       const uint32_t ring = ring0 + lane * kStages * kStageBytes;
-      int next_page = f0 < f1 ? page_idx[f0 % nnz] : 0;
-      for (int64_t f = f0; f < f1; ++f) {
-        const int64_t k = f - f0;
-        const int s = static_cast<int>(k % kStages);
+      int64_t pf = f0 < f1 ? f0 % nnz : 0;  // position in the page list, and the kv head
+      int fj = f0 < f1 ? static_cast<int>(f0 / nnz) : 0;
+      int next_page = f0 < f1 ? page_idx[pf] : 0;
+      int s = 0;
+      uint32_t phase = 0;
+      for (int64_t k = 0; k < f1 - f0; ++k) {
         const int page = next_page;
-        if (f + 1 < f1) next_page = page_idx[(f + 1) % nnz];
-        if (k >= kStages) mbar_wait(smem_addr(&empty_bar[lane][s]), static_cast<uint32_t>((k / kStages - 1) & 1));
+        const int j = fj;
+        if (++pf == nnz) {
+          pf = 0;
+          ++fj;
+        }
+        if (k + 1 < f1 - f0) next_page = page_idx[pf];
+        if (k >= kStages) mbar_wait(smem_addr(&empty_bar[lane][s]), phase ^ 1u);
         const uint32_t bar = smem_addr(&full_bar[lane][s]);
         mbar_arrive_expect_tx(bar, kStageBytes);
-        const int row = (page * Hkv + static_cast<int>(f / nnz)) * kPage;
+        const int row = (page * Hkv + j) * kPage;
         const uint32_t dst = ring + s * kStageBytes;
         tma_load_2d(dst, &tma_k, bar, 0, row);
         tma_load_2d(dst + 2048, &tma_k, bar, 64, row);
         tma_load_2d(dst + kTileBytes, &tma_v, bar, 0, row);
         tma_load_2d(dst + kTileBytes + 2048, &tma_v, bar, 64, row);
+        if (++s == kStages) {
+          s = 0;
+          phase ^= 1u;
+        }
       }
     }
     return;
@@ -190,10 +201,11 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
     }
   };
 
-  for (int64_t f = f0; f < f1; ++f) {
-    const int64_t k = f - f0;
-    const int fj = static_cast<int>(f / nnz);
-    const int64_t pf = f % nnz;
+  int64_t pf = f0 < f1 ? f0 % nnz : 0;  // position in the page list, and the kv head
+  int fj = f0 < f1 ? static_cast<int>(f0 / nnz) : 0;
+  int s = 0;
+  uint32_t phase = 0;
+  for (int64_t k = 0; k < f1 - f0; ++k) {
     if (fj != j || pf >= seg_end) {  // a new (sequence, kv head) segment
       if (b >= 0) flush();
       int lo = 0, hi = B;  // the sequence holding pf: page_ptr[b] <= pf < page_ptr[b + 1]
@@ -219,8 +231,7 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
       l0 = l1 = 0.0f;
     }
     const int cnt = pf == seg_end - 1 ? last_len[b] : kPage;
-    const int s = static_cast<int>(k % kStages);
-    mbar_wait(smem_addr(&full_bar[c][s]), static_cast<uint32_t>((k / kStages) & 1));
+    mbar_wait(smem_addr(&full_bar[c][s]), phase);
     const uint32_t kt = ring + s * kStageBytes, vt = kt + kTileBytes;
 
     // S = Q K^T: n-tile 0 = tokens 0..7, n-tile 1 = tokens 8..15.
@@ -306,6 +317,14 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(smem_addr(&empty_bar[c][s]));
+    if (++s == kStages) {
+      s = 0;
+      phase ^= 1u;
+    }
+    if (++pf == nnz) {
+      pf = 0;
+      ++fj;
+    }
   }
   if (b >= 0) flush();
 #else
