@@ -353,15 +353,16 @@ __global__ void combine_kernel(const int* __restrict__ page_ptr, const float2* _
   const int64_t fs = static_cast<int64_t>(j) * nnz + first;
   const int64_t s0 = stream_of(fs, F, W), s1 = stream_of(fs + n - 1, F, W);
   const int64_t base = static_cast<int64_t>(j) * B + b;
-  // Streams left empty (F < W) between s0 and s1 wrote nothing: skip them.
-  auto empty = [&](int64_t s) { return (s + 1) * F / W == s * F / W; };
+  // Streams left empty between s0 and s1 wrote nothing: skip them. With F >= W every stream has an item.
+  auto empty = [&](int64_t s) { return F < W && (s + 1) * F / W == s * F / W; };
   float M = -INFINITY;
   for (int64_t s = s0 + lane; s <= s1; s += 32)
     if (!empty(s)) M = fmaxf(M, part_ml[(s + base) * kMaxG + g].x);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
   float total = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t s = s0; s <= s1; ++s) {
+#pragma unroll 8
+  for (int64_t s = s0; s <= s1; ++s) {  // independent loads: 8 partials in flight
     if (empty(s)) continue;
     const int64_t slot = s + base;
     const float2 ml = part_ml[slot * kMaxG + g];
