@@ -470,7 +470,8 @@ extern "C" int d2k_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16*
   err = cudaGetLastError();
   if (err != cudaSuccess) return static_cast<int>(err);
   const int64_t warps = B * Hq;
-  combine_kernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, stream>>>(
+  const unsigned combine_blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
+  combine_kernel<<<combine_blocks, 256, 0, stream>>>(
       page_ptr, part_ml, part_acc, out, static_cast<int>(B), static_cast<int>(Hq), static_cast<int>(Hkv), W);
   return static_cast<int>(cudaGetLastError());
 }
