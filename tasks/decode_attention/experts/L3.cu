@@ -8,9 +8,9 @@
 // unnormalised accumulators per query head) in slot (stream + kv_head * B + sequence), which is
 // unique because both terms grow along the flat order. The combine kernel finds a (sequence, kv
 // head)'s streams from the same arithmetic and merges its partials.
-// Block: warp 0 produces (lane c serves consumer c: waits for a free stage, TMA-loads the page's K
-// and V, 4 boxes of 16 rows x 64 dims, 128-byte swizzled, onto the stage's mbarrier), warps 1..4
-// consume. A consumer keeps Q (G heads padded to 16 rows) as mma A fragments, and per page: S =
+// Block: warp 0 produces (one thread polls the 4 consumers' rings in turn: a free stage gets the
+// consumer's next page, K and V as 4 TMA boxes of 16 rows x 64 dims, 128-byte swizzled, onto the
+// stage's mbarrier; a consumer that is behind never holds up the others), warps 1..4 consume. A consumer keeps Q (G heads padded to 16 rows) as mma A fragments, and per page: S =
 // Q K^T (16 mma, K through ldmatrix), masks the tail, online softmax in base 2 on the accumulator
 // registers (the O rescale is skipped when no row maximum moved), P.V with P split into bf16 hi +
 // lo parts (32 mma, V through ldmatrix.trans), so P keeps ~16 bits like an fp32 design.
@@ -24,10 +24,21 @@ namespace {
 
 constexpr int kD = 128;
 constexpr int kPage = 16;
-constexpr int kConsumers = 4;
+// Tuning knobs (bench/build_carry.sh builds variants with -D): consumer warps per block, ring
+// stages per consumer, blocks per SM. Shared memory: consumers x stages x 8 KiB per block.
+#ifndef D2K_CONSUMERS
+#define D2K_CONSUMERS 4
+#endif
+#ifndef D2K_STAGES
+#define D2K_STAGES 3
+#endif
+#ifndef D2K_BLOCKS_PER_SM
+#define D2K_BLOCKS_PER_SM 2
+#endif
+constexpr int kConsumers = D2K_CONSUMERS;
 constexpr int kThreads = 32 * (1 + kConsumers);
-constexpr int kStages = 3;
-constexpr int kBlocksPerSm = 2;
+constexpr int kStages = D2K_STAGES;
+constexpr int kBlocksPerSm = D2K_BLOCKS_PER_SM;
 constexpr int kTileBytes = kPage * kD * 2;        // 4 KiB: one (page, kv head) of K or of V
 constexpr int kStageBytes = 2 * kTileBytes;       // K then V
 constexpr int kSmemBytes = kConsumers * kStages * kStageBytes + 1024;  // + alignment slack
@@ -62,6 +73,20 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   } while (!done);
+}
+// Non-blocking: whether the phase of parity `parity` of the barrier has completed.
+__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
 }
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
   asm volatile(
@@ -129,36 +154,50 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
   const int64_t F = static_cast<int64_t>(Hkv) * nnz;
   const int64_t W = static_cast<int64_t>(gridDim.x) * kConsumers;
 
-  if (warp == 0) {  // producer: lane c feeds consumer c
-    if (lane < kConsumers) {
-      const int64_t stream = static_cast<int64_t>(blockIdx.x) * kConsumers + lane;
-      const int64_t f0 = stream * F / W, f1 = (stream + 1) * F / W;
-      const uint32_t ring = ring0 + lane * kStages * kStageBytes;
-      int64_t pf = f0 < f1 ? f0 % nnz : 0;  // position in the page list, and the kv head
-      int fj = f0 < f1 ? static_cast<int>(f0 / nnz) : 0;
-      int next_page = f0 < f1 ? page_idx[pf] : 0;
-      int s = 0;
-      uint32_t phase = 0;
-      for (int64_t k = 0; k < f1 - f0; ++k) {
-        const int page = next_page;
-        const int j = fj;
-        if (++pf == nnz) {
-          pf = 0;
-          ++fj;
-        }
-        if (k + 1 < f1 - f0) next_page = page_idx[pf];
-        if (k >= kStages) mbar_wait(smem_addr(&empty_bar[lane][s]), phase ^ 1u);
-        const uint32_t bar = smem_addr(&full_bar[lane][s]);
-        mbar_arrive_expect_tx(bar, kStageBytes);
-        const int row = (page * Hkv + j) * kPage;
-        const uint32_t dst = ring + s * kStageBytes;
-        tma_load_2d(dst, &tma_k, bar, 0, row);
-        tma_load_2d(dst + 2048, &tma_k, bar, 64, row);
-        tma_load_2d(dst + kTileBytes, &tma_v, bar, 0, row);
-        tma_load_2d(dst + kTileBytes + 2048, &tma_v, bar, 64, row);
-        if (++s == kStages) {
-          s = 0;
-          phase ^= 1u;
+  if (warp == 0) {  // producer: one thread serves the 4 consumers' rings in turn, never blocking on one
+    if (lane == 0) {
+      int64_t left[kConsumers], pf[kConsumers];
+      int fj[kConsumers], next_page[kConsumers], s[kConsumers];
+      uint32_t phase[kConsumers], k_ge_stages = 0;  // bit c: consumer c's ring has wrapped once
+      int busy = 0;
+#pragma unroll
+      for (int c = 0; c < kConsumers; ++c) {
+        const int64_t stream = static_cast<int64_t>(blockIdx.x) * kConsumers + c;
+        const int64_t f0 = stream * F / W, f1 = (stream + 1) * F / W;
+        left[c] = f1 - f0;
+        pf[c] = f0 < f1 ? f0 % nnz : 0;  // position in the page list, and the kv head
+        fj[c] = f0 < f1 ? static_cast<int>(f0 / nnz) : 0;
+        next_page[c] = f0 < f1 ? page_idx[pf[c]] : 0;
+        s[c] = 0;
+        phase[c] = 0;
+        busy += left[c] > 0 ? 1 : 0;
+      }
+      while (busy > 0) {
+#pragma unroll
+        for (int c = 0; c < kConsumers; ++c) {
+          if (left[c] == 0) continue;
+          // The stage's previous item must have been released (its empty phase completed).
+          if (((k_ge_stages >> c) & 1u) && !mbar_test(smem_addr(&empty_bar[c][s[c]]), phase[c] ^ 1u)) continue;
+          const int page = next_page[c], j = fj[c];
+          if (++pf[c] == nnz) {
+            pf[c] = 0;
+            ++fj[c];
+          }
+          if (--left[c] > 0) next_page[c] = page_idx[pf[c]];  // in flight while the others are served
+          else --busy;
+          const uint32_t bar = smem_addr(&full_bar[c][s[c]]);
+          mbar_arrive_expect_tx(bar, kStageBytes);
+          const int row = (page * Hkv + j) * kPage;
+          const uint32_t dst = ring0 + (c * kStages + s[c]) * kStageBytes;
+          tma_load_2d(dst, &tma_k, bar, 0, row);
+          tma_load_2d(dst + 2048, &tma_k, bar, 64, row);
+          tma_load_2d(dst + kTileBytes, &tma_v, bar, 0, row);
+          tma_load_2d(dst + kTileBytes + 2048, &tma_v, bar, 64, row);
+          if (++s[c] == kStages) {
+            s[c] = 0;
+            phase[c] ^= 1u;
+            k_ge_stages |= 1u << c;
+          }
         }
       }
     }
