@@ -1,6 +1,6 @@
 // What decode_attention's kernels use beyond ../../stencil3d/bench/cuda_cpu_shim.hpp and
 // ../../gemm_skinny/bench/cuda_cpu_extra.hpp (shuffles, the allocator, mbarriers, the 2-D TMA copy
-// with the 128-byte swizzle, mma.sync m16n8k16): a warp vote, cp.async (run_cpu_check.sh rewrites
+// with the 128-byte swizzle, mma.sync m16n8k16): warp votes, cp.async (run_cpu_check.sh rewrites
 // the asm into d2k_cp_async16: the copy happens at once, so commit and wait are no-ops), ldmatrix
 // x4 and x4.trans (run_cpu_check.sh rewrites the asm into emu_ldsm_x4), a few types.
 #pragma once
@@ -22,6 +22,15 @@ inline bool __any_sync(unsigned, bool p) {
   for (int l = 0; l < 32; ++l) any = any || g_block->slots[w][l] != 0;
   __syncwarp();
   return any;
+}
+inline unsigned __ballot_sync(unsigned, bool p) {
+  const int w = t_linear / 32;
+  g_block->slots[w][t_linear % 32] = p ? 1 : 0;
+  __syncwarp();
+  unsigned m = 0;
+  for (int l = 0; l < 32; ++l) m |= (g_block->slots[w][l] != 0 ? 1u : 0u) << l;
+  __syncwarp();
+  return m;
 }
 inline void d2k_cp_async16(void* dst, const void* src) { std::memcpy(dst, src, 16); }
 

@@ -8,9 +8,9 @@
 // unnormalised accumulators per query head) in slot (stream + kv_head * B + sequence), which is
 // unique because both terms grow along the flat order. The combine kernel finds a (sequence, kv
 // head)'s streams from the same arithmetic and merges its partials.
-// Block: warp 0 produces (one thread polls the 4 consumers' rings in turn: a free stage gets the
-// consumer's next page, K and V as 4 TMA boxes of 16 rows x 64 dims, 128-byte swizzled, onto the
-// stage's mbarrier; a consumer that is behind never holds up the others), warps 1..4 consume. A consumer keeps Q (G heads padded to 16 rows) as mma A fragments, and per page: S =
+// Block: warp 0 produces (lane c serves consumer c: waits for a free stage, TMA-loads the page's K
+// and V, 4 boxes of 16 rows x 64 dims, 128-byte swizzled, onto the stage's mbarrier; page ids are
+// read 4 items ahead), warps 1..4 consume. A consumer keeps Q (G heads padded to 16 rows) as mma A fragments, and per page: S =
 // Q K^T (16 mma, K through ldmatrix), masks the tail, online softmax in base 2 on the accumulator
 // registers (the O rescale is skipped when no row maximum moved), P.V with P split into bf16 hi +
 // lo parts (32 mma, V through ldmatrix.trans), so P keeps ~16 bits like an fp32 design.
@@ -74,20 +74,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// Non-blocking: whether the phase of parity `parity` of the barrier has completed.
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -119,6 +105,33 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// The sequence holding page-list position pf: the largest b >= lo with page_ptr[b] <= pf (given
+// page_ptr[lo] <= pf; page_ptr[B] = nnz > pf), so empty sequences are skipped. The warp tests 32
+// candidates per round: lo + 1..32 first (the next sequence is the usual answer: one round), and
+// strides grow by 32 when all hold, then shrink back (a few rounds from lo = 0 at a stream's start).
+__device__ __forceinline__ int find_sequence(const int* __restrict__ page_ptr, int B, int lo, int64_t pf, int lane) {
+  int64_t st = 1;
+  bool grow = true;
+  while (true) {
+    const int64_t idx = lo + (lane + 1) * st;
+    const bool le = idx <= B && page_ptr[idx] <= pf;
+    const unsigned m = __ballot_sync(0xffffffffu, le);  // a prefix of the lanes: page_ptr is sorted
+    if (m == 0xffffffffu && grow) {
+      lo += static_cast<int>(32 * st);
+      st *= 32;
+      continue;
+    }
+    grow = false;
+    lo += static_cast<int>(__popc(m) * st);
+    if (st == 1) return lo;
+    st /= 32;
+  }
+}
+
 // Shared-memory address of 16-byte chunk `chunk` (0..15) of row `row` (0..15) of a tile written by
 // two TMA boxes of 64 dims (2 KiB each) with the 128-byte swizzle: chunk c of a 128-byte row r sits
 // at c ^ (r % 8).
@@ -131,8 +144,8 @@ __device__ __forceinline__ uint32_t tile_addr(uint32_t tile, int row, int chunk)
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v,
               const __nv_bfloat16* __restrict__ q, const int* __restrict__ page_ptr, const int* __restrict__ page_idx,
-              const int* __restrict__ last_len, float2* __restrict__ part_ml, float* __restrict__ part_acc, int B,
-              int Hq, int Hkv, float qscale) {
+              const int* __restrict__ last_len, __nv_bfloat16* __restrict__ out, float2* __restrict__ part_ml,
+              float* __restrict__ part_acc, int B, int Hq, int Hkv, float qscale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kConsumers][kStages];
@@ -154,50 +167,52 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
   const int64_t F = static_cast<int64_t>(Hkv) * nnz;
   const int64_t W = static_cast<int64_t>(gridDim.x) * kConsumers;
 
-  if (warp == 0) {  // producer: one thread serves the 4 consumers' rings in turn, never blocking on one
-    if (lane == 0) {
-      int64_t left[kConsumers], pf[kConsumers];
-      int fj[kConsumers], next_page[kConsumers], s[kConsumers];
-      uint32_t phase[kConsumers], k_ge_stages = 0;  // bit c: consumer c's ring has wrapped once
-      int busy = 0;
+  if (warp == 0) {  // producer: lane c feeds consumer c's ring (lanes wait independently)
+    if (lane < kConsumers) {
+      const int64_t stream = static_cast<int64_t>(blockIdx.x) * kConsumers + lane;
+      const int64_t f0 = stream * F / W, f1 = (stream + 1) * F / W, n = f1 - f0;
+      const uint32_t ring = ring0 + lane * kStages * kStageBytes;
+      // The page ids of the next 4 items are loaded ahead (a register queue), so a page id's
+      // latency is paid 4 items before its copy is issued.
+      int64_t pf = n > 0 ? f0 % nnz : 0;  // page-list position of the next id to load, its kv head
+      int fj = n > 0 ? static_cast<int>(f0 / nnz) : 0;
+      int ids[4], heads[4];
 #pragma unroll
-      for (int c = 0; c < kConsumers; ++c) {
-        const int64_t stream = static_cast<int64_t>(blockIdx.x) * kConsumers + c;
-        const int64_t f0 = stream * F / W, f1 = (stream + 1) * F / W;
-        left[c] = f1 - f0;
-        pf[c] = f0 < f1 ? f0 % nnz : 0;  // position in the page list, and the kv head
-        fj[c] = f0 < f1 ? static_cast<int>(f0 / nnz) : 0;
-        next_page[c] = f0 < f1 ? page_idx[pf[c]] : 0;
-        s[c] = 0;
-        phase[c] = 0;
-        busy += left[c] > 0 ? 1 : 0;
+      for (int i = 0; i < 4; ++i) {
+        ids[i] = i < n ? page_idx[pf] : 0;
+        heads[i] = fj;
+        if (++pf == nnz) {
+          pf = 0;
+          ++fj;
+        }
       }
-      while (busy > 0) {
+      int s = 0;
+      uint32_t phase = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const int page = ids[0], j = heads[0];
 #pragma unroll
-        for (int c = 0; c < kConsumers; ++c) {
-          if (left[c] == 0) continue;
-          // The stage's previous item must have been released (its empty phase completed).
-          if (((k_ge_stages >> c) & 1u) && !mbar_test(smem_addr(&empty_bar[c][s[c]]), phase[c] ^ 1u)) continue;
-          const int page = next_page[c], j = fj[c];
-          if (++pf[c] == nnz) {
-            pf[c] = 0;
-            ++fj[c];
-          }
-          if (--left[c] > 0) next_page[c] = page_idx[pf[c]];  // in flight while the others are served
-          else --busy;
-          const uint32_t bar = smem_addr(&full_bar[c][s[c]]);
-          mbar_arrive_expect_tx(bar, kStageBytes);
-          const int row = (page * Hkv + j) * kPage;
-          const uint32_t dst = ring0 + (c * kStages + s[c]) * kStageBytes;
-          tma_load_2d(dst, &tma_k, bar, 0, row);
-          tma_load_2d(dst + 2048, &tma_k, bar, 64, row);
-          tma_load_2d(dst + kTileBytes, &tma_v, bar, 0, row);
-          tma_load_2d(dst + kTileBytes + 2048, &tma_v, bar, 64, row);
-          if (++s[c] == kStages) {
-            s[c] = 0;
-            phase[c] ^= 1u;
-            k_ge_stages |= 1u << c;
-          }
+        for (int i = 0; i < 3; ++i) {
+          ids[i] = ids[i + 1];
+          heads[i] = heads[i + 1];
+        }
+        ids[3] = k + 4 < n ? page_idx[pf] : 0;
+        heads[3] = fj;
+        if (++pf == nnz) {
+          pf = 0;
+          ++fj;
+        }
+        if (k >= kStages) mbar_wait(smem_addr(&empty_bar[lane][s]), phase ^ 1u);
+        const uint32_t bar = smem_addr(&full_bar[lane][s]);
+        mbar_arrive_expect_tx(bar, kStageBytes);
+        const int row = (page * Hkv + j) * kPage;
+        const uint32_t dst = ring + s * kStageBytes;
+        tma_load_2d(dst, &tma_k, bar, 0, row);
+        tma_load_2d(dst + 2048, &tma_k, bar, 64, row);
+        tma_load_2d(dst + kTileBytes, &tma_v, bar, 0, row);
+        tma_load_2d(dst + kTileBytes + 2048, &tma_v, bar, 64, row);
+        if (++s == kStages) {
+          s = 0;
+          phase ^= 1u;
         }
       }
     }
@@ -216,13 +231,31 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
   float o[16][4];     // O accumulators: 16 n-tiles of 8 dimensions
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   int b = -1, j = -1;
-  int64_t seg_end = 0;  // flat page index (within the page list) where the segment's sequence ends
+  int64_t seg_end = 0;  // page-list position where the segment's sequence ends
+  bool seg_first = false, seg_last = false;  // this stream holds the segment's first / last page
 
   auto flush = [&]() {
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    if (seg_first && seg_last) {  // the whole segment is here: the output, no partial (combine skips it)
+      __nv_bfloat16* ob = out + (static_cast<int64_t>(b) * Hq + static_cast<int64_t>(j) * G) * kD;
+      const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+      if (qr < G) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt)
+          *reinterpret_cast<__nv_bfloat162*>(ob + qr * kD + nt * 8 + qc) =
+              __floats2bfloat162_rn(o[nt][0] * i0, o[nt][1] * i0);
+      }
+      if (qr + 8 < G) {
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt)
+          *reinterpret_cast<__nv_bfloat162*>(ob + (qr + 8) * kD + nt * 8 + qc) =
+              __floats2bfloat162_rn(o[nt][2] * i1, o[nt][3] * i1);
+      }
+      return;
+    }
     const int64_t slot = stream + static_cast<int64_t>(j) * B + b;
     float2* ml = part_ml + slot * kMaxG;
     float* acc = part_acc + slot * kMaxG * kD;
@@ -247,14 +280,14 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
   for (int64_t k = 0; k < f1 - f0; ++k) {
     if (fj != j || pf >= seg_end) {  // a new (sequence, kv head) segment
       if (b >= 0) flush();
-      int lo = 0, hi = B;  // the sequence holding pf: page_ptr[b] <= pf < page_ptr[b + 1]
-      while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (page_ptr[mid] <= pf) lo = mid; else hi = mid;
-      }
-      b = lo;
+      b = find_sequence(page_ptr, B, fj == j ? b + 1 : 0, pf, lane);
       j = fj;
-      seg_end = page_ptr[b + 1];
+      const int bounds = page_ptr[b + (lane & 1)];  // lane 0: the sequence's start, lane 1: its end
+      seg_first = __shfl_sync(0xffffffffu, bounds, 0) == pf;
+      seg_end = __shfl_sync(0xffffffffu, bounds, 1);
+      seg_last = false;
+      if (b + 1 < B && lane < 2 * G)  // the next sequence's q rows into L2 for the next segment
+        prefetch_l2(q + ((static_cast<int64_t>(b) + 1) * Hq + static_cast<int64_t>(j) * G) * kD + lane * 64);
       const __nv_bfloat16* qb = q + (static_cast<int64_t>(b) * Hq + static_cast<int64_t>(j) * G) * kD;
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -269,7 +302,8 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
       m0 = m1 = -INFINITY;
       l0 = l1 = 0.0f;
     }
-    const int cnt = pf == seg_end - 1 ? last_len[b] : kPage;
+    if (pf == seg_end - 1) seg_last = true;
+    const int cnt = seg_last ? last_len[b] : kPage;
     mbar_wait(smem_addr(&full_bar[c][s]), phase);
     const uint32_t kt = ring + s * kStageBytes, vt = kt + kTileBytes;
 
@@ -367,7 +401,7 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
   }
   if (b >= 0) flush();
 #else
-  (void)q; (void)page_ptr; (void)page_idx; (void)last_len; (void)part_ml; (void)part_acc; (void)B; (void)Hq;
+  (void)q; (void)page_ptr; (void)page_idx; (void)last_len; (void)out; (void)part_ml; (void)part_acc; (void)B; (void)Hq;
   (void)Hkv; (void)qscale;
   __trap();
 #endif
@@ -391,6 +425,7 @@ __global__ void combine_kernel(const int* __restrict__ page_ptr, const float2* _
   const int64_t F = static_cast<int64_t>(Hkv) * nnz;
   const int64_t fs = static_cast<int64_t>(j) * nnz + first;
   const int64_t s0 = stream_of(fs, F, W), s1 = stream_of(fs + n - 1, F, W);
+  if (s0 == s1) return;  // one stream held the whole segment and wrote the output itself
   const int64_t base = static_cast<int64_t>(j) * B + b;
   // Streams left empty between s0 and s1 wrote nothing: skip them. With F >= W every stream has an item.
   auto empty = [&](int64_t s) { return F < W && (s + 1) * F / W == s * F / W; };
@@ -503,7 +538,7 @@ extern "C" int d2k_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16*
   float2* part_ml = static_cast<float2*>(scratch.ptr);
   float* part_acc = reinterpret_cast<float*>(static_cast<char*>(scratch.ptr) + ml_bytes);
   const float qscale = 1.4426950408889634f / sqrtf(static_cast<float>(kD));
-  decode_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(tk, tv, q, page_ptr, page_idx, last_len, part_ml, part_acc,
+  decode_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(tk, tv, q, page_ptr, page_idx, last_len, out, part_ml, part_acc,
                                                          static_cast<int>(B), static_cast<int>(Hq),
                                                          static_cast<int>(Hkv), qscale);
   err = cudaGetLastError();
