@@ -79,6 +79,12 @@ class RunnerBackend final : public GpuBackend {
   // persists them), then the calibration (persisted per GPU model, driver, toolchain and task hash).
   void prepare(const tasks::Task& task, int gpu, const PrepareProgress& progress) override {
     // Each progress call is a stage boundary where preparation may give way to demand (env/prepare.hpp).
+    // This GPU's copy bandwidth (speed of light), once per GPU: a runner of its own, about half a
+    // second, which the first evaluation on the GPU paid inside its step before (bench_gpu (b) cold).
+    if (!copy_measured(gpu)) {
+      progress("copy bandwidth");
+      copy_bandwidth(gpu);
+    }
     progress("trusted builds: reference");
     evaluator_->build_trusted(task, task.reference_path());
     progress("trusted builds: baseline");
@@ -158,8 +164,13 @@ class RunnerBackend final : public GpuBackend {
     return report;
   }
 
-  // This GPU's device-to-device copy bandwidth, measured in a runner the first time (GPU work: only
-  // from the GPU's queue thread).
+  bool copy_measured(int gpu) const {
+    std::lock_guard lock(copy_mu_);
+    return copy_bw_.count(gpu) > 0;
+  }
+
+  // This GPU's device-to-device copy bandwidth, measured in a runner the first time (GPU work: from
+  // the GPU's queue thread or its preparation; the evaluator's GPU lock orders it with the rest).
   runner::CopyBandwidth copy_bandwidth(int gpu) {
     std::lock_guard lock(copy_mu_);
     auto it = copy_bw_.find(gpu);
