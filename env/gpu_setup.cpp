@@ -67,7 +67,7 @@ class RunnerBackend final : public GpuBackend {
       copy_bandwidth(job.gpu);
     }
     stage.finish = [this, job, r, cal, dumps, gpu_phase_s = stage.gpu_phase_s, timed_s = stage.timed_s] {
-      EvaluationReport report = finish(job, *r, cal.get(), &dumps->get());
+      EvaluationReport report = finish(job, *r, cal.get(), dumps->get());
       report.gpu_phase_s = gpu_phase_s;
       report.timed_s = timed_s;
       return report;
@@ -128,7 +128,7 @@ class RunnerBackend final : public GpuBackend {
   }
 
   EvaluationReport finish(const EvaluationJob& job, const runner::EvalResult& r, const runner::CalibrationEntry* cal,
-                          const ObjectDumps* dumps) {
+                          const ObjectDumps& dumps) {
     EvaluationReport report;
     report.evaluation = r.to_json();
     report.outcome = sandbox::step_outcome_of_evaluation(r.status);
@@ -142,7 +142,7 @@ class RunnerBackend final : public GpuBackend {
     in.compiled = true;
     in.layer = job.layer;
     if (r.ok() && cal) {
-      report.evaluation["properties"] = design_properties(job, r, *cal, dumps ? *dumps : object_dumps(job.kernel_so));
+      report.evaluation["properties"] = design_properties(job, r, *cal, dumps);
       report.evaluation["implementation"] = tools::implementation_score(report.evaluation["properties"], job.layer);
       report.evaluation["speed_of_light"] = speed_of_light(job, r, *cal);
       int expert_layer = job.layer == 0 ? 3 : job.layer;

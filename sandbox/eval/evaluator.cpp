@@ -799,33 +799,48 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     cand_job.input_arena_bytes = arena_bytes;
   }
 
-  // GPU-resident: each timed phase's snapshot, taken by the owner (which waits for "go" meanwhile,
-  // blocked in its slots hook: only this thread talks to it until then).
-  const SnapPhase snap_phase = [&](std::size_t w, int calls, std::string& error) -> double {
+  // GPU-resident: one request to the owner (on its stdin; the answer on its slots socket; the owner
+  // waits for "go" meanwhile, blocked in its slots hook: only this thread talks to it until then):
+  // the answer, or nothing and `error` (the owner gone, its own error, an answer about another
+  // workload, a malformed line).
+  auto ask_owner = [&](const std::string& line, const char* echo, std::size_t w, int timeout_ms,
+                       const std::string& what, std::string& error) -> std::optional<json> {
     RunnerProcess* op = owner_proc.load();
     if (op == nullptr) {
       error = "the owner runner is gone";
-      return -1;
+      return std::nullopt;
     }
+    if (op->send_line(line) < 0) {
+      error = "the owner runner does not take its " + what + " line";
+      return std::nullopt;
+    }
+    std::string answer;
+    if (!recv_line(op->slots_socket(), timeout_ms, answer, error)) return std::nullopt;
+    try {
+      json r = json::parse(answer);
+      if (!r.value("error", std::string()).empty()) {
+        error = "the owner's " + what + " failed: " + r.at("error").get<std::string>();
+        return std::nullopt;
+      }
+      if (r.at(echo).get<long long>() != static_cast<long long>(w)) {
+        error = "the owner answered a " + what + " of another workload";
+        return std::nullopt;
+      }
+      return r;
+    } catch (const json::exception& e) {
+      error = "malformed " + what + " reply: " + e.what();
+      return std::nullopt;
+    }
+  };
+
+  // GPU-resident: each timed phase's snapshot, taken by the owner.
+  const SnapPhase snap_phase = [&](std::size_t w, int calls, std::string& error) -> double {
     const auto t0 = Clock::now();
-    if (op->send_line(json{{"snap", w}, {"calls", calls}}.dump()) < 0) {
-      error = "the owner runner does not take its snapshot line";
-      return -1;
-    }
-    std::string line;
-    if (!recv_line(op->slots_socket(), 10000, line, error)) return -1;
+    const auto r = ask_owner(json{{"snap", w}, {"calls", calls}}.dump(), "snapped", w, 10000, "snapshot", error);
+    if (!r) return -1;
     const double took = since(t0);
     try {
-      const json r = json::parse(line);
-      if (!r.value("error", std::string()).empty()) {
-        error = "the owner's snapshot failed: " + r.at("error").get<std::string>();
-        return -1;
-      }
-      if (r.at("snapped").get<long long>() != static_cast<long long>(w)) {
-        error = "the owner answered a snapshot of another workload";
-        return -1;
-      }
-      return snapshot_charge_s(took, r.at("copy_s").get<double>(), bound);
+      return snapshot_charge_s(took, r->at("copy_s").get<double>(), bound);
     } catch (const json::exception& e) {
       error = std::string("malformed snapshot reply: ") + e.what();
       return -1;
@@ -833,35 +848,12 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   };
 
   // GPU-resident: each timed phase's inputs, made by the owner in its arena from the phase's key
-  // (never sent to the agent runner), before the parent's go line opens the phase's window.
+  // (never sent to the agent runner), before the parent's go line opens the phase's window. A CSR
+  // structure is host-built (about a second per 50 M nonzeros): a generous wait.
   const FillPhase fill_phase = [&](std::size_t w, std::uint64_t key, int calls, std::string& error) -> bool {
-    RunnerProcess* op = owner_proc.load();
-    if (op == nullptr) {
-      error = "the owner runner is gone";
-      return false;
-    }
-    if (op->send_line(arena_fill_line(w, key, calls)) < 0) {
-      error = "the owner runner does not take its fill line";
-      return false;
-    }
-    std::string line;
-    // A CSR structure is host-built (about a second per 50 M nonzeros): a generous wait.
-    if (!recv_line(op->slots_socket(), static_cast<int>(config_.job_timeout_s * 1000), line, error)) return false;
-    try {
-      const json r = json::parse(line);
-      if (!r.value("error", std::string()).empty()) {
-        error = "the owner could not make the phase's inputs: " + r.at("error").get<std::string>();
-        return false;
-      }
-      if (r.at("filled").get<long long>() != static_cast<long long>(w)) {
-        error = "the owner answered a fill of another workload";
-        return false;
-      }
-      return true;
-    } catch (const json::exception& e) {
-      error = std::string("malformed fill reply: ") + e.what();
-      return false;
-    }
+    return ask_owner(arena_fill_line(w, key, calls), "filled", w, static_cast<int>(config_.job_timeout_s * 1000),
+                     "fill", error)
+        .has_value();
   };
 
   // 1. The candidate in a fresh runner (the parent releases each timed phase's key when it is due).

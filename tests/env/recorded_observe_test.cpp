@@ -29,11 +29,7 @@ using namespace d2k::env;
 
 namespace {
 
-fs::path temp_dir(const std::string& prefix) {
-  std::string tmpl = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();
-  REQUIRE(::mkdtemp(tmpl.data()));
-  return tmpl;
-}
+using d2k::test::temp_dir;
 
 struct Fixture {
   d2k::tasks::TaskSet set = d2k::tasks::load_tasks(D2K_TASKS_DIR);
