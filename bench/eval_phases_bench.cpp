@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
       std::map<std::string, std::vector<double>> ph;
       std::map<std::string, std::vector<double>> med, outside, over, frac, samples, batch, window, own_batch, cmed;
       int ok = 0;
+      std::pair<std::vector<std::pair<std::string, double>>, std::vector<std::pair<std::string, double>>> last_frames;
       for (int r = 0; r <= runs; ++r) {  // run 0 warms the pools and the task's GPU budget
         d2k::runner::EvalRequest req;
         req.task = &task;
@@ -107,6 +108,10 @@ int main(int argc, char** argv) {
         ph["wall"].push_back(wall);
         ph["tail"].push_back(e.phases.candidate_tail_s);
         ph["snapshot"].push_back(e.phases.snapshot_s);
+        ph["owner_export"].push_back(e.phases.owner_export_s);
+        ph["fill"].push_back(e.phases.fill_s);
+        ph["snap"].push_back(e.phases.snap_s);
+        last_frames = {e.phases.candidate_frames, e.phases.reference_frames};
         for (const auto& w : e.workloads) {
           if (!w.timing) continue;
           med[w.name].push_back(w.timing->median_s);
@@ -124,6 +129,16 @@ int main(int argc, char** argv) {
                   name.c_str(), mode.c_str(), ok, runs, median(ph["wait_ready"]), median(ph["candidate"]),
                   median(ph["reference"]), median(ph["compare"]), median(ph["total"]), median(ph["wall"]), median(ph["tail"]),
                   median(ph["snapshot"]));
+      // The last run's frames, each at its arrival on the parent's clock (ms since the job was sent).
+      for (int side = 0; side < 2; ++side) {
+        const auto& fr = side == 0 ? last_frames.first : last_frames.second;
+        std::string line;
+        for (const auto& [f, t] : fr) line += " " + f + "@" + std::to_string(static_cast<int>(t * 1e3 + 0.5));
+        std::printf("      %s frames (ms):%s\n", side == 0 ? "candidate" : "reference", line.c_str());
+      }
+      if (mode == "resident")
+        std::printf("      resident: owner start to export %.3f  input fills %.3f  output snapshots %.3f (parent round trips, all phases)\n",
+                    median(ph["owner_export"]), median(ph["fill"]), median(ph["snap"]));
       for (const auto& [w, v] : med)
         std::printf("      %-18s kernel %.1f us (claimed %.1f)  parent per call %.1f us  trusted overhead/call %.1f us  "
                     "window %.1f us  trusted batch %.1f us (candidate's own %.1f us)  samples %.0f  flags a claim below "

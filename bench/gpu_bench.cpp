@@ -274,6 +274,50 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  // (a) the evaluator directly, fresh runners each time (before the server: it needs none, and a
+  // server prepares every chosen task first).
+  if (want('a') && tasks.find("vector_add")) {
+    const d2k::tasks::Task* task = tasks.find("vector_add");
+    d2k::runner::EvalConfig ec;
+    ec.state_dir = state / "a" / "eval";
+    ec.compiler.cache_dir = state / "a" / "cache";
+    ec.compiler.scratch_dir = state / "a" / "scratch";
+    fs::create_directories(ec.state_dir);
+    d2k::runner::Evaluator evaluator(ec);
+    fs::path so = evaluator.build_trusted(*task, task->expert_path(3));
+    std::vector<double> medians, total;
+    for (int i = 0; i < runs; ++i) {
+      d2k::runner::EvalRequest req;
+      req.task = task;
+      req.so_path = so;
+      req.seeds = 1;
+      d2k::runner::EvalResult r = evaluator.evaluate(req);
+      if (!r.ok()) {
+        std::printf("  run %d: %s %s\n", i, std::string(d2k::sandbox::to_string(r.status)).c_str(), r.message.c_str());
+        continue;
+      }
+      for (const auto& w : r.workloads)
+        if (w.name == "pow2_64m" && w.timing) medians.push_back(w.timing->median_s * 1e6);
+      total.push_back(r.phases.total_s);
+    }
+    double mean = 0, var = 0;
+    for (double m : medians) mean += m;
+    mean /= static_cast<double>(std::max<std::size_t>(1, medians.size()));
+    for (double m : medians) var += (m - mean) * (m - mean);
+    double cv = medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0;
+    std::printf(
+        "(a) timing stability, vector_add L3 on pow2_64m, %s path, %zu fresh runners: median of medians %.1f us, "
+        "min %.1f, max %.1f, CV of the medians %.2f%%; evaluator total median %.3f s\n",
+        ec.gpu_resident ? "GPU-resident" : "host", medians.size(), median(medians), medians.empty() ? 0 : *std::min_element(medians.begin(), medians.end()),
+        medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), 100 * cv, median(total));
+    std::printf("    ncu comparison: not done (see bench/README.md)\n");
+    std::fflush(stdout);
+  }
+
+  if (!want('b') && !want('c') && !want('d')) {
+    fs::remove_all(state);
+    return 0;
+  }
   const auto cfg = server_config(state / "server", tasks_dir, "s");
   std::time_t now = std::time(nullptr);
   char date[64];
@@ -308,45 +352,6 @@ int main(int argc, char** argv) {
     server = std::make_unique<BenchServer>(cfg, note2);
     std::printf("    restarted on the same state dir (persisted builds and calibration): %.1f s\n",
                 server->wait_ready(nullptr));
-    std::fflush(stdout);
-  }
-
-  // (a) the evaluator directly, fresh runners each time.
-  if (want('a') && tasks.find("vector_add")) {
-    const d2k::tasks::Task* task = tasks.find("vector_add");
-    d2k::runner::EvalConfig ec;
-    ec.state_dir = state / "a" / "eval";
-    ec.compiler.cache_dir = state / "a" / "cache";
-    ec.compiler.scratch_dir = state / "a" / "scratch";
-    fs::create_directories(ec.state_dir);
-    d2k::runner::Evaluator evaluator(ec);
-    fs::path so = evaluator.build_trusted(*task, task->expert_path(3));
-    std::vector<double> medians, total;
-    for (int i = 0; i < runs; ++i) {
-      d2k::runner::EvalRequest req;
-      req.task = task;
-      req.so_path = so;
-      req.seeds = 1;
-      d2k::runner::EvalResult r = evaluator.evaluate(req);
-      if (!r.ok()) {
-        std::printf("  run %d: %s %s\n", i, std::string(d2k::sandbox::to_string(r.status)).c_str(), r.message.c_str());
-        continue;
-      }
-      for (const auto& w : r.workloads)
-        if (w.name == "pow2_64m" && w.timing) medians.push_back(w.timing->median_s * 1e6);
-      total.push_back(r.phases.total_s);
-    }
-    double mean = 0, var = 0;
-    for (double m : medians) mean += m;
-    mean /= static_cast<double>(std::max<std::size_t>(1, medians.size()));
-    for (double m : medians) var += (m - mean) * (m - mean);
-    double cv = medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0;
-    std::printf(
-        "(a) timing stability, vector_add L3 on pow2_64m, %zu fresh runners: median of medians %.1f us, "
-        "min %.1f, max %.1f, CV of the medians %.2f%%; evaluator total median %.3f s\n",
-        medians.size(), median(medians), medians.empty() ? 0 : *std::min_element(medians.begin(), medians.end()),
-        medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), 100 * cv, median(total));
-    std::printf("    ncu comparison: not done (see bench/README.md)\n");
     std::fflush(stdout);
   }
 

@@ -40,6 +40,14 @@ void Config::validate() const {
   if (compile_jail_memory_bytes < (256ull << 20))
     throw std::invalid_argument("config: 'compile_jail_memory_bytes' is " + std::to_string(compile_jail_memory_bytes) +
                                 "; a compile needs at least 268435456 (256 MiB)");
+  // Class 11 of the threat model: on the host path the phase's input key enters the process that
+  // runs agent code. A server evaluates agent code on the GPU-resident path only; the host path is
+  // for trusted kernels (`d2k verify-tasks --host-path`), the evaluator's tests and benches.
+  if (!gpu_resident)
+    throw std::invalid_argument(
+        "config: 'gpu_resident' is false, which a server no longer allows: on the host path the timed inputs' key "
+        "enters the process that runs agent code (docs/threat-model.md, class 11); agent code is evaluated on the "
+        "GPU-resident path only (the host path remains for trusted kernels: d2k verify-tasks --host-path)");
   if (compile_jail_pids < 8)
     throw std::invalid_argument("config: 'compile_jail_pids' is " + std::to_string(compile_jail_pids) +
                                 "; a compile runs up to 8 processes at once (nvcc, sh, cicc, ptxas, gcc, ...)");

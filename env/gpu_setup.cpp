@@ -50,7 +50,7 @@ class RunnerBackend final : public GpuBackend {
     req.so_path = job.kernel_so;
     req.workloads = job.include_hidden ? runner::WorkloadSet::all : runner::WorkloadSet::visible;
     req.gpu = job.gpu;
-    req.record_launches = true;  // launch records for the design properties (first correctness call only)
+    req.record_launches = true;  // launch records for the design properties (every correctness call, one timed warm-up)
     // cuobjdump on the kernel (two jailed runs, ~0.7 s on the H200 host for a new binary; a cache hit
     // otherwise) runs on the CPU while the GPU part runs, not after it (issue 15 item 6): the finish
     // only waits for it.
@@ -131,6 +131,10 @@ class RunnerBackend final : public GpuBackend {
                           const ObjectDumps& dumps) {
     EvaluationReport report;
     report.evaluation = r.to_json();
+    if (auto ph = report.evaluation.find("phases"); ph != report.evaluation.end()) {
+      ph->erase("candidate_frames");  // the runners' frame timelines: bench_eval_phases' diagnosis, not the protocol's
+      ph->erase("reference_frames");
+    }
     report.outcome = sandbox::step_outcome_of_evaluation(r.status);
     report.message = r.message;
     if (report.outcome != r.status) {  // the evaluator's own failure: the agent sees runtime_error
@@ -179,7 +183,7 @@ class RunnerBackend final : public GpuBackend {
   }
 
   // The task's design properties, checked mechanically on this kernel (the same checker as
-  // `d2k verify-tasks`): {id: {met, state, layer, title, detail}}.
+  // `d2k verify-tasks`): {id: {met, state, layer, title, detail, evidence}}.
   nlohmann::json design_properties(const EvaluationJob& job, const runner::EvalResult& r,
                                    const runner::CalibrationEntry& cal, const ObjectDumps& dumps) const {
     runner::PropertyInputs in;
@@ -210,13 +214,23 @@ class RunnerBackend final : public GpuBackend {
       in.peak_dram_source = "memory clock × bus width × 2";
     }
     in.baseline_s = cal.baseline;
+    // What each verdict rests on (docs/threat-model.md, class 13): "binary" (the jailed cuobjdump of
+    // the .so, read by the server), "timing" (the medians, each bounded by the parent's clock) or
+    // "runner" (CUPTI launch records made inside the agent's own process: claims that agent code can
+    // shape, reported for diagnosis only). Properties never enter the reward.
+    auto evidence = [](const std::string& kind) -> const char* {
+      if (kind == "sass") return "binary";
+      if (kind == "measured") return "timing";
+      return "runner";
+    };
     nlohmann::json out = nlohmann::json::object();
     for (const auto& p : runner::check_properties(*job.task, in))
       out[p.id] = {{"met", p.state == runner::PropertyState::holds},
                    {"state", std::string(runner::to_string(p.state))},
                    {"layer", p.layer},
                    {"title", p.title},
-                   {"detail", p.detail}};
+                   {"detail", p.detail},
+                   {"evidence", evidence(p.kind)}};
     return out;
   }
 

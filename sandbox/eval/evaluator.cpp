@@ -93,6 +93,7 @@ struct RunOutcome {
   double frozen_s = 0;            // time the runner spent frozen for those snapshots
   std::map<std::size_t, double> snapshot_late_s;  // resident: a phase's snapshot later than its copy time
   std::string snapshot_error;     // a phase's outputs could not be read when it ended
+  std::vector<std::pair<std::string, double>> timeline;  // each frame's arrival since the job, then the reap
 };
 
 // GPU-resident hooks: `on_slots` runs when an owner's "slots" frame arrives (the loop waits for it);
@@ -191,10 +192,15 @@ bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error) 
 // own copy time allows (agent GPU work still running after timing_end), or -1 with `error`.
 using SnapPhase = std::function<double(std::size_t w, int calls, std::string& error)>;
 
+// Called once when the runner's result frame has arrived, before its exit is awaited (the process,
+// its CUDA context and any GPU work it left may still exist): announced samples are filled in.
+using OnResult = std::function<void(const RunOutcome&)>;
+
 RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
                    const SlotsHook& on_slots = {}, const std::vector<int>& pass_fds = {},
                    const std::function<void()>& before_key = {}, const Layout* snapshot = nullptr,
-                   const SnapPhase& snap_phase = {}, const FillPhase& fill_phase = {}) {
+                   const SnapPhase& snap_phase = {}, const FillPhase& fill_phase = {},
+                   const OnResult& on_result = {}) {
   RunOutcome o;
   if (snapshot != nullptr) o.hash_key = fresh_secret();
   o.proc = pool.take();
@@ -261,6 +267,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       break;
     }
     const std::string name = ev.body.at("event").get<std::string>();
+    if (o.timeline.size() < 256) o.timeline.emplace_back(name, ev.t);
     if (have_result) {
       o.protocol_flags.push_back("data_after_result");
       continue;
@@ -373,10 +380,15 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         o.proc->kill();
         break;
       }
+      o.all_frames = frames.all_done();
+      for (std::size_t w = 0; w < job.workloads.size(); ++w)
+        if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
+      if (on_result) on_result(o);
     }
   }
   o.exit = o.proc->wait();
   o.run_s = since(t1);  // to the reap: the process, its CUDA context and any work it left, are gone
+  o.timeline.emplace_back("reaped", o.run_s);
   o.all_frames = frames.all_done();
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
     if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
@@ -688,7 +700,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   cand_job.record_launches = req.record_launches;
   cand_job.host_memory_bytes = config_.host_memory_bytes;
   // GPU-resident outputs (EvalConfig::gpu_resident): the trusted runner owns the candidate's output
-  // slots on the GPU and compares them there after the candidate's runner has exited.
+  // slots on the GPU and compares them there once the candidate's result is in.
   const bool resident = config_.gpu_resident && !req.trusted;
   const ParentBound& bound = bound_for(resident);
   if (resident) {
@@ -702,7 +714,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   std::lock_guard<std::mutex> gpu_lock(g.mu);
 
   // 0. GPU-resident: the owner (a trusted runner, in its own thread here) allocates the slots and
-  // exports them; its loop then waits for the "go" (the replay), sent once the candidate has exited.
+  // exports them; its loop then waits for the "go" (the replay), sent once the candidate's result is in.
   RunOutcome ref;
   int slots_fd = -1;
   std::uint64_t slots_bytes = 0;
@@ -719,12 +731,16 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   bool go_sent = false;
   std::atomic<RunnerProcess*> owner_proc{nullptr};  // resident: the owner, while it waits for "go"
   std::thread owner;
+  std::optional<Clock::time_point> go_at;  // when the owner's go (its replay) was sent
+  auto send_go = [&](std::optional<json> go) {
+    if (!owner.joinable() || go_sent) return;
+    go_sent = true;
+    go_at = Clock::now();
+    go_promise.set_value(std::move(go));
+  };
   auto release_owner = [&](std::optional<json> go) {
     if (!owner.joinable()) return;
-    if (!go_sent) {
-      go_sent = true;
-      go_promise.set_value(std::move(go));
-    }
+    send_go(std::move(go));
     owner.join();
   };
   struct OwnerGuard {
@@ -766,6 +782,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
           const auto abytes = ev.body.value("arena_bytes", std::uint64_t{0});
           const int afd = fd >= 0 && abytes > 0 ? recv_fd(proc.slots_socket(), 10000, err) : -1;
           owner_proc.store(&proc);  // the candidate's thread asks it for phase inputs and snapshots (below)
+          res.phases.owner_export_s = since(t);
           got_slots->store(true);
           slots_promise.set_value({fd, bytes, afd, afd >= 0 ? abytes : 0});
           const std::optional<json> go = go_future.get();
@@ -839,6 +856,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     const auto r = ask_owner(json{{"snap", w}, {"calls", calls}}.dump(), "snapped", w, 10000, "snapshot", error);
     if (!r) return -1;
     const double took = since(t0);
+    res.phases.snap_s += took;
     try {
       return snapshot_charge_s(took, r->at("copy_s").get<double>(), bound);
     } catch (const json::exception& e) {
@@ -851,9 +869,40 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   // (never sent to the agent runner), before the parent's go line opens the phase's window. A CSR
   // structure is host-built (about a second per 50 M nonzeros): a generous wait.
   const FillPhase fill_phase = [&](std::size_t w, std::uint64_t key, int calls, std::string& error) -> bool {
-    return ask_owner(arena_fill_line(w, key, calls), "filled", w, static_cast<int>(config_.job_timeout_s * 1000),
-                     "fill", error)
-        .has_value();
+    const auto t0 = Clock::now();
+    const bool filled = ask_owner(arena_fill_line(w, key, calls), "filled", w,
+                                  static_cast<int>(config_.job_timeout_s * 1000), "fill", error)
+                            .has_value();
+    res.phases.fill_s += since(t0);
+    return filled;
+  };
+
+  // The owner's replay of every timed call the candidate made in each workload's phase: the key the
+  // parent released to it, its warm-ups and the samples it announced (also set in ref_job).
+  auto replay_of = [&](const RunOutcome& c) {
+    json replay = json::array();
+    for (std::size_t w = 0; w < ref_job.workloads.size(); ++w) {
+      const auto key = c.keys.find(w);
+      const auto n = c.announced_samples.find(w);
+      const auto warm = c.warmups.find(w);
+      if (key == c.keys.end() || n == c.announced_samples.end() || warm == c.warmups.end()) continue;
+      const int calls = warm->second + n->second;
+      if (calls <= 0) continue;
+      ref_job.workloads[w].replay_key = key->second;
+      ref_job.workloads[w].replay_samples = calls;  // warm-ups and samples: every timed call is verified
+      ref_job.workloads[w].replay_batch = warm->second + timed_slots(cand_job, w);  // the candidate's batch
+      replay.push_back({{"workload", w}, {"key", key->second}, {"samples", calls},
+                        {"batch", ref_job.workloads[w].replay_batch}});
+    }
+    return json{{"replay", replay}};
+  };
+  // GPU-resident: the owner's replay starts as soon as the candidate's (ok) result has arrived, while
+  // the candidate's process and CUDA context are torn down (about 70 ms on the H200). What that
+  // process could still do meanwhile cannot reach the verdict: its host code has ended, every timed
+  // slot is compared from the owner's phase snapshot, and GPU work it left behind can only write
+  // correctness slots, whose work is untimed. The tail bound still waits for its reap.
+  const OnResult early_replay = [&](const RunOutcome& c) {
+    if (c.result && c.result->status == Outcome::ok && c.all_frames && c.failure.empty()) send_go(replay_of(c));
   };
 
   // 1. The candidate in a fresh runner (the parent releases each timed phase's key when it is due).
@@ -877,7 +926,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
                    })
                             : std::function<void()>(),
                    resident ? nullptr : &cand_snapshot_layout, resident ? snap_phase : SnapPhase(),
-                   resident && arena_fd >= 0 ? fill_phase : FillPhase());
+                   resident && arena_fd >= 0 ? fill_phase : FillPhase(), resident ? early_replay : OnResult());
     release_pools();
     if (slots_fd >= 0) {  // the candidate's runner has exited: its mapping is gone
       ::close(slots_fd);
@@ -888,6 +937,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       arena_fd = -1;
     }
     res.phases.candidate_s = since(t) - cand.wait_ready_s;
+    res.phases.candidate_frames = cand.timeline;
     res.phases.wait_ready_s = cand.wait_ready_s;
   } catch (const std::exception& e) {
     res.status = Outcome::internal_error;
@@ -961,31 +1011,20 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   };
   // 2. The trusted reference with the same correctness seeds, and a replay of every timed call the
   // candidate made (the keys the parent released to it, its warm-ups and announced samples).
-  for (std::size_t w = 0; w < ref_job.workloads.size(); ++w) {
-    const auto key = cand.keys.find(w);
-    const int calls = timed_calls(w);
-    if (key != cand.keys.end() && calls > 0) {
-      ref_job.workloads[w].replay_key = key->second;
-      ref_job.workloads[w].replay_samples = calls;  // warm-ups and samples: every timed call is verified
-      ref_job.workloads[w].replay_batch = cand.warmups.at(w) + timed_slots(cand_job, w);  // the candidate's batch
-    }
-  }
+  const json replay = replay_of(cand);
   if (resident) {
-    // The owner replays and compares only now, after the candidate's runner has exited.
-    json replay = json::array();
-    for (std::size_t w = 0; w < ref_job.workloads.size(); ++w)
-      if (ref_job.workloads[w].replay_samples > 0)
-        replay.push_back({{"workload", w}, {"key", ref_job.workloads[w].replay_key},
-                          {"samples", ref_job.workloads[w].replay_samples},
-                          {"batch", ref_job.workloads[w].replay_batch}});
+    // The owner replays and compares (its go was sent when the candidate's result arrived, unless
+    // that result was not ok: then now).
     const auto t = Clock::now();
-    release_owner(json{{"replay", replay}});
-    res.phases.reference_s = since(t);
+    release_owner(replay);
+    res.phases.reference_s = since(go_at.value_or(t));
+    res.phases.reference_frames = ref.timeline;
   } else {
     try {
       const auto t = Clock::now();
       ref = run_job(*g.trusted, ref_job, config_, config_.job_timeout_s);
       res.phases.reference_s = since(t);
+      res.phases.reference_frames = ref.timeline;
     } catch (const std::exception& e) {
       return finish(Outcome::internal_error, std::string("reference runner: ") + e.what());
     }
@@ -1348,6 +1387,14 @@ json WorkloadEval::to_json() const {
   return j;
 }
 
+namespace {
+json frames_json(const std::vector<std::pair<std::string, double>>& frames) {
+  json out = json::array();
+  for (const auto& [name, t] : frames) out.push_back({name, t});
+  return out;
+}
+}  // namespace
+
 json EvalResult::to_json() const {
   json wls = json::array();
   for (const auto& w : workloads) wls.push_back(w.to_json());
@@ -1362,7 +1409,10 @@ json EvalResult::to_json() const {
            {{"reference_s", phases.reference_s}, {"wait_ready_s", phases.wait_ready_s},
             {"candidate_s", phases.candidate_s}, {"compare_s", phases.compare_s}, {"total_s", phases.total_s},
             {"candidate_tail_s", phases.candidate_tail_s},
-            {"tail_allowed_s", phases.tail_allowed_s}, {"snapshot_s", phases.snapshot_s}}},
+            {"tail_allowed_s", phases.tail_allowed_s}, {"snapshot_s", phases.snapshot_s},
+            {"owner_export_s", phases.owner_export_s}, {"fill_s", phases.fill_s}, {"snap_s", phases.snap_s},
+            {"candidate_frames", frames_json(phases.candidate_frames)},
+            {"reference_frames", frames_json(phases.reference_frames)}}},
           {"runner_output", runner_output},
           {"launches_error", launches_error},
           {"retried_flag", retried_flag},

@@ -194,6 +194,14 @@ struct PhaseTimes {
   // Host path: the time the candidate's runner was frozen while the parent took each timed phase's
   // outputs (outside every window and the tail).
   double snapshot_s = 0;
+  // GPU-resident: the owner's start (a ready pooled runner's job until its slots and arena are
+  // exported), and the parent's round trips of every phase's input fill and output snapshot.
+  double owner_export_s = 0;
+  double fill_s = 0;
+  double snap_s = 0;
+  // Each runner frame's arrival on the parent's clock (seconds since its job was sent), then its
+  // reap: where an evaluation's time goes (bench_eval_phases prints them). Diagnosis only.
+  std::vector<std::pair<std::string, double>> candidate_frames, reference_frames;
 };
 
 struct EvalResult {

@@ -69,8 +69,9 @@ def check_evaluation(last: dict[str, Any], obs: dict[str, Any], *, hidden_allowe
     if ev["status"] == "ok":
         assert isinstance(ev["properties"], dict)
         for prop in ev["properties"].values():
-            for key in ("met", "state", "layer", "title", "detail"):
+            for key in ("met", "state", "layer", "title", "detail", "evidence"):
                 assert key in prop, f"properties[].{key}"
+            assert prop["evidence"] in ("binary", "timing", "runner"), prop["evidence"]
     return ev
 
 

@@ -107,6 +107,11 @@ TEST_CASE("every config key round-trips file → Config → to_json", "[config]"
   Config::for_each_key([&](const ConfigKey& k, auto member_of) {
     listed.emplace(k.key);
     DYNAMIC_SECTION(k.key) {
+      // gpu_resident has one legal value: false is refused (threat model class 11; its own test below).
+      if (k.key == std::string_view("gpu_resident")) {
+        CHECK(Config::from_json(defaults.to_json()).gpu_resident);
+        return;
+      }
       auto value = other_than(member_of(defaults), k.key);
       Config written;
       member_of(written) = value;
@@ -125,6 +130,17 @@ TEST_CASE("every config key round-trips file → Config → to_json", "[config]"
   // to_json writes exactly the listed keys, and the whole config round-trips.
   CHECK(flattened_keys(defaults.to_json()) == listed);
   CHECK(Config::from_json(defaults.to_json()).to_json() == defaults.to_json());
+}
+
+TEST_CASE("gpu_resident false is refused: agent code never takes the host path (threat model class 11)", "[config]") {
+  // On the host path the timed inputs' key is written into the agent's runner; a server must not be
+  // configurable into it. The error names the key and the reason.
+  CHECK_THROWS_WITH(Config::from_json({{"gpu_resident", false}}),
+                    Catch::Contains("'gpu_resident' is false") && Catch::Contains("class 11"));
+  Config c;
+  c.gpu_resident = false;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("verify-tasks --host-path"));
+  CHECK(Config::from_json({{"gpu_resident", true}}).gpu_resident);
 }
 
 TEST_CASE("a flag given on the command line overrides the config file, even at its default value", "[config]") {

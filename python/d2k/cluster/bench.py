@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", type=float, default=5.0,
                         help="--evaluate: seconds between progress lines")
     parser.add_argument("--gpu-resident", action="store_true",
-                        help="--evaluate: the server evaluates on the GPU-resident path (config gpu_resident: "
-                             "outputs stay on the GPU; docs/timing-protocol.md)")
+                        help="--evaluate: write config gpu_resident=true explicitly (the server's default and only "
+                             "path for agent code since false is refused; docs/threat-model.md class 11)")
     parser.add_argument("--only-task", action="store_true",
                         help="--evaluate: the server gets a copy of --task only (nothing else to prepare)")
     args = parser.parse_args(argv)
