@@ -10,6 +10,7 @@ import sys
 
 s = sys.stdin.read()
 s = s.replace("extern __shared__ unsigned char smem_raw[];", "unsigned char* smem_raw = d2k_dyn_smem();")
+s = re.sub(r"__maxnreg__\([^)]*\)\s*", "", s)  # a register cap means nothing on the CPU
 
 
 def match_paren(text, open_pos):

@@ -7,11 +7,13 @@
 //   between the panels it walks through;
 // - a producer warp streams each unit's 128 x 64 W tile and the matching MB x 64 x tile (MB = M
 //   rounded up to 8, 16, 32 or 64) with 2-D TMA copies (UTMALDG, 128-byte swizzle, zero fill past
-//   N, M and K; W with an L2 evict-first hint, it is read once) into a ring of full/empty mbarriers;
-// - 4 consumer warps each own 32 W rows (two m16 tiles) and compute y^T = W x^T with mma.sync
-//   m16n8k16 bf16 -> fp32 (HMMA): W rows are the MMA's M dimension, tokens its N dimension, so
-//   one x fragment feeds two MMAs; fragments come from the swizzled tiles through ldmatrix
-//   (LDSM, conflict-free), all of a k step's fragments loaded before its MMAs;
+//   N, M and K) into a 4-stage ring of full/empty mbarriers;
+// - 4 consumer warps each own 32 W rows (two m16 tiles) and all MB tokens (at MB = 64, 8 warps of
+//   32 rows x 32 tokens) and compute y^T = W x^T with mma.sync m16n8k16 bf16 -> fp32 (HMMA): W rows
+//   are the MMA's M dimension, tokens its N dimension, so one x fragment feeds two MMAs; fragments
+//   come from the swizzled tiles through ldmatrix (LDSM, conflict-free), all of a k step's
+//   fragments loaded before its MMAs; a stage is released only after its ldmatrix results have
+//   arrived (the release's address depends on them);
 // - at the end of a panel (or of its run) a block writes y directly when it computed the whole
 //   panel, else adds its fp32 partial sums into a workspace (RED.ADD); a small second kernel
 //   rounds the split panels to bf16 and zeroes the workspace again for the next call.
@@ -20,27 +22,22 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#ifndef SKINNY_EVICT_FIRST
-#define SKINNY_EVICT_FIRST 1
-#endif
-#ifndef SKINNY_STAGES
-#define SKINNY_STAGES 4
-#endif
-#ifndef SKINNY_PER_SM
-#define SKINNY_PER_SM 8
-#endif
-
 namespace {
 
-constexpr int kConsumers = 4;                    // consumer warps, 32 W rows each
-constexpr int kPanel = 32 * kConsumers;          // W rows per unit
-constexpr int kBK = 64;                          // k per unit: 64 bf16 = one 128-byte swizzle row
-constexpr int kThreads = 32 * (kConsumers + 1);  // + one producer warp
-constexpr uint32_t kWBytes = kPanel * kBK * 2;   // 16 KiB
+constexpr int kRowGroups = 4;                  // consumer warps along the panel, 32 W rows each
+constexpr int kPanel = 32 * kRowGroups;        // W rows per unit
+constexpr int kBK = 64;                        // k per unit: 64 bf16 = one 128-byte swizzle row
+constexpr uint32_t kWBytes = kPanel * kBK * 2;  // 16 KiB
 
 template <int MB>
 struct Cfg {
-  static constexpr int kStages = SKINNY_STAGES;
+  // At MB = 64 the tokens are split between two warps per row group (8 consumer warps of 32 rows
+  // x 32 tokens): twice the warps to hide the MMAs' and ldmatrix's latencies.
+  static constexpr int kTokGroups = MB == 64 ? 2 : 1;
+  static constexpr int kConsumers = kRowGroups * kTokGroups;
+  static constexpr int kThreads = 32 * (kConsumers + 1);  // + one producer warp
+  static constexpr int kMaxRegs = MB == 64 && kTokGroups == 2 ? 112 : 255;  // MB = 64: two blocks of 288 threads per SM
+  static constexpr int kStages = 4;
   static constexpr uint32_t kXBytes = MB * kBK * 2;  // a multiple of 1024
   static constexpr uint32_t kStageBytes = kWBytes + kXBytes;
   static constexpr int kSmem = kStages * kStageBytes + 1024;  // + slack to align to 1 KiB
@@ -70,15 +67,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
           dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-
-__device__ __forceinline__ void tma_load_2d_hint(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
-                                                 uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, "
-      "%4}], [%2], %5;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "l"(policy)
       : "memory");
 }
 
@@ -116,12 +104,14 @@ __host__ __device__ __forceinline__ int64_t block_of(int64_t u, int64_t units, i
 }
 
 template <int MB>
-__global__ void __launch_bounds__(kThreads) gemm_skinny_l3(const __grid_constant__ CUtensorMap map_w,
-                                                           const __grid_constant__ CUtensorMap map_x,
-                                                           __nv_bfloat16* __restrict__ y, float* __restrict__ ws,
-                                                           int M, int N, int chunks, int units) {
-  constexpr int kStages = Cfg<MB>::kStages;
-  constexpr int NJ = MB / 8;  // MMAs (8 tokens each) per 16 x 16 W fragment
+__global__ void __launch_bounds__(Cfg<MB>::kThreads) __maxnreg__(Cfg<MB>::kMaxRegs) gemm_skinny_l3(const __grid_constant__ CUtensorMap map_w,
+                                                                    const __grid_constant__ CUtensorMap map_x,
+                                                                    __nv_bfloat16* __restrict__ y,
+                                                                    float* __restrict__ ws, int M, int N, int chunks,
+                                                                    int units, uint32_t zero) {
+  constexpr int kStages = Cfg<MB>::kStages, kConsumers = Cfg<MB>::kConsumers;
+  constexpr int MW = MB / Cfg<MB>::kTokGroups;  // tokens per consumer warp
+  constexpr int NJ = MW / 8;                    // MMAs (8 tokens each) per 16 x 16 W fragment
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ __align__(8) uint64_t empty[kStages];
@@ -143,10 +133,6 @@ __global__ void __launch_bounds__(kThreads) gemm_skinny_l3(const __grid_constant
     if (lane == 0) {
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
       asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&map_x)) : "memory");
-#if SKINNY_EVICT_FIRST
-      uint64_t policy;
-      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#endif
       int p = u0 / chunks, c = u0 - p * chunks;
       for (int u = u0, i = 0; u < u1; ++u, ++i) {
         const int s = i % kStages;
@@ -155,11 +141,7 @@ __global__ void __launch_bounds__(kThreads) gemm_skinny_l3(const __grid_constant
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(Cfg<MB>::kStageBytes)
                      : "memory");
         const uint32_t dst = base + s * Cfg<MB>::kStageBytes;
-#if SKINNY_EVICT_FIRST
-        tma_load_2d_hint(dst, &map_w, bar, c * kBK, p * kPanel, policy);
-#else
         tma_load_2d(dst, &map_w, bar, c * kBK, p * kPanel);
-#endif
         tma_load_2d(dst + kWBytes, &map_x, bar, c * kBK, 0);
         if (++c == chunks) {
           c = 0;
@@ -170,7 +152,8 @@ __global__ void __launch_bounds__(kThreads) gemm_skinny_l3(const __grid_constant
     return;
   }
 
-  // Consumer warp: W rows 32 warp + 16 mt + (0..15) of the panel; all MB token columns.
+  // Consumer warp: W rows 32 rg + 16 mt + (0..15) of the panel; tokens m0 + (0..MW).
+  const int rg = warp % kRowGroups, m0 = (warp / kRowGroups) * MW;
   const int g = lane >> 2, t = lane & 3;
   const int lr = lane & 7, lm = lane >> 3;  // ldmatrix: the row this lane addresses, in matrix lm
   float acc[2][NJ][4];
@@ -181,27 +164,35 @@ __global__ void __launch_bounds__(kThreads) gemm_skinny_l3(const __grid_constant
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][j][e] = 0.0f;
   // A (W) fragment of tile mt, k step kk: matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
-  const int arow = warp * 32 + (lm & 1) * 8 + lr, akc = lm >> 1;
+  const int arow = rg * 32 + (lm & 1) * 8 + lr, akc = lm >> 1;
   // B (x) fragments of tokens 16 jp + (0..15), k step kk: (tokens 0-7, k 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15).
-  const int brow = (lm >> 1) * 8 + lr, bkc = lm & 1;
+  const int brow = m0 + (lm >> 1) * 8 + lr, bkc = lm & 1;
   int p = u0 / chunks, c = u0 - p * chunks;
   bool whole = c == 0;  // this block computes the current panel from its first chunk
   for (int u = u0, i = 0; u < u1; ++u, ++i) {
     const int s = i % kStages;
     mbar_wait(smem_addr(&full[s]), (i / kStages) & 1);
     const uint32_t wt = base + s * Cfg<MB>::kStageBytes, xt = wt + kWBytes;
+    // The stage may be released only once every ldmatrix of it has delivered its registers: the
+    // release (an mbarrier arrive) does not wait for loads in flight, and the producer's next copy
+    // overwrites the stage. So the arrive's address depends on a register of every ldmatrix
+    // (folded with xor, then masked by zero, a kernel argument the compiler cannot see through).
+    uint32_t dep = 0;
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
       uint32_t a[2][4], b[NJ][2];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) ldsm_x4(a[mt], swz(wt, arow + 16 * mt, 2 * kk + akc));
+      dep ^= a[0][0] ^ a[1][0];
       if constexpr (NJ == 1) {
-        ldsm_x2(b[0][0], b[0][1], swz(xt, lr, 2 * kk + bkc));
+        ldsm_x2(b[0][0], b[0][1], swz(xt, m0 + lr, 2 * kk + bkc));
+        dep ^= b[0][0];
       } else {
 #pragma unroll
         for (int jp = 0; jp < NJ / 2; ++jp) {
           uint32_t r[4];
           ldsm_x4(r, swz(xt, 16 * jp + brow, 2 * kk + bkc));
+          dep ^= r[0];
           b[2 * jp][0] = r[0];
           b[2 * jp][1] = r[1];
           b[2 * jp + 1][0] = r[2];
@@ -214,19 +205,20 @@ __global__ void __launch_bounds__(kThreads) gemm_skinny_l3(const __grid_constant
         for (int j = 0; j < NJ; ++j) mma_bf16(acc[mt][j], a[mt], b[j][0], b[j][1]);
     }
     __syncwarp();
-    if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&empty[s])) : "memory");
+    if (lane == 0)
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(&empty[s]) + (dep & zero)) : "memory");
     const bool panel_end = c == chunks - 1;
     if (panel_end || u == u1 - 1) {
       const bool direct = whole && panel_end;  // no other block touches this panel
-      // acc[mt][j][e]: W row 32 warp + 16 mt + g (+8 for e >= 2), token 8 j + 2t + (e & 1).
+      // acc[mt][j][e]: W row 32 rg + 16 mt + g (+8 for e >= 2), token m0 + 8 j + 2t + (e & 1).
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int j = 0; j < NJ; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int n = p * kPanel + warp * 32 + mt * 16 + g + (e >= 2 ? 8 : 0);
-            const int m = j * 8 + 2 * t + (e & 1);
+            const int n = p * kPanel + rg * 32 + mt * 16 + g + (e >= 2 ? 8 : 0);
+            const int m = m0 + j * 8 + 2 * t + (e & 1);
             if (m < M && n < N) {
               const int64_t at = static_cast<int64_t>(m) * N + n;
               if (direct) y[at] = __float2bfloat16(acc[mt][j][e]);
@@ -312,10 +304,9 @@ cudaError_t run(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bfloat16
       cudaFuncSetAttribute(gemm_skinny_l3<MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<MB>::kSmem);
   if (err != cudaSuccess) return err;
   int per_sm = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemm_skinny_l3<MB>, kThreads, Cfg<MB>::kSmem);
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemm_skinny_l3<MB>, Cfg<MB>::kThreads, Cfg<MB>::kSmem);
   if (err != cudaSuccess) return err;
   if (per_sm < 1) per_sm = 1;
-  if (per_sm > SKINNY_PER_SM) per_sm = SKINNY_PER_SM;
   const int64_t panels = (N + kPanel - 1) / kPanel;
   const int64_t chunks = (K + kBK - 1) / kBK;
   const int64_t units = panels * chunks;  // < 2^31: N K < 2^31
@@ -328,8 +319,8 @@ cudaError_t run(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bfloat16
     err = ensure_workspace(ws, static_cast<size_t>(M) * N * sizeof(float), stream);
     if (err != cudaSuccess) return err;
   }
-  gemm_skinny_l3<MB><<<static_cast<unsigned>(blocks), kThreads, Cfg<MB>::kSmem, stream>>>(
-      map_w, map_x, y, ws.ptr, M, N, static_cast<int>(chunks), static_cast<int>(units));
+  gemm_skinny_l3<MB><<<static_cast<unsigned>(blocks), Cfg<MB>::kThreads, Cfg<MB>::kSmem, stream>>>(
+      map_w, map_x, y, ws.ptr, M, N, static_cast<int>(chunks), static_cast<int>(units), 0u);
   if (split) {
     const int64_t count = static_cast<int64_t>(M) * N;
     gemm_skinny_l3_finish<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(
