@@ -2,10 +2,12 @@
 // Usage: gpu_bench reference.so variant.so...   Each .so exports d2k_fft. Per workload: inputs
 // uniform in [-1, 1], the reference's output, then per variant the largest error against it under the
 // task's tolerance (atol 1e-2, rtol 1e-4) and the median of 20 calls, each after a 256 MiB L2 flush.
+// BENCH_ONLY="n1024_b16384,n4096_b4096," (each name followed by a comma) limits the workloads.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <string>
@@ -80,7 +82,11 @@ int main(int argc, char** argv) {
   printf("%-14s", "workload");
   for (size_t v = 1; v < fns.size(); ++v) printf(" | %24s", names[v].c_str());
   printf("\n");
+  const char* only = getenv("BENCH_ONLY");  // comma-separated workload names, or all
   for (const Wl& w : wls) {
+    char wname[64];
+    snprintf(wname, sizeof wname, "n%ld_b%ld,", (long)w.n, (long)w.b);
+    if (only && !strstr(only, wname)) continue;
     const int64_t cnt = 2 * w.n * w.b;
     float *x, *y, *yr;
     CK(cudaMalloc(&x, cnt * 4)); CK(cudaMalloc(&y, cnt * 4)); CK(cudaMalloc(&yr, cnt * 4));

@@ -160,8 +160,9 @@ __host__ __device__ constexpr int stage_ns(int n, int s) {  // product of the ra
   for (int i = 0; i < s; ++i) p *= plan_radix(n, i);
   return p;
 }
+constexpr int kBlockThreads = 128;  // threads per block where one transform has fewer (several transforms)
 __host__ __device__ constexpr int transforms_per_block(int n) {
-  return 128 * values_per_thread(n) / n > 1 ? 128 * values_per_thread(n) / n : 1;
+  return kBlockThreads * values_per_thread(n) / n > 1 ? kBlockThreads * values_per_thread(n) / n : 1;
 }
 __host__ __device__ constexpr int threads_for(int n) { return transforms_per_block(n) * n / values_per_thread(n); }
 __host__ __device__ constexpr bool plan_ok(int n) {

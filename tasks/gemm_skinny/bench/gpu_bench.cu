@@ -4,11 +4,12 @@
 // W ~ U(-0.05, 0.05), from a hash), the reference's output, then per variant: correctness under the
 // task's tolerance (atol 2e-3, rtol 1.6e-2) and the median of 20 timed calls, each after an L2 flush
 // (as d2k verify-tasks times). The copy bandwidth (cudaMemcpyAsync D2D of 2 GiB, read + write) is
-// measured first; "%copy" is the weight + x + y bytes over it.
+// measured first; "%copy" is the weight + x + y bytes over it. BENCH_ONLY=name,name limits the workloads.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -136,7 +137,9 @@ int main(int argc, char** argv) {
   printf("%-18s", "workload");
   for (size_t v = 1; v < fns.size(); ++v) printf(" | %22s", names[v].c_str());
   printf("\n");
+  const char* only = getenv("BENCH_ONLY");  // comma-separated workload names, or all
   for (const Wl& w : wls) {
+    if (only && !strstr(only, w.name)) continue;
     __nv_bfloat16 *x, *W, *y, *yr;
     CK(cudaMalloc(&x, w.M * w.K * 2));
     CK(cudaMalloc(&W, w.N * w.K * 2));
