@@ -203,3 +203,29 @@ inline cudaError_t cudaMemsetAsync(void* p, int v, size_t b, cudaStream_t = null
   std::memset(p, v, b);
   return cudaSuccess;
 }
+
+// bar.sync id, count among the consumer warps: blocks run one after another in the emulation, so
+// one barrier of `count` threads, made anew for each block.
+inline std::mutex g_emu_named_mu;
+inline std::unique_ptr<std::barrier<>> g_emu_named;
+inline const void* g_emu_named_block = nullptr;
+inline void emu_named_bar(int count) {
+  std::barrier<>* b;
+  {
+    std::lock_guard<std::mutex> lock(g_emu_named_mu);
+    if (g_emu_named_block != g_block) {
+      g_emu_named = std::make_unique<std::barrier<>>(count);
+      g_emu_named_block = g_block;
+    }
+    b = g_emu_named.get();
+  }
+  b->arrive_and_wait();
+}
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <typename T> T __ldcg(const T* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+inline float __ldcg(const float* p) {
+  uint32_t u = __atomic_load_n(reinterpret_cast<const uint32_t*>(p), __ATOMIC_SEQ_CST);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}

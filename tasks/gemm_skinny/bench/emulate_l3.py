@@ -64,6 +64,8 @@ while True:
         rep = "emu_ldsm4(%s)" % ", ".join(ops)
     elif "ldmatrix.sync.aligned.m8n8.x2.shared.b16" in inner:
         rep = "emu_ldsm2(%s)" % ", ".join(ops)
+    elif "bar.sync 1" in inner:
+        rep = "emu_named_bar(%s)" % ops[0]
     elif "createpolicy" in inner:
         rep = "%s = 0" % ops[0]
     elif "ld.shared.b32" in inner:

@@ -15,8 +15,9 @@
 //   fragments loaded before its MMAs; a stage is released only after its ldmatrix results have
 //   arrived (the release's address depends on them);
 // - at the end of a panel (or of its run) a block writes y directly when it computed the whole
-//   panel, else adds its fp32 partial sums into a workspace (RED.ADD); a small second kernel
-//   rounds the split panels to bf16 and zeroes the workspace again for the next call.
+//   panel, else adds its fp32 partial sums into a workspace (RED.ADD) and counts its share on the
+//   panel's counter; the last block to do so rounds the panel's sums to bf16 into y and zeroes
+//   them and the counter for the next call (no second kernel, no wait on another block).
 #include <cstdint>
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder comes from the runtime's entry point
 #include <cuda_bf16.h>
@@ -28,6 +29,9 @@ constexpr int kRowGroups = 4;                  // consumer warps along the panel
 constexpr int kPanel = 32 * kRowGroups;        // W rows per unit
 constexpr int kBK = 64;                        // k per unit: 64 bf16 = one 128-byte swizzle row
 constexpr uint32_t kWBytes = kPanel * kBK * 2;  // 16 KiB
+// Shared panels are finished inside the kernel by the last block to add its share (a counter per
+// panel); false: by a second kernel over the workspace after the first.
+constexpr bool kFinishInKernel = true;
 
 template <int MB>
 struct Cfg {
@@ -107,14 +111,15 @@ template <int MB>
 __global__ void __launch_bounds__(Cfg<MB>::kThreads) __maxnreg__(Cfg<MB>::kMaxRegs) gemm_skinny_l3(const __grid_constant__ CUtensorMap map_w,
                                                                     const __grid_constant__ CUtensorMap map_x,
                                                                     __nv_bfloat16* __restrict__ y,
-                                                                    float* __restrict__ ws, int M, int N, int chunks,
-                                                                    int units, uint32_t zero) {
+                                                                    float* __restrict__ ws, int* __restrict__ count,
+                                                                    int M, int N, int chunks, int units, uint32_t zero) {
   constexpr int kStages = Cfg<MB>::kStages, kConsumers = Cfg<MB>::kConsumers;
   constexpr int MW = MB / Cfg<MB>::kTokGroups;  // tokens per consumer warp
   constexpr int NJ = MW / 8;                    // MMAs (8 tokens each) per 16 x 16 W fragment
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ __align__(8) uint64_t empty[kStages];
+  __shared__ int last_share;
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int u0 = static_cast<int>(first_unit(blockIdx.x, units, gridDim.x));
@@ -226,6 +231,37 @@ __global__ void __launch_bounds__(Cfg<MB>::kThreads) __maxnreg__(Cfg<MB>::kMaxRe
             }
             acc[mt][j][e] = 0.0f;
           }
+      if (kFinishInKernel && !direct) {
+        // This block's share of panel p is in the workspace. The last of the panel's blocks to add
+        // its share rounds the sums into y and zeroes them and the counter for the next call.
+        const int64_t first = static_cast<int64_t>(p) * chunks;
+        const int shares = static_cast<int>(block_of(first + chunks - 1, units, gridDim.x) -
+                                            block_of(first, units, gridDim.x)) + 1;
+        asm volatile("bar.sync 1, %0;" ::"r"(kConsumers * 32) : "memory");  // every addition issued
+        if (threadIdx.x == 0) {
+          __threadfence();
+          last_share = atomicAdd(count + p, 1) == shares - 1;
+        }
+        asm volatile("bar.sync 1, %0;" ::"r"(kConsumers * 32) : "memory");
+        if (last_share) {
+          __threadfence();
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int j = 0; j < NJ; ++j)
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int n = p * kPanel + rg * 32 + mt * 16 + g + (e >= 2 ? 8 : 0);
+                const int m = m0 + j * 8 + 2 * t + (e & 1);
+                if (m < M && n < N) {
+                  const int64_t at = static_cast<int64_t>(m) * N + n;
+                  y[at] = __float2bfloat16(__ldcg(ws + at));
+                  ws[at] = 0.0f;
+                }
+              }
+          if (threadIdx.x == 0) count[p] = 0;
+        }
+      }
     }
     if (++c == chunks) {
       c = 0;
@@ -275,8 +311,8 @@ bool make_map(CUtensorMap* map, EncodeTiledFn enc, const void* ptr, int64_t rows
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The fp32 workspace (M x N sums of split panels): zero when allocated, and the finishing kernel
-// zeroes every element it consumes, so it is zero again at the start of each call.
+// The fp32 workspace (M x N sums of split panels, then a counter per panel): zero when allocated,
+// and whoever finishes a panel zeroes what it consumed, so it is zero again at the start of each call.
 struct Workspace {
   float* ptr = nullptr;
   size_t bytes = 0;
@@ -316,12 +352,13 @@ cudaError_t run(cudaStream_t stream, const __nv_bfloat16* x, const __nv_bfloat16
     split = block_of(p * chunks, units, blocks) != block_of(p * chunks + chunks - 1, units, blocks);
   static Workspace ws;
   if (split) {
-    err = ensure_workspace(ws, static_cast<size_t>(M) * N * sizeof(float), stream);
+    err = ensure_workspace(ws, (static_cast<size_t>(M) * N + panels) * sizeof(float), stream);
     if (err != cudaSuccess) return err;
   }
   gemm_skinny_l3<MB><<<static_cast<unsigned>(blocks), Cfg<MB>::kThreads, Cfg<MB>::kSmem, stream>>>(
-      map_w, map_x, y, ws.ptr, M, N, static_cast<int>(chunks), static_cast<int>(units), 0u);
-  if (split) {
+      map_w, map_x, y, ws.ptr, ws.ptr == nullptr ? nullptr : reinterpret_cast<int*>(ws.ptr + static_cast<size_t>(M) * N),
+      M, N, static_cast<int>(chunks), static_cast<int>(units), 0u);
+  if (split && !kFinishInKernel) {
     const int64_t count = static_cast<int64_t>(M) * N;
     gemm_skinny_l3_finish<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(
         y, ws.ptr, M, N, static_cast<int>(chunks), static_cast<int>(units), static_cast<int>(blocks));
