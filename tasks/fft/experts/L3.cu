@@ -1,19 +1,25 @@
-// fft L3 expert: the L2 design (one pass; whole transforms per block in shared memory; radix-4
-// Stockham stages in registers) specialised per size and fed by Hopper's copy engine:
+// fft L3 expert: the L2 design (one pass; whole transforms per block in shared memory; Stockham
+// stages with butterflies in registers) specialised per size, with large radices and Hopper's copy
+// engine:
 // - one kernel per size n (2^a or 3 * 2^a in [256, 16384]): the plan (radices, ns, threads) is a
 //   compile-time constant, the stages are unrolled, and every index division or modulo is by a
-//   constant (shifts and multiplies instead of the ~20-instruction integer divisions that L2's
-//   runtime sizes cost, which make L2 instruction-bound rather than memory-bound); powers of two
-//   use radix-8 stages (5 at n = 16384 instead of 7);
+//   constant;
+// - radices 16, 24, 32 and 48 done in registers (each a 4 x 4, 3 x 8, 4 x 8 or 3 x 16 split with
+//   constant twiddles from a 96-entry table in constant memory): two stages up to n = 1024, three
+//   above (n = 16384 = 32 x 32 x 16), so each element crosses shared memory two or four times
+//   instead of ten (L2's radix 4 needs 7 stages at n = 16384): shared-memory bandwidth, not DRAM,
+//   was what limited radix 8;
+// - intermediate stages write shared memory through an XOR swizzle of the 16-element (128-byte) rows,
+//   so a warp's stride-R writes of a stage's outputs do not collide in the same banks;
 // - the block's transforms (contiguous, T * n * 8 bytes) come into shared memory by bulk async
 //   copies (cp.async.bulk, UBLKCP in SASS) issued by one thread and tracked by an mbarrier, while
 //   the other threads build the twiddle tables;
-// - twiddles are exact table entries: w^e = hi[e / 64] * lo[e % 64], two small tables of n-th roots
-//   of unity (n/64 + 64 entries, 2.5 KiB at n = 16384) built per block in double precision
-//   (sincospi): no MUFU.SIN/COS, and more accurate than fast sincos;
-// - the last stage (radix 3 for 3 * 2^a, so that every earlier stage has a power-of-two ns) gives
-//   each thread adjacent pairs of butterflies, whose outputs are adjacent in y: it stores straight
-//   from registers with 128-bit streaming stores (STG.E.EF.128), no shared-memory round trip.
+// - stage twiddles w^(r e) come from two small tables of n-th roots of unity (w^e = hi[e / 64] *
+//   lo[e % 64], built per block in double precision with sincospi): w^e from the tables, then its
+//   powers by complex multiplications, re-anchored from the tables every 8 powers (no MUFU.SIN/COS);
+// - the last stage stores straight from registers to y, coalesced across the warp, as 16-byte
+//   streaming stores (STG.E.EF.128) where a thread owns an even number of the last stage's
+//   butterflies (adjacent pairs j, j + 1, whose outputs are adjacent in y).
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -23,6 +29,35 @@ constexpr float kSqrt3Half = 0.86602540378443864676f;
 constexpr float kSqrtHalf = 0.70710678118654752440f;
 constexpr int kLo = 64;  // entries of the low twiddle table
 
+// exp(-2 pi i k / 96), correctly rounded: the constant twiddles of the in-register DFTs of 16, 24, 32
+// and 48 points (all divide 96).
+__constant__ float2 kW96[96] = {
+{1.000000000e+00f, -0.000000000e+00f}, {9.978589232e-01f, -6.540312923e-02f}, {9.914448614e-01f, -1.305261922e-01f}, {9.807852804e-01f, -1.950903220e-01f},
+{9.659258263e-01f, -2.588190451e-01f}, {9.469301295e-01f, -3.214394653e-01f}, {9.238795325e-01f, -3.826834324e-01f}, {8.968727415e-01f, -4.422886902e-01f},
+{8.660254038e-01f, -5.000000000e-01f}, {8.314696123e-01f, -5.555702330e-01f}, {7.933533403e-01f, -6.087614290e-01f}, {7.518398075e-01f, -6.593458151e-01f},
+{7.071067812e-01f, -7.071067812e-01f}, {6.593458151e-01f, -7.518398075e-01f}, {6.087614290e-01f, -7.933533403e-01f}, {5.555702330e-01f, -8.314696123e-01f},
+{5.000000000e-01f, -8.660254038e-01f}, {4.422886902e-01f, -8.968727415e-01f}, {3.826834324e-01f, -9.238795325e-01f}, {3.214394653e-01f, -9.469301295e-01f},
+{2.588190451e-01f, -9.659258263e-01f}, {1.950903220e-01f, -9.807852804e-01f}, {1.305261922e-01f, -9.914448614e-01f}, {6.540312923e-02f, -9.978589232e-01f},
+{6.123233996e-17f, -1.000000000e+00f}, {-6.540312923e-02f, -9.978589232e-01f}, {-1.305261922e-01f, -9.914448614e-01f}, {-1.950903220e-01f, -9.807852804e-01f},
+{-2.588190451e-01f, -9.659258263e-01f}, {-3.214394653e-01f, -9.469301295e-01f}, {-3.826834324e-01f, -9.238795325e-01f}, {-4.422886902e-01f, -8.968727415e-01f},
+{-5.000000000e-01f, -8.660254038e-01f}, {-5.555702330e-01f, -8.314696123e-01f}, {-6.087614290e-01f, -7.933533403e-01f}, {-6.593458151e-01f, -7.518398075e-01f},
+{-7.071067812e-01f, -7.071067812e-01f}, {-7.518398075e-01f, -6.593458151e-01f}, {-7.933533403e-01f, -6.087614290e-01f}, {-8.314696123e-01f, -5.555702330e-01f},
+{-8.660254038e-01f, -5.000000000e-01f}, {-8.968727415e-01f, -4.422886902e-01f}, {-9.238795325e-01f, -3.826834324e-01f}, {-9.469301295e-01f, -3.214394653e-01f},
+{-9.659258263e-01f, -2.588190451e-01f}, {-9.807852804e-01f, -1.950903220e-01f}, {-9.914448614e-01f, -1.305261922e-01f}, {-9.978589232e-01f, -6.540312923e-02f},
+{-1.000000000e+00f, -1.224646799e-16f}, {-9.978589232e-01f, 6.540312923e-02f}, {-9.914448614e-01f, 1.305261922e-01f}, {-9.807852804e-01f, 1.950903220e-01f},
+{-9.659258263e-01f, 2.588190451e-01f}, {-9.469301295e-01f, 3.214394653e-01f}, {-9.238795325e-01f, 3.826834324e-01f}, {-8.968727415e-01f, 4.422886902e-01f},
+{-8.660254038e-01f, 5.000000000e-01f}, {-8.314696123e-01f, 5.555702330e-01f}, {-7.933533403e-01f, 6.087614290e-01f}, {-7.518398075e-01f, 6.593458151e-01f},
+{-7.071067812e-01f, 7.071067812e-01f}, {-6.593458151e-01f, 7.518398075e-01f}, {-6.087614290e-01f, 7.933533403e-01f}, {-5.555702330e-01f, 8.314696123e-01f},
+{-5.000000000e-01f, 8.660254038e-01f}, {-4.422886902e-01f, 8.968727415e-01f}, {-3.826834324e-01f, 9.238795325e-01f}, {-3.214394653e-01f, 9.469301295e-01f},
+{-2.588190451e-01f, 9.659258263e-01f}, {-1.950903220e-01f, 9.807852804e-01f}, {-1.305261922e-01f, 9.914448614e-01f}, {-6.540312923e-02f, 9.978589232e-01f},
+{-1.836970199e-16f, 1.000000000e+00f}, {6.540312923e-02f, 9.978589232e-01f}, {1.305261922e-01f, 9.914448614e-01f}, {1.950903220e-01f, 9.807852804e-01f},
+{2.588190451e-01f, 9.659258263e-01f}, {3.214394653e-01f, 9.469301295e-01f}, {3.826834324e-01f, 9.238795325e-01f}, {4.422886902e-01f, 8.968727415e-01f},
+{5.000000000e-01f, 8.660254038e-01f}, {5.555702330e-01f, 8.314696123e-01f}, {6.087614290e-01f, 7.933533403e-01f}, {6.593458151e-01f, 7.518398075e-01f},
+{7.071067812e-01f, 7.071067812e-01f}, {7.518398075e-01f, 6.593458151e-01f}, {7.933533403e-01f, 6.087614290e-01f}, {8.314696123e-01f, 5.555702330e-01f},
+{8.660254038e-01f, 5.000000000e-01f}, {8.968727415e-01f, 4.422886902e-01f}, {9.238795325e-01f, 3.826834324e-01f}, {9.469301295e-01f, 3.214394653e-01f},
+{9.659258263e-01f, 2.588190451e-01f}, {9.807852804e-01f, 1.950903220e-01f}, {9.914448614e-01f, 1.305261922e-01f}, {9.978589232e-01f, 6.540312923e-02f}
+};
+
 __device__ __forceinline__ float2 cmul(float2 a, float2 b) {
   return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }
@@ -30,6 +65,7 @@ __device__ __forceinline__ float2 cadd(float2 a, float2 b) { return make_float2(
 __device__ __forceinline__ float2 csub(float2 a, float2 b) { return make_float2(a.x - b.x, a.y - b.y); }
 __device__ __forceinline__ float2 mul_neg_i(float2 a) { return make_float2(a.y, -a.x); }  // -i * a
 
+// In-place R-point forward DFT of v[0..R), natural order in and out.
 template <int R>
 __device__ __forceinline__ void dft(float2* v) {
   if constexpr (R == 2) {
@@ -49,7 +85,7 @@ __device__ __forceinline__ void dft(float2* v) {
     v[1] = cadd(d02, d13);
     v[2] = csub(s02, s13);
     v[3] = csub(d02, d13);
-  } else {  // R == 8: one radix-2 layer (decimation in frequency), W8^k, two 4-point DFTs
+  } else if constexpr (R == 8) {  // one radix-2 layer (decimation in frequency), W8^k, two 4-point DFTs
     float2 s[4], d[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -66,6 +102,28 @@ __device__ __forceinline__ void dft(float2* v) {
       v[2 * q] = s[q];
       v[2 * q + 1] = d[q];
     }
+  } else {  // R = P Q: P-point DFTs over m1 (m = m1 Q + m2), twiddles W_R^(k1 m2), Q-point DFTs; X[k2 P + k1]
+    constexpr int P = R % 3 == 0 ? 3 : 4, Q = R / P;
+    static_assert(96 % R == 0, "constant twiddles cover divisors of 96");
+    float2 t[R];
+#pragma unroll
+    for (int m2 = 0; m2 < Q; ++m2) {
+      float2 a[P];
+#pragma unroll
+      for (int m1 = 0; m1 < P; ++m1) a[m1] = v[m1 * Q + m2];
+      dft<P>(a);
+#pragma unroll
+      for (int k1 = 0; k1 < P; ++k1) t[k1 * Q + m2] = k1 * m2 == 0 ? a[k1] : cmul(a[k1], kW96[k1 * m2 * (96 / R)]);
+    }
+#pragma unroll
+    for (int k1 = 0; k1 < P; ++k1) {
+      float2 b[Q];
+#pragma unroll
+      for (int m2 = 0; m2 < Q; ++m2) b[m2] = t[k1 * Q + m2];
+      dft<Q>(b);
+#pragma unroll
+      for (int k2 = 0; k2 < Q; ++k2) v[k2 * P + k1] = b[k2];
+    }
   }
 }
 
@@ -73,97 +131,135 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// The stages' radices, 2 bits each (stage s: (code >> 2s) & 3, 1 = radix 2, 2 = radix 3, 0 = radix 4),
-// in a scalar so that the stage loop indexes no array (no local memory).
-// The plan of size n, fixed at compile time. Powers of two: radix-8 stages (one radix-2 or radix-4
-// stage first when log2(n) is not a multiple of 3): 5 stages at n = 16384 instead of radix 4's 7,
-// so fewer shared-memory round trips and index computations per element. 3 * 2^a (12 values per
-// thread, which 8 does not divide): a radix-2 stage when a is odd, radix-4 stages, then the radix-3
-// stage last, so that every stage before it has a power-of-two ns. Every last stage has an even
-// number of butterflies per thread (16/8, 16/4 or 12/3). Stockham allows any order of the radices.
-__host__ __device__ constexpr bool has3(int n) { return n % 3 == 0; }
-__host__ __device__ constexpr int log2_of(int m) { int l = 0; while (m > 1) { m /= 2; ++l; } return l; }
-__host__ __device__ constexpr int stage_count(int n) {
-  if (has3(n)) {
-    const int l = log2_of(n / 3);
-    return (l % 2) + l / 2 + 1;
+// The plan of size n, fixed at compile time: its radices in stage order (Stockham allows any order)
+// and V, the values a thread holds (a multiple of every radix: V / R butterflies per thread and stage).
+// Two stages up to n = 1024 (32 x 32), three above. Where V / R of the last stage is even, a thread
+// owns adjacent pairs of last-stage butterflies and stores 16 bytes at a time.
+__host__ __device__ constexpr int plan_radix(int n, int s) {
+  switch (n) {
+    case 256: return s == 0 ? 16 : s == 1 ? 16 : 0;
+    case 384: return s == 0 ? 16 : s == 1 ? 24 : 0;
+    case 512: return s == 0 ? 32 : s == 1 ? 16 : 0;
+    case 768: return s == 0 ? 48 : s == 1 ? 16 : 0;
+    case 1024: return s == 0 ? 32 : s == 1 ? 32 : 0;
+    case 1536: return s == 0 ? 16 : s == 1 ? 4 : s == 2 ? 24 : 0;
+    case 2048: return s == 0 ? 16 : s == 1 ? 16 : s == 2 ? 8 : 0;
+    case 3072: return s == 0 ? 16 : s == 1 ? 8 : s == 2 ? 24 : 0;
+    case 4096: return s == 0 ? 16 : s == 1 ? 16 : s == 2 ? 16 : 0;
+    case 6144: return s == 0 ? 16 : s == 1 ? 16 : s == 2 ? 24 : 0;
+    case 8192: return s == 0 ? 32 : s == 1 ? 16 : s == 2 ? 16 : 0;
+    case 12288: return s == 0 ? 48 : s == 1 ? 16 : s == 2 ? 16 : 0;
+    case 16384: return s == 0 ? 32 : s == 1 ? 32 : s == 2 ? 16 : 0;
+    default: return 0;
   }
-  const int l = log2_of(n);
-  return (l % 3 != 0 ? 1 : 0) + l / 3;
 }
-__host__ __device__ constexpr int stage_radix(int n, int s) {
-  if (has3(n)) {
-    const int l = log2_of(n / 3);
-    if (l % 2 == 1 && s == 0) return 2;
-    if (s == stage_count(n) - 1) return 3;
-    return 4;
-  }
-  const int l = log2_of(n);
-  if (s == 0 && l % 3 == 1) return 2;
-  if (s == 0 && l % 3 == 2) return 4;
-  return 8;
-}
+__host__ __device__ constexpr int values_per_thread(int n) { return n % 3 == 0 ? 48 : n == 2048 ? 16 : 32; }
+__host__ __device__ constexpr int stage_count(int n) { return n <= 1024 ? 2 : 3; }
 __host__ __device__ constexpr int stage_ns(int n, int s) {  // product of the radices before stage s
   int p = 1;
-  for (int i = 0; i < s; ++i) p *= stage_radix(n, i);
+  for (int i = 0; i < s; ++i) p *= plan_radix(n, i);
   return p;
 }
-__host__ __device__ constexpr int values_per_thread(int n) { return has3(n) ? 12 : 16; }
-__host__ __device__ constexpr int transforms_per_block(int n) { return has3(n) ? (n < 1536 ? 1536 / n : 1) : (n < 2048 ? 2048 / n : 1); }
+constexpr int kBlockThreads = 128;  // threads per block where one transform has fewer (several transforms)
+__host__ __device__ constexpr int transforms_per_block(int n) {
+  return kBlockThreads * values_per_thread(n) / n > 1 ? kBlockThreads * values_per_thread(n) / n : 1;
+}
 __host__ __device__ constexpr int threads_for(int n) { return transforms_per_block(n) * n / values_per_thread(n); }
+__host__ __device__ constexpr bool plan_ok(int n) {
+  int p = 1;
+  for (int s = 0; s < stage_count(n); ++s) {
+    if (plan_radix(n, s) == 0 || values_per_thread(n) % plan_radix(n, s) != 0) return false;
+    p *= plan_radix(n, s);
+  }
+  return p == n;
+}
 
 // exp(-2 pi i e / N) for 0 <= e < N, from the two tables.
 __device__ __forceinline__ float2 twiddle(const float2* hi, const float2* lo, int e) {
   return cmul(hi[e >> 6], lo[e & (kLo - 1)]);
 }
 
-// Stage S of the size-N plan, every index a compile-time divisor. Thread tid owns V / R butterflies;
-// in the last stage they come in adjacent pairs (g = 2 tid + (i & 1) + (i / 2) * 2 NT), whose outputs
-// are adjacent in y: one 16-byte store per pair and output.
+// Shared-memory position of element i of the block's intermediate data: the 16-element (128-byte)
+// row i / 16 keeps its elements, permuted by an XOR with a hash of the row, so that the stride-R
+// writes of a stage (consecutive lanes R elements apart) fall into different banks.
+__device__ __forceinline__ int swz(int i) {
+  const int row = i >> 4;
+  return i ^ ((row ^ (row >> 4)) & 15);
+}
+
+// Butterfly gg (over the block's T transforms) of thread tid's i-th in stage S: consecutive lanes
+// take consecutive butterflies; in a paired last stage, adjacent pairs.
+template <bool kPair, int NT>
+__device__ __forceinline__ int butterfly(int tid, int i) {
+  return kPair ? 2 * tid + (i & 1) + (i >> 1) * 2 * NT : tid + i * NT;
+}
+
+// Stage S of the size-N plan, every index a compile-time divisor. Stage 0 reads the block's input
+// as the bulk copy left it; later stages read the swizzled intermediate; the last stage writes y.
 template <int N, int S>
 __device__ __forceinline__ void stage(float2 (&v)[values_per_thread(N)], float2* sm, const float2* hi, const float2* lo,
                                       float2* __restrict__ gy, int valid) {
-  constexpr int V = values_per_thread(N), R = stage_radix(N, S), NS = stage_ns(N, S), PER = N / R;
-  constexpr int NT = threads_for(N), STEP = N / (NS * R);
+  constexpr int V = values_per_thread(N), R = plan_radix(N, S), NS = stage_ns(N, S), PER = N / R;
+  constexpr int NT = threads_for(N), STEP = N / (NS * R), BF = V / R;
   constexpr bool kLast = S == stage_count(N) - 1;
+  constexpr bool kPair = kLast && BF % 2 == 0;
   const int tid = threadIdx.x;
 #pragma unroll
-  for (int i = 0; i < V / R; ++i) {
-    const int g = kLast ? 2 * tid + (i & 1) + (i >> 1) * 2 * NT : tid + i * NT;
-    const int tr = g / PER, j = g - tr * PER;
+  for (int i = 0; i < BF; ++i) {
+    const int gg = butterfly<kPair, NT>(tid, i), tr = gg / PER, g = gg - tr * PER;
 #pragma unroll
-    for (int r = 0; r < R; ++r) v[i * R + r] = sm[tr * N + j + r * PER];
+    for (int r = 0; r < R; ++r) {
+      const int at = tr * N + g + r * PER;
+      v[i * R + r] = sm[S == 0 ? at : swz(at)];
+    }
   }
 #pragma unroll
-  for (int i = 0; i < V / R; ++i) {
-    const int g = kLast ? 2 * tid + (i & 1) + (i >> 1) * 2 * NT : tid + i * NT;
-    const int e = (g % PER % NS) * STEP;  // twiddle r is w^(r e)
+  for (int i = 0; i < BF; ++i) {
     if constexpr (NS > 1) {
+      const int gg = butterfly<kPair, NT>(tid, i), g = gg % PER;
+      const int e = (g % NS) * STEP;  // input r is multiplied by w^(r e), r e < N
+      const float2 w = twiddle(hi, lo, e);
+      float2 wr = w;
 #pragma unroll
-      for (int r = 1; r < R; ++r) v[i * R + r] = cmul(v[i * R + r], twiddle(hi, lo, r * e));
+      for (int r = 1; r < R; ++r) {
+        if (r % 8 == 0) wr = twiddle(hi, lo, r * e);  // re-anchor: the powers' rounding errors do not pile up
+        v[i * R + r] = cmul(v[i * R + r], wr);
+        if (r + 1 < R) wr = cmul(wr, w);
+      }
     }
     dft<R>(&v[i * R]);
   }
-  if constexpr (kLast) {  // NS * R == N: outputs at j + q NS, pairs (j, j + 1) adjacent
+  if constexpr (kLast) {  // NS R = N: outputs at g + q NS
+    if constexpr (kPair) {
 #pragma unroll
-    for (int i = 0; i < V / R; i += 2) {
-      const int g = 2 * tid + (i >> 1) * 2 * NT, tr = g / PER, j = g - tr * PER;
-      if (tr < valid) {
+      for (int i = 0; i < BF; i += 2) {
+        const int gg = butterfly<true, NT>(tid, i), tr = gg / PER, g = gg - tr * PER;
+        if (tr < valid) {
 #pragma unroll
-        for (int q = 0; q < R; ++q) {
-          const float2 a = v[i * R + q], b = v[(i + 1) * R + q];
-          __stcs(reinterpret_cast<float4*>(gy + tr * N + j + q * NS), make_float4(a.x, a.y, b.x, b.y));
+          for (int q = 0; q < R; ++q) {
+            const float2 a = v[i * R + q], b = v[(i + 1) * R + q];
+            __stcs(reinterpret_cast<float4*>(gy + tr * N + g + q * NS), make_float4(a.x, a.y, b.x, b.y));
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < BF; ++i) {
+        const int gg = butterfly<false, NT>(tid, i), tr = gg / PER, g = gg - tr * PER;
+        if (tr < valid) {
+#pragma unroll
+          for (int q = 0; q < R; ++q) __stcs(gy + tr * N + g + q * NS, v[i * R + q]);
         }
       }
     }
   } else {
     __syncthreads();  // every thread has read this stage's inputs
 #pragma unroll
-    for (int i = 0; i < V / R; ++i) {
-      const int g = tid + i * NT, tr = g / PER, j = g - tr * PER, k = j % NS;
-      float2* dst = sm + tr * N + (j / NS) * NS * R + k;
+    for (int i = 0; i < BF; ++i) {
+      const int gg = butterfly<false, NT>(tid, i), tr = gg / PER, g = gg - tr * PER, k = g % NS;
+      const int base = tr * N + (g / NS) * NS * R + k;
 #pragma unroll
-      for (int q = 0; q < R; ++q) dst[q * NS] = v[i * R + q];
+      for (int q = 0; q < R; ++q) sm[swz(base + q * NS)] = v[i * R + q];
     }
     __syncthreads();  // the outputs are visible to the next stage
     stage<N, S + 1>(v, sm, hi, lo, gy, valid);
@@ -173,6 +269,7 @@ __device__ __forceinline__ void stage(float2 (&v)[values_per_thread(N)], float2*
 template <int N>
 __global__ void __launch_bounds__(threads_for(N)) fft_l3(const float2* __restrict__ x, float2* __restrict__ y,
                                                           int64_t batch) {
+  static_assert(plan_ok(N), "the plan's radices multiply to N and divide V");
   constexpr int T = transforms_per_block(N), ELEMS = T * N, NT = threads_for(N);
   extern __shared__ __align__(128) float2 sm[];  // T * N data, then N/64 + 64 twiddles
   __shared__ __align__(8) uint64_t bar;

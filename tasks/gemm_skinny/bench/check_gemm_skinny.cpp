@@ -4,6 +4,7 @@
 // (atol 2e-3, rtol 1.6e-2); counts outputs that differ from the correctly rounded value by more
 // than one bf16 ulp; checks that nothing is written past the end of y.
 // Usage: check_gemm_skinny M N K
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -24,7 +25,14 @@ int main(int argc, char** argv) {
   std::vector<bf16s> x(M * K), W(N * K), y(M * N + 16, bf16s{0x7fc0});
   for (auto& v : x) v = to_b(dx(rng));
   for (auto& v : W) v = to_b(dw(rng));
-  const int rc = d2k_gemm_skinny(x.data(), W.data(), y.data(), M, N, K, nullptr);
+  // CHECK_CALLS=n calls the kernel n times (y refilled with NaN before each) and checks the last:
+  // state a kernel keeps between calls (a workspace it must leave clean) is exercised.
+  const int calls = std::getenv("CHECK_CALLS") ? std::atoi(std::getenv("CHECK_CALLS")) : 1;
+  int rc = 0;
+  for (int c = 0; c < calls && rc == 0; ++c) {
+    std::fill(y.begin(), y.begin() + M * N, bf16s{0x7fc0});
+    rc = d2k_gemm_skinny(x.data(), W.data(), y.data(), M, N, K, nullptr);
+  }
   int64_t bad = 0, far = 0;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {

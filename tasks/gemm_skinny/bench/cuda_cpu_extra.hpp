@@ -161,3 +161,71 @@ inline void emu_mma_m16n8k16(float& d0, float& d1, float& d2, float& d3, uint32_
     *d[e] = s;
   }
 }
+
+// ldmatrix.sync.aligned.m8n8.x{count}.shared.b16 (no .trans): lanes 8i..8i+7 give the 16-byte row
+// addresses of matrix i; lane l receives row l / 4, bf16 columns 2 (l % 4) and 2 (l % 4) + 1 of every
+// matrix (register i from matrix i).
+inline void emu_ldsm(uint32_t* r, int count, uint32_t addr) {
+  const int w = t_linear / 32, lane = t_linear % 32;
+  g_block->slots[w][lane] = addr;
+  __syncwarp();
+  for (int i = 0; i < count; ++i) {
+    const uint32_t row = static_cast<uint32_t>(g_block->slots[w][8 * i + lane / 4]);
+    std::memcpy(&r[i], d2k_dyn_smem() + row + (lane % 4) * 4, 4);
+  }
+  __syncwarp();
+}
+inline void emu_ldsm4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, uint32_t addr) {
+  uint32_t r[4];
+  emu_ldsm(r, 4, addr);
+  r0 = r[0]; r1 = r[1]; r2 = r[2]; r3 = r[3];
+}
+inline void emu_ldsm2(uint32_t& r0, uint32_t& r1, uint32_t addr) {
+  uint32_t r[2];
+  emu_ldsm(r, 2, addr);
+  r0 = r[0]; r1 = r[1];
+}
+inline void emu_tma_load_2d_hint(uint32_t dst, uint64_t map_addr, uint32_t bar, int c0, int c1, uint64_t) {
+  emu_tma_load_2d(dst, map_addr, bar, c0, c1);
+}
+inline float atomicAdd(float* p, float v) {
+  uint32_t old = __atomic_load_n(reinterpret_cast<uint32_t*>(p), __ATOMIC_SEQ_CST), nw;
+  do {
+    float f;
+    std::memcpy(&f, &old, 4);
+    f += v;
+    std::memcpy(&nw, &f, 4);
+  } while (!__atomic_compare_exchange_n(reinterpret_cast<uint32_t*>(p), &old, nw, false, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST));
+  return 0.0f;
+}
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t b, cudaStream_t = nullptr) {
+  std::memset(p, v, b);
+  return cudaSuccess;
+}
+
+// bar.sync id, count among the consumer warps: blocks run one after another in the emulation, so
+// one barrier of `count` threads, made anew for each block.
+inline std::mutex g_emu_named_mu;
+inline std::unique_ptr<std::barrier<>> g_emu_named;
+inline const void* g_emu_named_block = nullptr;
+inline void emu_named_bar(int count) {
+  std::barrier<>* b;
+  {
+    std::lock_guard<std::mutex> lock(g_emu_named_mu);
+    if (g_emu_named_block != g_block) {
+      g_emu_named = std::make_unique<std::barrier<>>(count);
+      g_emu_named_block = g_block;
+    }
+    b = g_emu_named.get();
+  }
+  b->arrive_and_wait();
+}
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <typename T> T __ldcg(const T* p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+inline float __ldcg(const float* p) {
+  uint32_t u = __atomic_load_n(reinterpret_cast<const uint32_t*>(p), __ATOMIC_SEQ_CST);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}

@@ -10,6 +10,7 @@ import sys
 
 s = sys.stdin.read()
 s = s.replace("extern __shared__ unsigned char smem_raw[];", "unsigned char* smem_raw = d2k_dyn_smem();")
+s = re.sub(r"__maxnreg__\([^)]*\)\s*", "", s)  # a register cap means nothing on the CPU
 
 
 def match_paren(text, open_pos):
@@ -55,8 +56,18 @@ while True:
         rep = "emu_mbar_expect_tx(%s, %s)" % (ops[0], ops[1])
     elif "mbarrier.arrive" in inner:
         rep = "emu_mbar_arrive(%s)" % ops[0]
+    elif "cp.async.bulk.tensor.2d" in inner and "cache_hint" in inner:
+        rep = "emu_tma_load_2d_hint(%s)" % ", ".join(ops)
     elif "cp.async.bulk.tensor.2d" in inner:
         rep = "emu_tma_load_2d(%s)" % ", ".join(ops)
+    elif "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in inner:
+        rep = "emu_ldsm4(%s)" % ", ".join(ops)
+    elif "ldmatrix.sync.aligned.m8n8.x2.shared.b16" in inner:
+        rep = "emu_ldsm2(%s)" % ", ".join(ops)
+    elif "bar.sync 1" in inner:
+        rep = "emu_named_bar(%s)" % ops[0]
+    elif "createpolicy" in inner:
+        rep = "%s = 0" % ops[0]
     elif "ld.shared.b32" in inner:
         rep = "%s = emu_lds32(%s)" % (ops[0], ops[1])
     elif "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in inner:
