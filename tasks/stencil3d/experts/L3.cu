@@ -15,6 +15,11 @@
 // (measured on the H200 faster than two alternating buffers with one barrier). 48 registers: 5
 // blocks of 256 threads per SM. The z split fills whole waves of as many blocks as the occupancy
 // API says fit. Grids whose nx is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
+// A thin slab (ny >= 2 nz) marches along y instead, its tiles spanning x and z (the stencil is
+// symmetric in y and z: the kernel takes the row and plane strides). Session 13 on the H200: the
+// 1000 x 601 x 97 slab took 152.4 us marching in y against 153.2 in z (sweep), 147.8 in
+// verify-tasks, inside the 140-151 us the z-march gave in earlier runs: no measurable gain, kept as
+// verified. ST_L2AHEAD (bulk L2 prefetch of the rows a few planes ahead) was no faster either.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -142,7 +147,7 @@ constexpr int kVx = 4;   // cells per thread along x
 #define ST_STCS 1
 #endif
 #ifndef ST_YMARCH
-#define ST_YMARCH 0  // 1: a thin slab (ny >= 2 nz) marches along y, its tiles spanning x and z
+#define ST_YMARCH 1  // 1: a thin slab (ny >= 2 nz) marches along y, its tiles spanning x and z
 #endif
 #ifndef ST_L2AHEAD
 #define ST_L2AHEAD 0  // planes beyond the loads' that are prefetched into L2 (0: none)

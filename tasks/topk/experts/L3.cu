@@ -13,6 +13,9 @@
 // misjudged (fewer than k candidates, or more than the buffer: ties, sorted rows) falls back to
 // layer 2's two passes, exact for any input. TOPK_INFLIGHT / TOPK_PREFETCH select the load depth
 // (the H200 sweep of 2026-12-02: 8 vectors without prefetch was the fastest of 4 settings).
+// Session 13: where the sample rank r is at most 32 (k = 50) the threshold comes from the threads'
+// maxima (one shared atomic per thread and round); TOPK_L2AHEAD (bulk L2 prefetch of later steps)
+// and TOPK_LDHINT (load cache hints) are sweep switches, off: not faster at 512 rows on the H200.
 #include <cstdint>
 #include <cuda_runtime.h>
 
