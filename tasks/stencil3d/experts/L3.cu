@@ -15,6 +15,11 @@
 // (measured on the H200 faster than two alternating buffers with one barrier). 48 registers: 5
 // blocks of 256 threads per SM. The z split fills whole waves of as many blocks as the occupancy
 // API says fit. Grids whose nx is not a multiple of 4, or misaligned pointers, take layer 2's kernel.
+// A thin slab (ny >= 2 nz) marches along y instead, its tiles spanning x and z (the stencil is
+// symmetric in y and z: the kernel takes the row and plane strides). Session 13 on the H200: the
+// 1000 x 601 x 97 slab took 152.4 us marching in y against 153.2 in z (sweep), 147.8 in
+// verify-tasks, inside the 140-151 us the z-march gave in earlier runs: no measurable gain, kept as
+// verified. ST_L2AHEAD (bulk L2 prefetch of the rows a few planes ahead) was no faster either.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -141,6 +146,12 @@ constexpr int kVx = 4;   // cells per thread along x
 #ifndef ST_STCS
 #define ST_STCS 1
 #endif
+#ifndef ST_YMARCH
+#define ST_YMARCH 1  // 1: a thin slab (ny >= 2 nz) marches along y, its tiles spanning x and z
+#endif
+#ifndef ST_L2AHEAD
+#define ST_L2AHEAD 0  // planes beyond the loads' that are prefetched into L2 (0: none)
+#endif
 constexpr int kAheadV = ST_AHEAD;  // planes in flight beyond z+1, for the column and for the halo
 constexpr int kBufs = ST_BUFS;     // shared plane buffers: 1 = two barriers per plane, 2 = one
 constexpr int kPad = 4;  // floats before the row (16-byte aligned vectors)
@@ -154,6 +165,16 @@ __device__ __forceinline__ void st4(float* p, float4 v) {
 #endif
 }
 
+// Asks L2 for the bytes at row (bytes long, 16-byte aligned) without waiting: a hint, correct
+// whatever it does. One instruction moves a whole row segment of the tile (512 bytes for 128 cells).
+#if ST_L2AHEAD > 0
+__device__ __forceinline__ void prefetch_l2(const float* row, unsigned bytes) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(bytes) : "memory");
+#endif
+}
+#endif
+
 // A block of 256 threads: TX threads along x (4 cells each: a tile TX * 4 cells wide) and 256 / TX
 // rows; TX is 32, or 16 or 8 where that leaves fewer lanes past the row's end. Each thread keeps
 // two register rings as deep as the planes in flight: its column (planes z-1 .. z+1+kAheadV) and,
@@ -163,7 +184,7 @@ __device__ __forceinline__ void st4(float* p, float4 v) {
 // two buffers alternating by plane, one barrier per plane; slower on the H200).
 template <int TX>
 __global__ void __launch_bounds__(256, ST_MINB)
-stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int zchunk) {
+stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int nx, int ny, int nz, int row, int plane, int zchunk) {
   constexpr int kTxv = TX;
   constexpr int kTyv = 256 / TX;
   constexpr int kTileX = kTxv * kVx;
@@ -177,15 +198,14 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
   const int zlim = z1 < nz ? z1 + 1 : nz;              // planes z0-1 .. zlim-1 are read
   const bool in_xy = x < nx && y < ny;                 // nx % 4 == 0: all four cells or none
   const bool interior_y = y > 0 && y < ny - 1;
-  const int plane = nx * ny;               // 32-bit offsets: fewer than 2^31 cells
-  const int xy = in_xy ? y * nx + x : 0;   // only threads inside the grid load or store
+  const int xy = in_xy ? y * row + x : 0;   // only threads inside the grid load or store
   const bool left = tx == 0 && in_xy && x > 0;
   const bool right = tx == kTxv - 1 && x + kVx < nx && y < ny;
   const bool down = ty == 0 && in_xy && y > 0;
   const bool up = ty == kTyv - 1 && y + 1 < ny && x < nx;
   const bool has_hx = left || right, has_hy = down || up;
   const int hx_at = xy + (left ? -1 : kVx);
-  const int hy_at = (down ? y - 1 : y + 1) * nx + x;
+  const int hy_at = (down ? y - 1 : y + 1) * row + x;
   const int c = kPad + tx * kVx;  // the thread's column in the shared rows
   const int hx_col = left ? c - 1 : c + kVx;
   const int hy_row = down ? 0 : kTyv + 1;
@@ -207,9 +227,26 @@ stencil3d_march_vec4(const float* __restrict__ in, float* __restrict__ out, int 
     hx[k] = (has_hx && zk < z1) ? in[zk * plane + hx_at] : 0.0f;
     hy[k] = (has_hy && zk < z1) ? ld4(in + zk * plane + hy_at) : zero;
   }
+#if ST_L2AHEAD > 0
+  // L2 prefetch of plane z + kAheadV + 1 + ST_L2AHEAD at plane z: the row's first thread asks for
+  // its row, those of the tile's first and last rows also for the halo row beside the tile.
+  const int x0 = static_cast<int>(blockIdx.x) * kTileX;
+  const bool pf = tx == 0 && y < ny && x0 < nx;
+  const unsigned pf_bytes = static_cast<unsigned>((nx - x0 < kTileX ? nx - x0 : kTileX) * 4);
+  const int pf_off = y * row + x0;
+  const bool pf_dn = ty == 0 && y > 0, pf_up = ty == kTyv - 1 && y + 1 < ny;
+#endif
   for (int z = z0; z < z1; ++z) {
     const int base = z * plane + xy;
     // Issued now, used kAheadV planes later (in flight behind the planes being computed).
+#if ST_L2AHEAD > 0
+    if (pf && z + kAheadV + 1 + ST_L2AHEAD < zlim) {
+      const float* r = in + (z + kAheadV + 1 + ST_L2AHEAD) * plane + pf_off;
+      prefetch_l2(r, pf_bytes);
+      if (pf_dn) prefetch_l2(r - row, pf_bytes);
+      if (pf_up) prefetch_l2(r + row, pf_bytes);
+    }
+#endif
     const float4 next = (in_xy && z + kAheadV + 1 < zlim) ? ld4(in + base + (kAheadV + 1) * plane) : zero;
     const int zh = z + kAheadV + 1;
     const float hx_next = (has_hx && zh < z1) ? in[zh * plane + hx_at] : 0.0f;
@@ -283,13 +320,20 @@ extern "C" int d2k_stencil3d(const float* in, float* out, int64_t nx, int64_t ny
     if ((quads + 15) / 16 * 16 < (quads + 31) / 32 * 32) tx = 16;
     if (tx == 16 && (quads + 7) / 8 * 8 < (quads + 15) / 16 * 16) tx = 8;
     const int ty = 256 / tx;
-    if (!march_grid((quads + tx - 1) / tx, (ny + ty - 1) / ty, nz, vec_blocks(tx), grid, zchunk))
+    // The march axis: z, or y for a thin slab (ST_YMARCH: ny >= 2 nz). The stencil is symmetric in y
+    // and z, so the kernel only sees the tile's second axis ("y": rows `row` floats apart) and the
+    // march axis ("z": planes `plane` floats apart); for the y-march they are z and y.
+    const bool ym = ST_YMARCH && ny >= 2 * nz;
+    const int64_t tn = ym ? nz : ny, mn = ym ? ny : nz;
+    const int64_t row = ym ? nx * ny : nx, plane = ym ? nx : nx * ny;
+    if (!march_grid((quads + tx - 1) / tx, (tn + ty - 1) / ty, mn, vec_blocks(tx), grid, zchunk))
       return static_cast<int>(cudaErrorInvalidValue);
     const dim3 block(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
-    const int ix = static_cast<int>(nx), iy = static_cast<int>(ny), iz = static_cast<int>(nz), ic = static_cast<int>(zchunk);
-    if (tx == 32) stencil3d_march_vec4<32><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
-    else if (tx == 16) stencil3d_march_vec4<16><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
-    else stencil3d_march_vec4<8><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ic);
+    const int ix = static_cast<int>(nx), iy = static_cast<int>(tn), iz = static_cast<int>(mn), ic = static_cast<int>(zchunk);
+    const int ir = static_cast<int>(row), ip = static_cast<int>(plane);
+    if (tx == 32) stencil3d_march_vec4<32><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ir, ip, ic);
+    else if (tx == 16) stencil3d_march_vec4<16><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ir, ip, ic);
+    else stencil3d_march_vec4<8><<<grid, block, 0, stream>>>(in, out, ix, iy, iz, ir, ip, ic);
   } else {
     // Layer 2's kernel: one cell per thread.
     if (!march_grid((nx + kTx - 1) / kTx, (ny + kTy - 1) / kTy, nz, 8, grid, zchunk))

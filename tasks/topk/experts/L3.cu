@@ -13,6 +13,9 @@
 // misjudged (fewer than k candidates, or more than the buffer: ties, sorted rows) falls back to
 // layer 2's two passes, exact for any input. TOPK_INFLIGHT / TOPK_PREFETCH select the load depth
 // (the H200 sweep of 2026-12-02: 8 vectors without prefetch was the fastest of 4 settings).
+// Session 13: where the sample rank r is at most 32 (k = 50) the threshold comes from the threads'
+// maxima (one shared atomic per thread and round); TOPK_L2AHEAD (bulk L2 prefetch of later steps)
+// and TOPK_LDHINT (load cache hints) are sweep switches, off: not faster at 512 rows on the H200.
 #include <cstdint>
 #include <cuda_runtime.h>
 
@@ -23,6 +26,21 @@ namespace {
 #endif
 #ifndef TOPK_INFLIGHT
 #define TOPK_INFLIGHT 8
+#endif
+#ifndef TOPK_MAXSAMPLE
+#define TOPK_MAXSAMPLE 1
+#endif
+#ifndef TOPK_MAXRANK
+#define TOPK_MAXRANK 32
+#endif
+#ifndef TOPK_L2AHEAD
+#define TOPK_L2AHEAD 0  // steps of the row prefetched into L2 ahead of the loads (0: none)
+#endif
+#ifndef TOPK_L2MODE
+#define TOPK_L2MODE 1  // 1: one bulk prefetch per warp (4 KB each); 2: one line per thread
+#endif
+#ifndef TOPK_LDHINT
+#define TOPK_LDHINT 0
 #endif
 #ifndef TOPK_PREFETCH
 #define TOPK_PREFETCH 0
@@ -37,6 +55,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRegion = kCap / kWarps;  // the one-pass path: each warp appends to its own region
 constexpr int kInFlight = TOPK_INFLIGHT;  // 16-byte vectors per thread per step (with TOPK_PREFETCH, the next step's too)
 constexpr unsigned kFull = 0xffffffffu;
+constexpr int64_t kMaxRank = TOPK_MAXRANK;  // the threads' maxima give the threshold when r <= this (of 256)
 
 __device__ __forceinline__ unsigned order_key(float v) {
   const unsigned u = __float_as_uint(v);
@@ -308,12 +327,47 @@ __device__ void pick_bin(Shared& s, const unsigned* h, unsigned need) {
   }
 }
 
+// The one-pass stream's loads: plain (TOPK_LDHINT 0), evict-first (1) or without an L1 line (2).
+__device__ __forceinline__ float4 ld_stream(const float4* p) {
+#if defined(__CUDA_ARCH__) && TOPK_LDHINT == 1
+  return __ldcs(p);
+#elif defined(__CUDA_ARCH__) && TOPK_LDHINT == 2
+  float4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+  return v;
+#else
+  return *p;
+#endif
+}
+
 __device__ __forceinline__ void load_step(const float4* xv, int64_t nvec, int64_t base, float4 (&v)[kInFlight]) {
 #pragma unroll
   for (int m = 0; m < kInFlight; ++m) {
     const int64_t i = base + m * kThreads + threadIdx.x;
-    v[m] = i < nvec ? xv[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    v[m] = i < nvec ? ld_stream(xv + i) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
+}
+
+// Asks L2 for step `step` of the row (vectors [step kStep, (step + 1) kStep) of xv, clipped to nvec)
+// without waiting: the DRAM works ahead of the loads, which then find the bytes in L2. No registers,
+// no L1 space, nothing to wait for (a hint: correct whatever it does).
+__device__ __forceinline__ void prefetch_step_l2(const float4* xv, int64_t nvec, int64_t step) {
+#if defined(__CUDA_ARCH__) && TOPK_L2AHEAD > 0
+  constexpr int64_t kStep = static_cast<int64_t>(kThreads) * kInFlight;
+  const int64_t first = step * kStep;
+  if (first >= nvec) return;
+#if TOPK_L2MODE == 1
+  constexpr int64_t kChunk = kStep / kWarps;  // vectors per warp's bulk prefetch
+  const int64_t a = first + static_cast<int64_t>(threadIdx.x / 32) * kChunk;
+  if (lane_id() == 0 && a < nvec) {
+    const int64_t n = nvec - a < kChunk ? nvec - a : kChunk;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(xv + a), "r"(static_cast<unsigned>(n * 16)) : "memory");
+  }
+#else
+  const int64_t a = first + static_cast<int64_t>(threadIdx.x) * 8;  // 8 vectors = one 128-byte line
+  if (threadIdx.x * 8 < kStep && a < nvec) asm volatile("prefetch.global.L2 [%0];" ::"l"(xv + a) : "memory");
+#endif
+#endif
 }
 
 // Appends the step's elements whose key is >= thr (thr = 0: every element). kFloat: thr is the key
@@ -383,6 +437,8 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
 
   float4 cur[kInFlight];
   load_step(xv, nvec, 0, cur);
+#pragma unroll
+  for (int d = 1; d <= TOPK_L2AHEAD; ++d) prefetch_step_l2(xv, nvec, d);  // working during the sample
 #if TOPK_PREFETCH
   float4 nxt[kInFlight];
   load_step(xv, nvec, kStep, nxt);  // the next step's loads are in flight during the sample and the appends
@@ -398,6 +454,33 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
     const int64_t target = ample < middle ? ample : middle;
     int64_t r = (target * n + vocab - 1) / vocab;
     r = r < 1 ? 1 : (r > n ? n : r);
+#if TOPK_MAXSAMPLE
+    if (r <= kMaxRank) {
+      // The threads' maxima: each thread's largest of its (up to) 32 sample keys. The r-th largest
+      // of the 256 maxima has at least r sample keys at or above it (r distinct threads' maxima),
+      // and for logits hardly more (the top keys of the sample rarely share a thread): the same
+      // threshold as the r-th key of the sample, from 256 keys instead of 8,192, one atomic per
+      // thread and round instead of 32 contending ones.
+      float mx = cur[0].x;  // every thread has vector 0: nvec >= 1,023 here
+#pragma unroll
+      for (int m = 0; m < kInFlight; ++m)
+        if (static_cast<int64_t>(m) * kThreads + t < nvec)
+          mx = fmaxf(mx, fmaxf(fmaxf(cur[m].x, cur[m].y), fmaxf(cur[m].z, cur[m].w)));
+      const unsigned km = order_key(mx);
+      atomicAdd(&s.hist[km >> 24], 1u);
+      __syncthreads();
+      if (t < 32) pick_bin(s, s.hist, static_cast<unsigned>(r));
+      __syncthreads();
+      const unsigned top = s.digit, need2 = s.need;
+      unsigned* h2 = s.hist + 256;
+      if ((km >> 24) == top) atomicAdd(&h2[(km >> 16) & 255u], 1u);
+      __syncthreads();
+      if (t < 32) pick_bin(s, h2, need2);
+      __syncthreads();
+      thr = (top << 24) | (s.digit << 16);
+    } else
+#endif
+    {
 #pragma unroll
     for (int m = 0; m < kInFlight; ++m) {
       if (static_cast<int64_t>(m) * kThreads + t < nvec) {
@@ -424,6 +507,7 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
     if (t < 32) pick_bin(s, h2, need2);
     __syncthreads();
     thr = (top << 24) | (s.digit << 16);
+    }
   }
 
   // A positive normal threshold (the usual case: the k-th largest logit is above zero) is tested
@@ -440,7 +524,10 @@ topk_one_pass(const float* x, float* values, int* indices, int64_t vocab, int k)
     for (int m = 0; m < kInFlight; ++m) cur[m] = nxt[m];
     load_step(xv, nvec, base + 2 * kStep, nxt);
 #else
-    if (base > 0) load_step(xv, nvec, base, cur);
+    if (base > 0) {
+      prefetch_step_l2(xv, nvec, base / kStep + TOPK_L2AHEAD);
+      load_step(xv, nvec, base, cur);
+    }
     if (float_test) append_step<true>(region, wc, cur, nvec, base, head, thr, tf);
     else append_step<false>(region, wc, cur, nvec, base, head, thr, tf);
 #endif
