@@ -2,7 +2,8 @@
 # L2 flushed before each sample, median of 15 (cuda events). Correctness against torch's output.
 import ctypes, sys, torch
 sos = sys.argv[1:]
-shapes = [(8192, 8192, 8192), (4096, 14336, 4096), (4096, 4096, 14336), (3001, 5003, 4112)]
+import os
+shapes = [tuple(int(x) for x in t.split("x")) for t in os.environ["SHAPES"].split(",")] if os.environ.get("SHAPES") else [(8192, 8192, 8192), (4096, 14336, 4096), (4096, 4096, 14336), (3001, 5003, 4112)]
 fl = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 st = torch.cuda.current_stream()
 def timeit(f, n=15):
