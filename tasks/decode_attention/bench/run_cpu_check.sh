@@ -2,7 +2,7 @@
 # Runs decode_attention's reference, baseline and experts on the CPU through the CUDA emulation of
 # ../../stencil3d/bench (cuda_cpu_prep.py, cuda_cpu_shim.hpp), ../../gemm_skinny/bench (mbarriers, the
 # TMA copy with its swizzle and mma.sync, by its emulate_l3.py) and cuda_cpu_extra.hpp (cp.async and
-# ldmatrix, rewritten here; mbarrier.test_wait becomes the emulation's try_wait, a test too; L2 prefetches are dropped),
+# ldmatrix, rewritten here; mbarrier.test_wait becomes the emulation's try_wait, a test too; L1/L2 prefetches and the programmatic-launch controls are dropped, the combine's programmatic launch refused),
 # against a double evaluation of the definition by check_cpu.cpp: uneven
 # lengths, empty and 1-page sequences, G from 1 to 16, shared unsorted pages, NaN in the unused slots
 # of last pages. The emulation encodes our reading of the PTX ISA; the H200 checks the hardware's.
@@ -29,6 +29,10 @@ for k in $kernels; do
                s/(void ldsm_x4\(uint32_t addr, uint32_t \(&r\)\[4\]\) \{).*?\n\}/$1 emu_ldsm_x4(addr, r, false); }/s;
                s/mbarrier\.test_wait\.parity/mbarrier.try_wait.parity/g;
                s/(void prefetch_l2\(const void\* p\) \{).*?\n\}/$1 (void)p; }/s;
+               s/(void prefetch_l1\(const void\* p\) \{).*?\n\}/$1 (void)p; }/s;
+               s/(void pdl_trigger\(\) \{)[^\n]*\}/$1}/;
+               s/(void pdl_wait\(\) \{)[^\n]*\}/$1}/;
+               s/(cudaError_t launch_combine_pdl\([^)]*\) \{).*?\n\}/$1 return cudaErrorInvalidValue; }/s;
                s/(void ldsm_x4_trans\(uint32_t addr, uint32_t \(&r\)\[4\]\) \{).*?\n\}/$1 emu_ldsm_x4(addr, r, true); }/s' | \
     python3 "$skinny/emulate_l3.py" > "$out/body.cpp"
   { echo '#include "cuda_cpu_shim.hpp"'; echo '#include "cuda_cpu_extra.hpp"'; cat "$out/body.cpp"; } > "$out/$name.cpp"

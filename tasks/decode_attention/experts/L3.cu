@@ -43,9 +43,16 @@ constexpr int kTileBytes = kPage * kD * 2;        // 4 KiB: one (page, kv head) 
 constexpr int kStageBytes = 2 * kTileBytes;       // K then V
 constexpr int kSmemBytes = kConsumers * kStages * kStageBytes + 1024;  // + alignment slack
 constexpr int kMaxG = 16;
+constexpr int kPtrCap = 3072;       // page_ptr entries staged in shared memory (12 KiB) when B < kPtrCap
+constexpr int kCombineThreads = 256;
 
 // The stream of flat item f: the largest s with s * F / W <= f.
 __device__ __forceinline__ int64_t stream_of(int64_t f, int64_t F, int64_t W) { return ((f + 1) * W - 1) / F; }
+
+// Programmatic dependent launch: the combine grid may be launched while this grid runs
+// (pdl_trigger); its pdl_wait returns once this grid has completed and its writes are visible.
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -105,8 +112,8 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 __device__ __forceinline__ float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
 
 // The sequence holding page-list position pf: the largest b >= lo with page_ptr[b] <= pf (given
@@ -145,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__ CUtensorMap tma_v,
               const __nv_bfloat16* __restrict__ q, const int* __restrict__ page_ptr, const int* __restrict__ page_idx,
               const int* __restrict__ last_len, __nv_bfloat16* __restrict__ out, float2* __restrict__ part_ml,
-              float* __restrict__ part_acc, int B, int Hq, int Hkv, float qscale) {
+              float* __restrict__ part_acc, int* __restrict__ records, int B, int Hq, int Hkv, float qscale) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[kConsumers][kStages];
@@ -161,9 +168,17 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
+  // The page table's row pointers in shared memory (one coalesced read per block): segment starts
+  // and ends are then found without a dependent global load.
+  __shared__ int sptr[kPtrCap];
+  const bool ptr_in_smem = B + 1 <= kPtrCap;
+  if (ptr_in_smem)
+    for (int i = threadIdx.x; i <= B; i += kThreads) sptr[i] = page_ptr[i];
+  const int* pp = ptr_in_smem ? sptr : page_ptr;
   __syncthreads();
+  pdl_trigger();
 
-  const int64_t nnz = page_ptr[B];
+  const int64_t nnz = pp[B];
   const int64_t F = static_cast<int64_t>(Hkv) * nnz;
   const int64_t W = static_cast<int64_t>(gridDim.x) * kConsumers;
 
@@ -230,7 +245,7 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
   uint32_t qa[8][4];  // Q as A fragments, one per 16 dimensions
   float o[16][4];     // O accumulators: 16 n-tiles of 8 dimensions
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  int b = -1, j = -1;
+  int b = -1, j = -1, tail = kPage;
   int64_t seg_end = 0;  // page-list position where the segment's sequence ends
   bool seg_first = false, seg_last = false;  // this stream holds the segment's first / last page
 
@@ -280,14 +295,15 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
   for (int64_t k = 0; k < f1 - f0; ++k) {
     if (fj != j || pf >= seg_end) {  // a new (sequence, kv head) segment
       if (b >= 0) flush();
-      b = find_sequence(page_ptr, B, fj == j ? b + 1 : 0, pf, lane);
+      b = find_sequence(pp, B, fj == j ? b + 1 : 0, pf, lane);
       j = fj;
-      const int bounds = page_ptr[b + (lane & 1)];  // lane 0: the sequence's start, lane 1: its end
+      tail = last_len[b];
+      const int bounds = pp[b + (lane & 1)];  // lane 0: the sequence's start, lane 1: its end
       seg_first = __shfl_sync(0xffffffffu, bounds, 0) == pf;
       seg_end = __shfl_sync(0xffffffffu, bounds, 1);
       seg_last = false;
       if (b + 1 < B && lane < 2 * G)  // the next sequence's q rows into L2 for the next segment
-        prefetch_l2(q + ((static_cast<int64_t>(b) + 1) * Hq + static_cast<int64_t>(j) * G) * kD + lane * 64);
+        prefetch_l1(q + ((static_cast<int64_t>(b) + 1) * Hq + static_cast<int64_t>(j) * G) * kD + lane * 64);
       const __nv_bfloat16* qb = q + (static_cast<int64_t>(b) * Hq + static_cast<int64_t>(j) * G) * kD;
 #pragma unroll
       for (int ks = 0; ks < 8; ++ks) {
@@ -303,7 +319,7 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
       l0 = l1 = 0.0f;
     }
     if (pf == seg_end - 1) seg_last = true;
-    const int cnt = seg_last ? last_len[b] : kPage;
+    const int cnt = seg_last ? tail : kPage;
     mbar_wait(smem_addr(&full_bar[c][s]), phase);
     const uint32_t kt = ring + s * kStageBytes, vt = kt + kTileBytes;
 
@@ -400,57 +416,104 @@ decode_kernel(const __grid_constant__ CUtensorMap tma_k, const __grid_constant__
     }
   }
   if (b >= 0) flush();
+  // For the combine: if this stream holds the first page of a segment that continues into later
+  // streams (its last segment), the merge of that segment is the combine's block `stream`.
+  if (lane == 0) {
+    int* r = records + 4 * stream;
+    if (b >= 0 && seg_first && !seg_last) {
+      r[0] = b;
+      r[1] = j;
+      r[2] = static_cast<int>(stream_of(static_cast<int64_t>(j) * nnz + seg_end - 1, F, W));
+    } else {
+      r[0] = -1;
+    }
+  }
+  // Sequences without pages: their output is 0 (streams take them in turn).
+  for (int64_t e = stream; e < B; e += W) {
+    if (pp[e] != pp[e + 1]) continue;
+    uint4* o4 = reinterpret_cast<uint4*>(out + e * Hq * kD);
+    for (int i = lane; i < Hq * kD / 8; i += 32) o4[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
 #else
-  (void)q; (void)page_ptr; (void)page_idx; (void)last_len; (void)out; (void)part_ml; (void)part_acc; (void)B; (void)Hq;
+  (void)q; (void)page_ptr; (void)page_idx; (void)last_len; (void)out; (void)part_ml; (void)part_acc; (void)records; (void)B; (void)Hq;
   (void)Hkv; (void)qscale;
   __trap();
 #endif
 }
 
-// A warp per (sequence, query head): the streams that hold the (sequence, kv head)'s pages, from
-// the same arithmetic as the main kernel, and their partials merged at the common maximum.
-__global__ void combine_kernel(const int* __restrict__ page_ptr, const float2* __restrict__ part_ml,
-                               const float* __restrict__ part_acc, __nv_bfloat16* __restrict__ out, int B, int Hq,
-                               int Hkv, int64_t W) {
-  const int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-  if (w >= B * Hq) return;
-  const int b = w / Hq, h = w % Hq, G = Hq / Hkv, j = h / G, g = h % G;
-  const int64_t nnz = page_ptr[B];
-  const int64_t first = page_ptr[b], n = page_ptr[b + 1] - first;
-  __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + (static_cast<int64_t>(b) * Hq + h) * kD + lane * 4);
-  if (n == 0) {
-    o[0] = o[1] = __floats2bfloat162_rn(0.0f, 0.0f);
-    return;
-  }
+// Block s merges the segment whose first page stream s holds and which continues into later
+// streams (the main kernel's record s; other blocks return at once): warp per query head, the
+// partials of streams s..s1 merged at their common maximum. Whole segments were written by the main
+// kernel. Launched as a programmatic dependent: everything before pdl_wait overlaps the main kernel.
+__global__ void __launch_bounds__(kCombineThreads)
+combine_kernel(const int* __restrict__ page_ptr, const int* __restrict__ records, const float2* __restrict__ part_ml,
+               const float* __restrict__ part_acc, __nv_bfloat16* __restrict__ out, int B, int Hq, int Hkv, int64_t W) {
+  const int64_t s = blockIdx.x;
+  const int64_t nnz = page_ptr[B];  // an input: read before the wait
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  pdl_wait();
+  const int b = records[4 * s];
+  if (b < 0) return;
+  const int j = records[4 * s + 1];
+  const int64_t s1 = records[4 * s + 2];
+  const int G = Hq / Hkv;
   const int64_t F = static_cast<int64_t>(Hkv) * nnz;
-  const int64_t fs = static_cast<int64_t>(j) * nnz + first;
-  const int64_t s0 = stream_of(fs, F, W), s1 = stream_of(fs + n - 1, F, W);
-  if (s0 == s1) return;  // one stream held the whole segment and wrote the output itself
   const int64_t base = static_cast<int64_t>(j) * B + b;
-  // Streams left empty between s0 and s1 wrote nothing: skip them. With F >= W every stream has an item.
-  auto empty = [&](int64_t s) { return F < W && (s + 1) * F / W == s * F / W; };
-  float M = -INFINITY;
-  for (int64_t s = s0 + lane; s <= s1; s += 32)
-    if (!empty(s)) M = fmaxf(M, part_ml[(s + base) * kMaxG + g].x);
+  // Streams left empty between s and s1 wrote nothing: skip them. With F >= W every stream has an item.
+  auto empty = [&](int64_t t) { return F < W && (t + 1) * F / W == t * F / W; };
+  for (int g = warp; g < G; g += kCombineThreads / 32) {
+    float M = -INFINITY;
+    for (int64_t t = s + lane; t <= s1; t += 32)
+      if (!empty(t)) M = fmaxf(M, part_ml[(t + base) * kMaxG + g].x);
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-  float total = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    float total = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 8
-  for (int64_t s = s0; s <= s1; ++s) {  // independent loads: 8 partials in flight
-    if (empty(s)) continue;
-    const int64_t slot = s + base;
-    const float2 ml = part_ml[slot * kMaxG + g];
-    const float wt = exp2f(ml.x - M);
-    total += wt * ml.y;
-    const float4 a = *reinterpret_cast<const float4*>(part_acc + (slot * kMaxG + g) * kD + lane * 4);
-    acc[0] = fmaf(wt, a.x, acc[0]);
-    acc[1] = fmaf(wt, a.y, acc[1]);
-    acc[2] = fmaf(wt, a.z, acc[2]);
-    acc[3] = fmaf(wt, a.w, acc[3]);
+    for (int64_t t = s; t <= s1; ++t) {  // independent loads: 8 partials in flight
+      if (empty(t)) continue;
+      const int64_t slot = t + base;
+      const float2 ml = part_ml[slot * kMaxG + g];
+      const float wt = exp2f(ml.x - M);
+      total += wt * ml.y;
+      const float4 a = *reinterpret_cast<const float4*>(part_acc + (slot * kMaxG + g) * kD + lane * 4);
+      acc[0] = fmaf(wt, a.x, acc[0]);
+      acc[1] = fmaf(wt, a.y, acc[1]);
+      acc[2] = fmaf(wt, a.z, acc[2]);
+      acc[3] = fmaf(wt, a.w, acc[3]);
+    }
+    const float inv = 1.0f / total;
+    __nv_bfloat162* o =
+        reinterpret_cast<__nv_bfloat162*>(out + (static_cast<int64_t>(b) * Hq + static_cast<int64_t>(j) * G + g) * kD + lane * 4);
+    o[0] = __floats2bfloat162_rn(acc[0] * inv, acc[1] * inv);
+    o[1] = __floats2bfloat162_rn(acc[2] * inv, acc[3] * inv);
   }
-  const float inv = 1.0f / total;
-  o[0] = __floats2bfloat162_rn(acc[0] * inv, acc[1] * inv);
-  o[1] = __floats2bfloat162_rn(acc[2] * inv, acc[3] * inv);
+}
+
+// The combine as a programmatic dependent launch of the main kernel; where that is refused, a plain
+// stream-ordered launch.
+cudaError_t launch_combine_pdl(const int* page_ptr, const int* records, const float2* part_ml, const float* part_acc,
+                               __nv_bfloat16* out, int B, int Hq, int Hkv, int64_t W, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(W));
+  config.blockDim = dim3(kCombineThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, combine_kernel, page_ptr, records, part_ml, part_acc, out, B, Hq, Hkv, W);
+}
+
+cudaError_t launch_combine(const int* page_ptr, const int* records, const float2* part_ml, const float* part_acc,
+                           __nv_bfloat16* out, int B, int Hq, int Hkv, int64_t W, cudaStream_t stream) {
+  if (launch_combine_pdl(page_ptr, records, part_ml, part_acc, out, B, Hq, Hkv, W, stream) == cudaSuccess)
+    return cudaSuccess;
+  (void)cudaGetLastError();
+  combine_kernel<<<static_cast<unsigned>(W), kCombineThreads, 0, stream>>>(page_ptr, records, part_ml, part_acc, out, B,
+                                                                          Hq, Hkv, W);
+  return cudaGetLastError();
 }
 
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -523,8 +586,8 @@ extern "C" int d2k_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16*
   }
   const EncodeTiledFn enc = encode_fn();
   if (enc == nullptr) return static_cast<int>(cudaErrorNotSupported);
-  CUtensorMap tk, tv;
   const int64_t rows = num_pages * Hkv * kPage;
+  CUtensorMap tk, tv;
   if (!make_cache_map(&tk, enc, k_cache, rows) || !make_cache_map(&tv, enc, v_cache, rows))
     return static_cast<int>(cudaErrorInvalidValue);
 
@@ -532,20 +595,19 @@ extern "C" int d2k_decode_attention(const __nv_bfloat16* q, const __nv_bfloat16*
   const int64_t W = static_cast<int64_t>(blocks) * kConsumers;
   static Scratch scratch;
   const size_t slots = static_cast<size_t>(W) + static_cast<size_t>(B) * static_cast<size_t>(Hkv);
+  const size_t rec_bytes = (static_cast<size_t>(W) * 4 * sizeof(int) + 255) / 256 * 256;
   const size_t ml_bytes = (slots * kMaxG * sizeof(float2) + 255) / 256 * 256;
-  err = ensure_scratch(scratch, ml_bytes + slots * kMaxG * kD * sizeof(float));
+  err = ensure_scratch(scratch, rec_bytes + ml_bytes + slots * kMaxG * kD * sizeof(float));
   if (err != cudaSuccess) return static_cast<int>(err);
-  float2* part_ml = static_cast<float2*>(scratch.ptr);
-  float* part_acc = reinterpret_cast<float*>(static_cast<char*>(scratch.ptr) + ml_bytes);
+  int* records = static_cast<int*>(scratch.ptr);
+  float2* part_ml = reinterpret_cast<float2*>(static_cast<char*>(scratch.ptr) + rec_bytes);
+  float* part_acc = reinterpret_cast<float*>(static_cast<char*>(scratch.ptr) + rec_bytes + ml_bytes);
   const float qscale = 1.4426950408889634f / sqrtf(static_cast<float>(kD));
   decode_kernel<<<blocks, kThreads, kSmemBytes, stream>>>(tk, tv, q, page_ptr, page_idx, last_len, out, part_ml, part_acc,
-                                                         static_cast<int>(B), static_cast<int>(Hq),
+                                                         records, static_cast<int>(B), static_cast<int>(Hq),
                                                          static_cast<int>(Hkv), qscale);
   err = cudaGetLastError();
   if (err != cudaSuccess) return static_cast<int>(err);
-  const int64_t warps = B * Hq;
-  const unsigned combine_blocks = static_cast<unsigned>((warps * 32 + 255) / 256);
-  combine_kernel<<<combine_blocks, 256, 0, stream>>>(
-      page_ptr, part_ml, part_acc, out, static_cast<int>(B), static_cast<int>(Hq), static_cast<int>(Hkv), W);
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(launch_combine(page_ptr, records, part_ml, part_acc, out, static_cast<int>(B),
+                                         static_cast<int>(Hq), static_cast<int>(Hkv), W, stream));
 }

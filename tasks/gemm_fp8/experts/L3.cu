@@ -1,10 +1,14 @@
-// gemm_fp8 expert, layer 3 (low level): persistent, warp-specialized Hopper kernel (one CTA per SM).
-// A producer warpgroup TMA-loads 128x128-byte tiles of A and B (128B swizzle) into a 5-stage
-// mbarrier ring; two consumer warpgroups each run wgmma m64n128k32 e4m3 x e4m3 -> fp32 over one
-// k-tile (4 MMAs) into a fresh accumulator, then add it to their main fp32 accumulator on the CUDA
-// cores (promotion every 128 k: the tensor core's own fp8 accumulation keeps fewer bits than fp32).
-// The epilogue scales by scale_a * scale_b, rounds to bf16 and TMA-stores C (direct stores if
-// N % 8 != 0). sm_90a, K % 16 == 0.
+// gemm_fp8 expert, layer 3 (low level): persistent, warp-specialized Hopper kernel (one CTA per SM)
+// with a 256 x 128 C tile per CTA. A producer warpgroup TMA-loads 256x128-byte tiles of A and
+// 128x128-byte tiles of B (128B swizzle) into a 4-stage mbarrier ring (4 x 48 KiB); two consumer
+// warpgroups each own 128 rows as two m64 halves: per k-tile the 4 wgmma m64n128k32 e4m3 x e4m3 ->
+// fp32 of half 0 run into a fresh partial accumulator, which is added to acc0 on the CUDA cores once
+// they completed (promotion every 128 k: the tensor core's own fp8 accumulation keeps fewer bits
+// than fp32), then the same for half 1 into acc1 (64 + 64 + 64 registers). Per k-tile the CTA loads
+// 48 KiB for 256 x 128 x 128 multiply-adds (a 128 x 128 tile loads 32 KiB for half of that). The
+// epilogue scales by scale_a * scale_b, rounds to bf16 and stages each 64-row half in shared
+// memory: TMA stores when N % 8 == 0, otherwise each warp copies its 16 staged rows to C with
+// coalesced 2-byte stores. sm_90a, K % 16 == 0.
 #include <cstdint>
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder comes from the runtime's entry point
 #include <cuda_bf16.h>
@@ -12,20 +16,20 @@
 
 namespace {
 
-constexpr int kBM = 128;                    // C tile rows per CTA (two consumer warpgroups x 64)
+constexpr int kBM = 256;                    // C tile rows per CTA (two consumer warpgroups x 128)
 constexpr int kBN = 128;                    // C tile columns per CTA (one wgmma n128 per warpgroup)
 constexpr int kBK = 128;                    // k per stage: 128 e4m3 = 128 bytes = one swizzle row
-constexpr int kStages = 5;                  // shared-memory ring depth (5 x 32 KiB)
+constexpr int kStages = 4;                  // shared-memory ring depth (4 x 48 KiB)
 constexpr int kThreads = 384;               // warpgroup 0 produces, warpgroups 1 and 2 consume
-constexpr uint32_t kABytes = kBM * kBK;                // 16 KiB
+constexpr uint32_t kABytes = kBM * kBK;                // 32 KiB
 constexpr uint32_t kBBytes = kBN * kBK;                // 16 KiB
-constexpr uint32_t kStageBytes = kABytes + kBBytes;    // 32 KiB, a multiple of 1024
-constexpr uint32_t kEpiBytes = 64 * kBN * 2;           // per consumer: 64 rows x 128 bf16
+constexpr uint32_t kStageBytes = kABytes + kBBytes;    // 48 KiB, a multiple of 1024
+constexpr uint32_t kEpiBytes = 64 * kBN * 2;           // per consumer: 64 rows x 128 bf16 (one half at a time)
 constexpr int kSmemBytes = kStages * kStageBytes + 2 * kEpiBytes + 1024;  // + slack to align to 1 KiB
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-constexpr int kGroupM = 16;  // tile rows per rasterization band
+constexpr int kGroupM = 8;   // tile rows per rasterization band (2048 rows of C)
 
 // Tile index -> (first row, first column) of its C tile: bands of kGroupM tile rows, column-major
 // inside a band, so the CTAs running at the same time share A rows and B rows in L2.
@@ -154,6 +158,68 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
       : "l"(da), "l"(db), "r"(accumulate));
 }
 
+// Writes one warpgroup's 64 x 128 half-tile acc (rows row0.., columns n0..) to C as bf16 of
+// acc * scale. Accumulator layout of m64nNk32: warp w owns rows 16w..16w+15; acc[4j + 2h + c] is
+// row lane/4 + 8h, column 8j + 2*(lane%4) + c. The half is staged in shared memory as two
+// 64-column boxes of 64 rows x 128 B, 128B-swizzled (16-byte chunk q of row r at chunk q ^ (r % 8)),
+// then stored by TMA (tma_store: N % 8 == 0) or copied row by row with coalesced 2-byte stores.
+__device__ __forceinline__ void epilogue_half(const float (&acc)[64], uint32_t cbuf,
+                                              const CUtensorMap* tma_c, __nv_bfloat16* C,
+                                              float scale, int M, int N, int row0, int n0,
+                                              int tma_store, int ltid) {
+  const int warp = ltid / 32;
+  const int lane = ltid % 32;
+  const int bar_id = 1 + (threadIdx.x / 128 - 1);  // this consumer warpgroup's named barrier
+  if (tma_store && ltid == 0) bulk_wait_read();  // earlier stores no longer read the buffer
+  warpgroup_bar(bar_id);                          // earlier direct copies no longer read it
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    const int cl = 8 * j + 2 * (lane % 4);  // column inside the tile
+    const uint32_t box = cbuf + (cl / 64) * (64 * 128);
+    const int chunk = (cl % 64) / 8;
+    const int in_chunk = (cl % 8) * 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * 16 + lane / 4 + 8 * h;
+      const __nv_bfloat162 v =
+          __floats2bfloat162_rn(acc[4 * j + 2 * h] * scale, acc[4 * j + 2 * h + 1] * scale);
+      const uint32_t addr = box + r * 128 + ((chunk ^ (r % 8)) * 16) + in_chunk;
+      asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<const uint32_t*>(&v))
+                   : "memory");
+    }
+  }
+  if (tma_store) {
+    // Make the generic-proxy writes visible to the TMA (async proxy), then hand over.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    warpgroup_bar(bar_id);
+    if (ltid == 0) {
+#pragma unroll
+      for (int b = 0; b < kBN / 64; ++b) tma_store_2d(tma_c, cbuf + b * (64 * 128), n0 + 64 * b, row0);
+      bulk_commit();
+    }
+  } else {
+    // N % 8 != 0: rows of C are not 16-byte aligned (TMA cannot store them). Warp w copies rows
+    // 16w..16w+15; lane l takes columns l, l + 32, l + 64, l + 96: each store instruction writes
+    // 32 consecutive bf16 of one row.
+    warpgroup_bar(bar_id);
+    for (int rr = 0; rr < 16; ++rr) {
+      const int r = warp * 16 + rr;
+      const int row = row0 + r;
+      if (row >= M) break;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int cl = lane + 32 * q;
+        const int col = n0 + cl;
+        const uint32_t addr =
+            cbuf + (cl / 64) * (64 * 128) + r * 128 + ((((cl % 64) / 8) ^ (r % 8)) * 16) + (cl % 8) * 2;
+        uint16_t bits;
+        asm volatile("ld.shared.u16 %0, [%1];" : "=h"(bits) : "r"(addr) : "memory");
+        if (col < N) reinterpret_cast<uint16_t*>(C)[static_cast<int64_t>(row) * N + col] = bits;
+      }
+    }
+  }
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -215,113 +281,71 @@ gemm_fp8_wgmma(const __grid_constant__ CUtensorMap tma_a, const __grid_constant_
     }
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const int consumer = wg - 1;       // which 64-row half of the C tile
+    const int consumer = wg - 1;       // which 128-row half of the C tile
     const int ltid = tid - wg * 128;   // 0..127 inside the warpgroup
-    const int warp = ltid / 32;
-    const int lane = ltid % 32;
-    const bool even_n = (N % 2) == 0;
     const float scale = scale_a[0] * scale_b[0];
     int stage = 0;
     uint32_t phase = 0;
-    float acc[64];   // this warpgroup's 64 x 128 part of C, fp32, summed on the CUDA cores
-    float part[64];  // one k-tile's 64 x 128 x 128 product, from the tensor cores
+    float acc0[64];  // rows 0-63 of this warpgroup's 128 x 128 part of C, fp32, summed on the CUDA cores
+    float acc1[64];  // rows 64-127
+    float part[64];  // one k-tile's 64 x 128 x 128 product of one half, from the tensor cores
 
     for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
       int m0, n0;
       tile_origin(tile, tiles_m, tiles_n, m0, n0);
 #pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < 64; ++i) {
+        acc0[i] = 0.0f;
+        acc1[i] = 0.0f;
+      }
 
       for (int kt = 0; kt < num_k; ++kt) {
         mbar_wait(smem_addr(&full_bar[stage]), phase);
-        const uint32_t sa = ring + stage * kStageBytes + consumer * (64 * 128);  // this half's rows
+        const uint32_t sa = ring + stage * kStageBytes + consumer * (128 * 128);  // this half's rows
         const uint32_t sb = ring + stage * kStageBytes + kABytes;
-        const uint64_t da = smem_desc(sa);
+        const uint64_t da0 = smem_desc(sa);              // rows 0-63 of this warpgroup
+        const uint64_t da1 = smem_desc(sa + 64 * 128);   // rows 64-127
         const uint64_t db = smem_desc(sb);
+        // Half 0: the k-tile's 4 MMAs into part (the first starts from zero), wait for them (the
+        // other consumer warpgroup keeps the tensor cores busy meanwhile), promote into acc0.
         fence_acc(part);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 32; ++kk) {
-          // Advancing 32 e4m3 = 32 bytes along K inside the swizzled rows: +2 in the address
-          // field. The first MMA of the k-tile starts the partial sum from zero.
-          wgmma_m64n128k32_e4m3(part, da + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+          // Advancing 32 e4m3 = 32 bytes along K inside the swizzled rows: +2 in the address field.
+          wgmma_m64n128k32_e4m3(part, da0 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
         }
         wgmma_commit();
         fence_acc(part);
-        // Wait for this k-tile's MMAs (the other consumer warpgroup keeps the tensor cores busy
-        // meanwhile), free the stage, then promote the partial sum into the fp32 accumulator.
+        wgmma_wait<0>();
+        fence_acc(part);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc0[i] += part[i];
+        // Half 1, the same into acc1; then the stage is free.
+        fence_acc(part);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 32; ++kk) {
+          wgmma_m64n128k32_e4m3(part, da1 + 2 * kk, db + 2 * kk, kk > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+        fence_acc(part);
         wgmma_wait<0>();
         fence_acc(part);
         if (ltid == 0) mbar_arrive(smem_addr(&empty_bar[stage]));
 #pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] += part[i];
+        for (int i = 0; i < 64; ++i) acc1[i] += part[i];
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1u;
         }
       }
 
-      // Epilogue (the producer already fills the ring for the next tile). Accumulator layout of
-      // m64nNk32: warp w owns rows 16w..16w+15; acc[4j + 2h + c] is row lane/4 + 8h, column
-      // 8j + 2*(lane%4) + c.
-      if (tma_store) {
-        // Stage 64 x 128 of bf16 C in shared memory as two 64-column boxes of 64 rows x 128 B,
-        // 128B-swizzled (16-byte chunk q of row r at chunk q ^ (r % 8): the 8 rows a warp writes
-        // per store land in 8 different bank groups), then one thread stores them with TMA.
-        const uint32_t cbuf = ring + kStages * kStageBytes + consumer * kEpiBytes;
-        if (ltid == 0) bulk_wait_read();  // the previous tile's stores no longer read the buffer
-        warpgroup_bar(1 + consumer);
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          const int cl = 8 * j + 2 * (lane % 4);  // column inside the tile
-          const uint32_t box = cbuf + (cl / 64) * (64 * 128);
-          const int chunk = (cl % 64) / 8;
-          const int in_chunk = (cl % 8) * 2;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int r = warp * 16 + lane / 4 + 8 * h;
-            const __nv_bfloat162 v =
-                __floats2bfloat162_rn(acc[4 * j + 2 * h] * scale, acc[4 * j + 2 * h + 1] * scale);
-            const uint32_t addr = box + r * 128 + ((chunk ^ (r % 8)) * 16) + in_chunk;
-            asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr),
-                         "r"(*reinterpret_cast<const uint32_t*>(&v))
-                         : "memory");
-          }
-        }
-        // Make the generic-proxy writes visible to the TMA (async proxy), then hand over.
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        warpgroup_bar(1 + consumer);
-        if (ltid == 0) {
-#pragma unroll
-          for (int b = 0; b < kBN / 64; ++b) {
-            tma_store_2d(&tma_c, cbuf + b * (64 * 128), n0 + 64 * b, m0 + consumer * 64);
-          }
-          bulk_commit();
-        }
-      } else {
-        // N % 8 != 0: C rows are not 16-byte aligned, TMA cannot store them; write from registers.
-        const int row0 = m0 + consumer * 64 + warp * 16 + lane / 4;
-        const int col0 = n0 + 2 * (lane % 4);
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          const int col = col0 + 8 * j;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = row0 + 8 * h;
-            if (row < M && col < N) {
-              const float v0 = acc[4 * j + 2 * h] * scale;
-              const float v1 = acc[4 * j + 2 * h + 1] * scale;
-              __nv_bfloat16* p = C + static_cast<int64_t>(row) * N + col;
-              if (even_n) {  // col even and N even: 4-byte aligned pair, col + 1 < N
-                *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-              } else {
-                p[0] = __float2bfloat16_rn(v0);
-                if (col + 1 < N) p[1] = __float2bfloat16_rn(v1);
-              }
-            }
-          }
-        }
-      }
+      // Epilogue (the producer already fills the ring for the next tile), one 64-row half at a
+      // time through the same 16 KiB buffer.
+      const uint32_t cbuf = ring + kStages * kStageBytes + consumer * kEpiBytes;
+      epilogue_half(acc0, cbuf, &tma_c, C, scale, M, N, m0 + consumer * 128, n0, tma_store, ltid);
+      epilogue_half(acc1, cbuf, &tma_c, C, scale, M, N, m0 + consumer * 128 + 64, n0, tma_store, ltid);
     }
     if (tma_store && ltid == 0) bulk_wait_all();  // stores complete before the CTA retires
   }

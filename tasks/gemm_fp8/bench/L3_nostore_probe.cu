@@ -1,12 +1,15 @@
-// gemm_fp8 L3 VARIANT (bench only, not the task's expert; NOT RUN ON A GPU): the L3 design with a
-// 256 x 128 C tile per CTA instead of 128 x 128. Each consumer warpgroup owns 128 rows as two m64
-// halves: per k-tile it runs the 4 wgmma m64n128k32 of half 0 into the partial accumulator, waits,
-// adds it into acc0, then the same for half 1 into acc1 (64 + 64 + 64 registers). Per k-tile the
-// CTA loads 48 KiB for 256 x 128 x 128 multiply-adds instead of 32 KiB for 128 x 128 x 128: a
-// quarter less L2-to-SM traffic per flop (the suspected limit of L3 at 1130-1180 TFLOP/s). The
-// epilogue stages every 64-row half in shared memory; N % 8 == 0 goes out by TMA, otherwise each
-// warp copies its 16 staged rows to C with coalesced 2-byte stores. 4-stage ring (4 x 48 KiB).
-// sm_90a, K % 16 == 0.
+// gemm_fp8 bench: the task's L3 (256 x 128) with -DPROBE_NOSTORE: the N % 8 != 0 epilogue copies skipped (wrong output, timing only).
+// gemm_fp8 expert, layer 3 (low level): persistent, warp-specialized Hopper kernel (one CTA per SM)
+// with a 256 x 128 C tile per CTA. A producer warpgroup TMA-loads 256x128-byte tiles of A and
+// 128x128-byte tiles of B (128B swizzle) into a 4-stage mbarrier ring (4 x 48 KiB); two consumer
+// warpgroups each own 128 rows as two m64 halves: per k-tile the 4 wgmma m64n128k32 e4m3 x e4m3 ->
+// fp32 of half 0 run into a fresh partial accumulator, which is added to acc0 on the CUDA cores once
+// they completed (promotion every 128 k: the tensor core's own fp8 accumulation keeps fewer bits
+// than fp32), then the same for half 1 into acc1 (64 + 64 + 64 registers). Per k-tile the CTA loads
+// 48 KiB for 256 x 128 x 128 multiply-adds (a 128 x 128 tile loads 32 KiB for half of that). The
+// epilogue scales by scale_a * scale_b, rounds to bf16 and stages each 64-row half in shared
+// memory: TMA stores when N % 8 == 0, otherwise each warp copies its 16 staged rows to C with
+// coalesced 2-byte stores. sm_90a, K % 16 == 0.
 #include <cstdint>
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder comes from the runtime's entry point
 #include <cuda_bf16.h>
@@ -200,6 +203,9 @@ __device__ __forceinline__ void epilogue_half(const float (&acc)[64], uint32_t c
     // 16w..16w+15; lane l takes columns l, l + 32, l + 64, l + 96: each store instruction writes
     // 32 consecutive bf16 of one row.
     warpgroup_bar(bar_id);
+#ifdef PROBE_NOSTORE
+    if (scale == 12345.0f)
+#endif
     for (int rr = 0; rr < 16; ++rr) {
       const int r = warp * 16 + rr;
       const int row = row0 + r;
