@@ -14,6 +14,7 @@
 //     shared memory: one bulk load, k bulk stores, issued by the slots' lanes. MP_TMA=0: 128
 //     threads per token, the row in 16-byte register chunks (layer 3's copy).
 // hidden not a multiple of 8 or misaligned pointers take a 2-byte copy with the same places.
+#include <algorithm>
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -181,6 +182,88 @@ copy_rows_bulk(const int* __restrict__ ids, const int* __restrict__ ranks, const
 }
 #endif
 
+#if MP_TMA == 2
+// MP_TMA=2: persistent, one warp per block, G blocks; block b takes tokens b, b + G, ... A ring of
+// `stages` row buffers in shared memory, each with its mbarrier: lane 0 keeps the loads of the
+// next stages - 1 rows in flight and issues each token's k bulk stores as one group (the slot of
+// token j - 1 is refilled once its stores have read it). The places run one token ahead: token
+// j + 1's rank and first place are loaded before token j's row is waited for.
+constexpr int kMaxStages = 32;
+__global__ void __launch_bounds__(32)
+copy_rows_ring(const int* __restrict__ ids, const int* __restrict__ ranks, const int* __restrict__ base,
+               const unsigned char* __restrict__ x, unsigned char* __restrict__ rows, int* __restrict__ order,
+               int tokens, int k, int chunks, int row_bytes, int stages) {
+  __shared__ alignas(8) unsigned long long s_bar[kMaxStages];
+  extern __shared__ __align__(128) unsigned char s_ring[];
+  const int lane = static_cast<int>(threadIdx.x);
+  const int b = static_cast<int>(blockIdx.x), G = static_cast<int>(gridDim.x);
+  const int mine = b < tokens ? (tokens - b + G - 1) / G : 0;
+  auto load = [&](int j) {  // lane 0: token b + j G into slot j % stages
+    const int slot = j % stages;
+    const unsigned bar = smem_addr(&s_bar[slot]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(row_bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(s_ring + static_cast<size_t>(slot) * row_bytes)),
+                 "l"(x + (b + static_cast<int64_t>(j) * G) * row_bytes), "r"(row_bytes), "r"(bar)
+                 : "memory");
+  };
+  if (lane == 0) {
+    for (int q = 0; q < stages; ++q) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&s_bar[q])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int q = 0; q < stages && q < mine; ++q) load(q);
+  }
+  const bool active = lane < k;
+  auto entry = [&](int j) { return static_cast<int>(b + static_cast<int64_t>(j) * G) * k + lane; };
+  int e_next = active && mine > 0 ? ids[entry(0)] : 0;  // the ids are an input: read before the wait
+  wait_for_prerequisites();
+  __syncwarp();
+  int p = 0;
+  if (active && mine > 0) {
+    const int i = entry(0);
+    p = __ldcg(base + e_next * chunks + i / kChunk) + __ldcg(ranks + i);
+  }
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  for (int j = 0; j < mine; ++j) {
+    // Token j + 1's place, loads issued now, used next iteration.
+    int p_next = 0;
+    if (active && j + 1 < mine) {
+      const int i1 = entry(j + 1);
+      const int e1 = ids[i1];
+      p_next = __ldcg(base + e1 * chunks + i1 / kChunk) + __ldcg(ranks + i1);
+    }
+    if (active) order[p] = entry(j);
+    const int slot = j % stages;
+    const unsigned parity = static_cast<unsigned>(j / stages) & 1u;
+    const unsigned bar = smem_addr(&s_bar[slot]);
+    unsigned done = 0;
+    while (!done) {
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    }
+    const unsigned src = smem_addr(s_ring + static_cast<size_t>(slot) * row_bytes);
+    for (int s = 0; s < k; ++s) {
+      const int ps = __shfl_sync(0xffffffffu, p, s);
+      if (lane == 0)
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;"
+                     ::"l"(rows + static_cast<int64_t>(ps) * row_bytes), "r"(src), "r"(row_bytes), "l"(policy)
+                     : "memory");
+    }
+    if (lane == 0) {
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      if (j >= 1 && j - 1 + stages < mine) {  // token j - 1's stores have read its slot: refill it
+        asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+        load(j - 1 + stages);
+      }
+    }
+    __syncwarp();
+    p = p_next;
+  }
+  if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+#endif
+
 // MP_TMA=0: 128 threads per token, the row in 16-byte register chunks (V per thread).
 constexpr int kCopyThreads = 128;
 template <int V>
@@ -269,6 +352,10 @@ cudaError_t launch_vec(const int* ids, const int* ranks, const int* base, const 
 }
 
 constexpr int64_t kMaxBulkRow = 96 * 1024;  // bytes of shared memory a bulk-copy block may take
+#ifndef MP_RING_BPS
+#define MP_RING_BPS 1  // MP_TMA=2: ring blocks per SM
+#endif
+constexpr int kRingBytes = 200 * 1024 / MP_RING_BPS;  // a ring block's row buffers
 
 }  // namespace
 
@@ -289,7 +376,10 @@ extern "C" int d2k_moe_permute(const void* topk_ids, const __nv_bfloat16* x, int
   if (err == cudaSuccess && !configured) {  // the [warp][expert] table: 64 KB at 1,024 experts
     err = cudaFuncSetAttribute(count_rank_scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(kCountWarps * kMaxExperts * sizeof(uint16_t)));
-#if MP_TMA
+#if MP_TMA == 2
+    if (err == cudaSuccess)
+      err = cudaFuncSetAttribute(copy_rows_ring, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingBytes);
+#elif MP_TMA
     if (err == cudaSuccess)
       err = cudaFuncSetAttribute(copy_rows_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  static_cast<int>(kMaxBulkRow));
@@ -304,7 +394,21 @@ extern "C" int d2k_moe_permute(const void* topk_ids, const __nv_bfloat16* x, int
   if (err != cudaSuccess) return static_cast<int>(err);
   const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(rows)) & 15) == 0;
   const int64_t row_bytes = hidden * 2;
-#if MP_TMA
+#if MP_TMA == 2
+  if (aligned && hidden % 8 == 0 && row_bytes <= kRingBytes / 2) {
+    int dev = 0, sms = 0;
+    if ((err = cudaGetDevice(&dev)) != cudaSuccess ||
+        (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess)
+      return static_cast<int>(err);
+    const int stages = static_cast<int>(std::min<int64_t>(kMaxStages, kRingBytes / row_bytes));
+    return static_cast<int>(launch_dependent(copy_rows_ring, static_cast<unsigned>(sms * MP_RING_BPS), 32,
+                                             static_cast<size_t>(stages * row_bytes), stream, ids,
+                                             static_cast<const int*>(ranks), static_cast<const int*>(counts),
+                                             reinterpret_cast<const unsigned char*>(x),
+                                             reinterpret_cast<unsigned char*>(rows), order, static_cast<int>(tokens),
+                                             kk, chunks, static_cast<int>(row_bytes), stages));
+  }
+#elif MP_TMA
   if (aligned && hidden % 8 == 0 && row_bytes <= kMaxBulkRow) {
     return static_cast<int>(launch_dependent(copy_rows_bulk, static_cast<unsigned>(tokens), 32,
                                              static_cast<size_t>(row_bytes), stream, ids,
