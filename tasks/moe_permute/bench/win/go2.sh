@@ -24,6 +24,7 @@ b moe_permute__ring_b2_l2 $M/bench/variants/L3_ring.cu -DRING_BPS=2 -DRING_LAG=2
 b moe_permute__lrank_tma $M/bench/variants/L3_lrank.cu &
 b moe_permute__lrank_vec $M/bench/variants/L3_lrank.cu -DMP_TMA=0 &
 b moe_permute__tma $M/bench/variants/L3_tma.cu &
+b moe_permute__zz_cur_again $M/experts/L3.cu &
 wait
 echo "built at $(el) s: $(ls $S/*.so | wc -l) .so" | tee -a $R/log.txt
 SWEEP_SAMPLES=9 OUT=$R timeout 40 python3 $C/sweep/sweep.py $T $S moe_permute 2>&1 | tee $R/sweep.txt | grep -v "^\[.*fan-out"
