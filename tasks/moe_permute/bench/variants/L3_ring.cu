@@ -13,10 +13,11 @@
 //     RING_BPS blocks per SM; block b takes tokens b, b + G, b + 2G, ... (G blocks). Before the
 //     grid-dependency wait it starts the bulk loads of its first rows into the ring (one buffer
 //     and one mbarrier per stage) and reads the ids of all its entries into shared memory; after
-//     the wait each lane turns its entries into places (first[expert][chunk] + rank: all loads of
-//     a lane issued together) and writes order. Then lane 0 walks its tokens: waits for the row's
-//     barrier, issues the k bulk stores of the row (one group), and refills the slot of the token
-//     LAG tokens back once that group has read it (bulk wait_group.read), keeping STAGES - LAG row
+//     the wait the warp turns its entries into places (first[expert][chunk] + rank) in batches of
+//     256, 8 per lane with their 16 loads issued together, each batch just before the first token
+//     that needs it, and writes order. Lane 0 walks its tokens: waits for the row's barrier,
+//     issues the k bulk stores of the row (one group), and refills the slot of the token LAG
+//     tokens back once that group has read it (bulk wait_group.read), keeping STAGES - LAG row
 //     loads and up to LAG + 1 tokens' stores in flight.
 // Fallbacks: a block per token with one bulk load and k bulk stores when the ring does not fit
 // (entries of a block too many for shared memory), a 2-byte copy for hidden not a multiple of 8
@@ -28,6 +29,9 @@
 
 #ifndef RING_BPS
 #define RING_BPS 1  // ring blocks per SM
+#endif
+#ifndef RING_ONCE
+#define RING_ONCE 0  // 1: all of a block's places computed before its first store (0: in batches, just ahead)
 #endif
 #ifndef RING_LAG
 #define RING_LAG 0  // tokens whose stores may still be reading the ring (0: half the ring, at most 8)
@@ -191,6 +195,7 @@ __device__ __forceinline__ void bulk_wait_read_dyn(int n) {  // wait_group.read 
 
 constexpr int kMaxStages = 32;
 constexpr int kMaxLag = 8;
+constexpr int kPlaceUnroll = 8;  // entries per lane per batch of places
 
 // The ring: see the top of the file. Dynamic shared memory: stages row buffers, then the places of
 // the block's entries (mine * k ints, first its ids).
@@ -213,21 +218,23 @@ copy_rows_ring(const int* __restrict__ ids, const int* __restrict__ ranks, const
     for (int j = 0; j < stages && j < mine; ++j) bulk_load(slot_of(j), row_of(j), row_bytes, smem_addr(&s_bar[j]));
   }
   auto entry = [&](int q) { return (b + (q / k) * G) * k + q % k; };
-  // The ids are an input: read them before the wait (4 per lane per step, loads together).
-  for (int q0 = lane; q0 < m; q0 += 32 * 4) {
-    int e[4];
+  // The ids are an input: read them before the wait (8 per lane per step, loads together).
+  for (int q0 = lane; q0 < m; q0 += 32 * kPlaceUnroll) {
+    int e[kPlaceUnroll];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) e[u] = q0 + 32 * u < m ? ids[entry(q0 + 32 * u)] : 0;
+    for (int u = 0; u < kPlaceUnroll; ++u) e[u] = q0 + 32 * u < m ? ids[entry(q0 + 32 * u)] : 0;
 #pragma unroll
-    for (int u = 0; u < 4; ++u)
+    for (int u = 0; u < kPlaceUnroll; ++u)
       if (q0 + 32 * u < m) s_place[q0 + 32 * u] = e[u];
   }
   wait_for_prerequisites();  // the count grid has finished: ranks and first places are visible
-  for (int q0 = lane; q0 < m; q0 += 32 * 4) {
-    int first[4], rank[4];
+  // Places of entries [q0, q0 + 32 kPlaceUnroll): each lane 8 entries, all 16 loads issued
+  // together (one L2 round trip), then order[place] = i.
+  auto place_batch = [&](int q0) {
+    int first[kPlaceUnroll], rank[kPlaceUnroll];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int q = q0 + 32 * u;
+    for (int u = 0; u < kPlaceUnroll; ++u) {
+      const int q = q0 + lane + 32 * u;
       if (q < m) {
         const int i = entry(q);
         first[u] = __ldcg(base + s_place[q] * chunks + i / kChunk);
@@ -235,29 +242,44 @@ copy_rows_ring(const int* __restrict__ ids, const int* __restrict__ ranks, const
       }
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int q = q0 + 32 * u;
+    for (int u = 0; u < kPlaceUnroll; ++u) {
+      const int q = q0 + lane + 32 * u;
       if (q < m) {
         const int p = first[u] + rank[u];
         s_place[q] = p;
         order[p] = entry(q);
       }
     }
-  }
+  };
+#if RING_ONCE
+  for (int q0 = 0; q0 < m; q0 += 32 * kPlaceUnroll) place_batch(q0);
+  int placed = m;
+#else
+  int placed = 0;  // entries [0, placed) have their places (the batches run just ahead of the stores)
+#endif
   __syncwarp();
-  if (lane != 0) return;
   const unsigned long long policy = evict_first_policy();
   for (int j = 0; j < mine; ++j) {
-    bar_wait(smem_addr(&s_bar[j % stages]), static_cast<unsigned>(j / stages) & 1u);
-    const unsigned src = slot_of(j);
-    for (int s = 0; s < k; ++s) bulk_store(rows + static_cast<int64_t>(s_place[j * k + s]) * row_bytes, src, row_bytes, policy);
-    bulk_commit();
-    const int r = j - lag;  // token r's stores have read its slot once at most lag groups are pending
-    if (r >= 0 && r + stages < mine) {
-      bulk_wait_read_dyn(lag);
-      bulk_load(slot_of(r), row_of(r + stages), row_bytes, smem_addr(&s_bar[r % stages]));
+    if (placed < (j + 1) * k) {  // warp-uniform: the next batch of places, by the whole warp
+      place_batch(placed);
+      placed += 32 * kPlaceUnroll;
+      __syncwarp();
     }
+    if (lane == 0) {
+      bar_wait(smem_addr(&s_bar[j % stages]), static_cast<unsigned>(j / stages) & 1u);
+      const unsigned src = slot_of(j);
+      for (int s = 0; s < k; ++s)
+        bulk_store(rows + static_cast<int64_t>(s_place[j * k + s]) * row_bytes, src, row_bytes, policy);
+      bulk_commit();
+      const int r = j - lag;  // token r's stores have read its slot once at most lag groups are pending
+      if (r >= 0 && r + stages < mine) {
+        bulk_wait_read_dyn(lag);
+        bulk_load(slot_of(r), row_of(r + stages), row_bytes, smem_addr(&s_bar[r % stages]));
+      }
+    }
+    __syncwarp();
   }
+  if (lane != 0) return;
   bulk_wait_read<0>();  // the ring stays until every store has read it
 }
 

@@ -21,6 +21,7 @@ b moe_permute__ring_b1_l0 $M/bench/variants/L3_ring.cu -DRING_BPS=1 -DRING_LAG=0
 b moe_permute__ring_b2_l0 $M/bench/variants/L3_ring.cu -DRING_BPS=2 -DRING_LAG=0 &
 b moe_permute__ring_b1_l2 $M/bench/variants/L3_ring.cu -DRING_BPS=1 -DRING_LAG=2 &
 b moe_permute__ring_b2_l2 $M/bench/variants/L3_ring.cu -DRING_BPS=2 -DRING_LAG=2 &
+b moe_permute__ring_b1_l0_once $M/bench/variants/L3_ring.cu -DRING_BPS=1 -DRING_LAG=0 -DRING_ONCE=1 &
 b moe_permute__lrank_tma $M/bench/variants/L3_lrank.cu &
 b moe_permute__lrank_vec $M/bench/variants/L3_lrank.cu -DMP_TMA=0 &
 b moe_permute__tma $M/bench/variants/L3_tma.cu &
@@ -33,9 +34,10 @@ python3 $M/bench/win/pick.py $R/sweep.json $M/task.json 2>&1 | tee $R/pick.txt
 P=$(awk '/^PICK/ {print $2}' $R/pick.txt); P=${P:-cur}
 case $P in
   ring_b*_l*)
-    B=$(echo $P | sed -E 's/ring_b([0-9]+)_l([0-9]+)/\1/'); L=$(echo $P | sed -E 's/ring_b([0-9]+)_l([0-9]+)/\2/')
+    B=$(echo $P | sed -E 's/ring_b([0-9]+)_l([0-9]+).*/\1/'); L=$(echo $P | sed -E 's/ring_b([0-9]+)_l([0-9]+).*/\2/')
+    O=0; case $P in *_once) O=1 ;; esac
     sed -e "s/^#define RING_BPS 1  /#define RING_BPS $B  /" -e "s/^#define RING_LAG 0  /#define RING_LAG $L  /" \
-      $M/bench/variants/L3_ring.cu > $M/experts/L3.cu
+      -e "s/^#define RING_ONCE 0  /#define RING_ONCE $O  /" $M/bench/variants/L3_ring.cu > $M/experts/L3.cu
     cp $M/bench/cand/ring/task.json $M/task.json
     cp $M/bench/cand/ring/L3.md $M/guidance/L3.md ;;
 esac

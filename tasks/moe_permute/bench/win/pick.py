@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Picks layer 3 from a sweep (tasks/vector_add/bench/sweep/sweep.py's sweep.json): a ring variant
-(ring_b<B>_l<L> = bench/variants/L3_ring.cu with RING_BPS=B, RING_LAG=L) replaces the committed
+(ring_b<B>_l<L>[_once] = bench/variants/L3_ring.cu with RING_BPS=B, RING_LAG=L[, RING_ONCE=1]) replaces the committed
 expert (cur) only when, every workload correct, its worst large workload (>= 256 MiB moved) runs
 at a higher fraction of the copy rate than cur's worst and within a point of the other variants'
 (cur taken at its better
@@ -31,7 +31,7 @@ for r in runs:
 ring, other, cur = None, 0.0, 0.0
 for name, v in sorted(by.items()):
     worst = min(v["pct"].values()) if len(v["pct"]) == len(large) else 0.0
-    is_ring = re.fullmatch(r"ring_b\d+_l\d+", name) is not None
+    is_ring = re.fullmatch(r"ring_b\d+_l\d+(_once)?", name) is not None
     print("%-16s ok=%s worst=%.1f%%" % (name, v["ok"], worst))
     if is_ring and v["ok"] and (ring is None or worst > ring[1]):
         ring = (name, worst)
