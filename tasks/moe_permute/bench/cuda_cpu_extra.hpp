@@ -26,3 +26,6 @@ inline unsigned atomicInc(unsigned* p, unsigned v) {
   return old;
 }
 inline int atomicOr(int* p, int v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+// bench/variants/L3_lrank.cu: its count kernel's table may exceed 48 KB (nothing to configure here).
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <typename F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }

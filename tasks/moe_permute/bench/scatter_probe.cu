@@ -11,6 +11,7 @@
 // sweep; hidden a multiple of 8 up to 8,192 and 16-byte aligned pointers only (else it returns
 // cudaErrorInvalidValue).
 #include <cstdint>
+#include <algorithm>
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -61,6 +62,119 @@ copy_known(const int* __restrict__ place, const int* __restrict__ kept_offsets, 
   }
 }
 
+#ifndef PROBE_TMA
+#define PROBE_TMA 0  // 1: the row through shared memory by bulk copies (TMA), as bench/variants/L3_tma.cu
+#endif
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+__global__ void __launch_bounds__(kThreads)
+copy_known_tma(const int* __restrict__ place, const int* __restrict__ kept_offsets, const unsigned char* __restrict__ x,
+               unsigned char* __restrict__ rows, int* __restrict__ order, int* __restrict__ offsets, int k, int experts,
+               int row_bytes) {
+  __shared__ alignas(8) unsigned long long s_bar;
+  extern __shared__ __align__(128) unsigned char s_row[];
+  const int64_t t = blockIdx.x;
+  const unsigned bar = smem_addr(&s_bar);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(row_bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(s_row)), "l"(x + t * row_bytes), "r"(row_bytes), "r"(bar) : "memory");
+  }
+  if (t == 0)
+    for (int e = static_cast<int>(threadIdx.x); e <= experts; e += kThreads) offsets[e] = kept_offsets[e];
+  const int s = static_cast<int>(threadIdx.x);
+  if (s < k) {
+    const int i = static_cast<int>(t) * k + s;
+    const int p = place[i];
+    order[p] = i;
+    unsigned done = 0;
+    while (!done) {
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n selp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done) : "r"(bar) : "memory");
+    }
+    unsigned long long policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;"
+                 ::"l"(rows + static_cast<int64_t>(p) * row_bytes), "r"(smem_addr(s_row)), "r"(row_bytes), "l"(policy) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+  }
+}
+
+// PROBE_TMA=2: one block of one warp per SM, persistent: block b takes tokens b, b + G, b + 2G, ...
+// (G blocks); a ring of S row buffers in shared memory, each with its mbarrier; lane 0 keeps S - 1
+// row loads in flight ahead of the stores and issues each token's k bulk stores as one group.
+constexpr int kMaxStages = 32;
+#ifndef PROBE_BPS
+#define PROBE_BPS 1  // persistent blocks per SM
+#endif
+__global__ void __launch_bounds__(32)
+copy_known_persist(const int* __restrict__ place, const int* __restrict__ kept_offsets,
+                   const unsigned char* __restrict__ x, unsigned char* __restrict__ rows, int* __restrict__ order,
+                   int* __restrict__ offsets, int tokens, int k, int experts, int row_bytes, int stages) {
+  __shared__ alignas(8) unsigned long long s_bar[kMaxStages];
+  extern __shared__ __align__(128) unsigned char s_ring[];
+  const int lane = static_cast<int>(threadIdx.x);
+  const int b = static_cast<int>(blockIdx.x), G = static_cast<int>(gridDim.x);
+  const int mine = b < tokens ? (tokens - b + G - 1) / G : 0;
+  if (b == 0)
+    for (int e = lane; e <= experts; e += 32) offsets[e] = kept_offsets[e];
+  auto load = [&](int j) {  // lane 0: token b + j G into slot j % stages
+    const int slot = j % stages;
+    const unsigned bar = smem_addr(&s_bar[slot]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(row_bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(s_ring + static_cast<size_t>(slot) * row_bytes)),
+                 "l"(x + static_cast<int64_t>(b + static_cast<int64_t>(j) * G) * row_bytes), "r"(row_bytes), "r"(bar)
+                 : "memory");
+  };
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  if (lane == 0) {
+    for (int q = 0; q < stages; ++q) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&s_bar[q])) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int q = 0; q < stages && q < mine; ++q) load(q);
+  }
+  __syncwarp();
+  for (int j = 0; j < mine; ++j) {
+    const int64_t t = b + static_cast<int64_t>(j) * G;
+    int p = 0;
+    if (lane < k) {
+      const int i = static_cast<int>(t) * k + lane;
+      p = place[i];
+      order[p] = i;
+    }
+    const int slot = j % stages;
+    const unsigned parity = static_cast<unsigned>(j / stages) & 1u;
+    const unsigned bar = smem_addr(&s_bar[slot]);
+    unsigned done = 0;
+    while (!done) {
+      asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                   : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    }
+    const unsigned src = smem_addr(s_ring + static_cast<size_t>(slot) * row_bytes);
+    for (int s = 0; s < k; ++s) {
+      const int ps = __shfl_sync(0xffffffffu, p, s);
+      if (lane == 0)
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;"
+                     ::"l"(rows + static_cast<int64_t>(ps) * row_bytes), "r"(src), "r"(row_bytes), "l"(policy) : "memory");
+    }
+    if (lane == 0) {
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+      if (j >= 1 && j - 1 + stages < mine) {  // token j - 1's stores have read its slot: refill it
+        asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+        load(j - 1 + stages);
+      }
+    }
+    __syncwarp();
+  }
+  if (lane == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+
 template <int V>
 void launch(const int* place, const int* kept, const __nv_bfloat16* x, __nv_bfloat16* rows, int* order, int* offsets,
             int64_t tokens, int k, int experts, int row_chunks, cudaStream_t stream) {
@@ -98,6 +212,26 @@ extern "C" int d2k_moe_permute(const void* topk_ids, const __nv_bfloat16* x, int
     g_key = Key{topk_ids, tokens, k, experts};
   }
   const int c = static_cast<int>(hidden / 8);
+#if PROBE_TMA == 2
+  {
+    int dev = 0, sms = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int row_bytes = static_cast<int>(hidden * 2);
+    const int stages = std::min(kMaxStages, (200 * 1024 / PROBE_BPS) / row_bytes);
+    const int smem = stages * row_bytes;
+    cudaFuncSetAttribute(copy_known_persist, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    copy_known_persist<<<static_cast<unsigned>(sms * PROBE_BPS), 32, smem, stream>>>(
+        place, kept, reinterpret_cast<const unsigned char*>(x), reinterpret_cast<unsigned char*>(rows), order, offsets,
+        static_cast<int>(tokens), static_cast<int>(k), static_cast<int>(experts), row_bytes, stages);
+    return static_cast<int>(cudaGetLastError());
+  }
+#elif PROBE_TMA
+  copy_known_tma<<<static_cast<unsigned>(tokens), kThreads, static_cast<size_t>(hidden * 2), stream>>>(
+      place, kept, reinterpret_cast<const unsigned char*>(x), reinterpret_cast<unsigned char*>(rows), order, offsets,
+      static_cast<int>(k), static_cast<int>(experts), static_cast<int>(hidden * 2));
+  return static_cast<int>(cudaGetLastError());
+#endif
   const int kk = static_cast<int>(k), e = static_cast<int>(experts);
   switch ((c + kThreads - 1) / kThreads) {
     case 1: launch<1>(place, kept, x, rows, order, offsets, tokens, kk, e, c, stream); break;

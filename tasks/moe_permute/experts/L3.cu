@@ -1,57 +1,91 @@
 // moe_permute expert, layer 3 (low level): layer 2's dataflow (counting sort by expert, stable
-// in-chunk ranks, token-major row copies reading each row once) in two launches instead of four:
-//   - count_and_scan: one block of 1,024 threads per chunk of 1,024 entries counts its experts with
-//     warp-level matching (match_any: one shared atomic per distinct expert per 32 entries) and
-//     writes them; the last block to finish (a self-resetting ticket) scans all experts x chunks
-//     counts, 16 per thread per step, into each chunk's first place per expert, and writes offsets.
-//     Its register budget is half an SM's (32 per thread), so copy blocks fit beside its blocks.
-//   - copy_rows_vec: one block per token finds its own entries' places: the rank of entry i among
-//     the earlier entries of its chunk with the same expert is a count of equal ids (the chunk's
-//     ids, up to 4 KB, come from the L2, all of a thread's at once; a table in shared memory, one
-//     slot mask per expert, makes each id one shared load, and the few matches are counted with
-//     shared atomics). It loads its row (16-byte chunks) and the ids before it waits for the scan:
-//     it is launched as a programmatic dependent of count_and_scan, so those loads and the launch
-//     itself overlap the index phase; then it reads its scan values, writes order and stores the
-//     row to its k places (16-byte chunks, evict-first stores).
-// hidden not a multiple of 8, over 8,192, or misaligned pointers take a 2-byte copy with the same
-// place computation.
+// in-chunk ranks, token-major copies reading each row once) in two launches, the rows moved by
+// bulk copies (TMA) through a ring of row buffers in shared memory:
+//   - count_rank_scan: one block of 1,024 threads per chunk of 1,024 entries. match_any gives each
+//     lane the lanes of its warp with the same expert; the lowest of them writes the group's size
+//     into a [warp][expert] table of 16-bit counts in shared memory; one pass over the table
+//     (thread e walks expert e's 32 warp counts) turns it into each warp's exclusive prefix and the
+//     chunk's count per expert, and an entry's stable rank in its chunk = prefix[warp][expert] +
+//     its peers in lower lanes. It writes the ranks and the counts; the last block (a
+//     self-resetting ticket) scans all experts x chunks counts into each chunk's first place per
+//     expert and writes offsets.
+//   - copy_rows_ring (a programmatic dependent of the count): persistent, one warp per block,
+//     RING_BPS blocks per SM; block b takes tokens b, b + G, b + 2G, ... (G blocks). Before the
+//     grid-dependency wait it starts the bulk loads of its first rows into the ring (one buffer
+//     and one mbarrier per stage) and reads the ids of all its entries into shared memory; after
+//     the wait the warp turns its entries into places (first[expert][chunk] + rank) in batches of
+//     256, 8 per lane with their 16 loads issued together, each batch just before the first token
+//     that needs it, and writes order. Lane 0 walks its tokens: waits for the row's barrier,
+//     issues the k bulk stores of the row (one group), and refills the slot of the token LAG
+//     tokens back once that group has read it (bulk wait_group.read), keeping STAGES - LAG row
+//     loads and up to LAG + 1 tokens' stores in flight.
+// Fallbacks: a block per token with one bulk load and k bulk stores when the ring does not fit
+// (entries of a block too many for shared memory), a 2-byte copy for hidden not a multiple of 8
+// or pointers not 16-byte aligned.
+#include <algorithm>
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#ifndef RING_BPS
+#define RING_BPS 1  // ring blocks per SM
+#endif
+#ifndef RING_ONCE
+#define RING_ONCE 0  // 1: all of a block's places computed before its first store (0: in batches, just ahead)
+#endif
+#ifndef RING_LAG
+#define RING_LAG 2  // tokens whose stores may still be reading the ring (0: half the ring, at most 8)
+#endif
+
 namespace {
 
-constexpr int kChunk = 1024;            // entries per chunk
-constexpr int kCountThreads = kChunk;   // one entry per thread
-constexpr int kCountBlocksPerSm = 2;    // the count kernel's register budget (32): copy blocks fit beside it
+constexpr int kChunk = 1024;           // entries per chunk
+constexpr int kCountThreads = kChunk;  // one entry per thread
 constexpr int kCountWarps = kCountThreads / 32;
 constexpr int64_t kMaxTokens = 65536, kMaxK = 16, kMaxExperts = 1024;
-constexpr int kMaxChunks = static_cast<int>((kMaxTokens * kMaxK + kChunk - 1) / kChunk);
+constexpr int kMaxEntries = static_cast<int>(kMaxTokens * kMaxK);
+constexpr int kMaxChunks = (kMaxEntries + kChunk - 1) / kChunk;
 constexpr int kScanItems = 16;
 
 __device__ int g_counts[kMaxExperts * kMaxChunks];
+__device__ int g_rank[kMaxEntries];
 __device__ unsigned g_ticket;  // 0 between calls: the last block of each call wraps it back
 
 __device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void wait_for_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
-__global__ void __launch_bounds__(kCountThreads, kCountBlocksPerSm)
-count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __restrict__ offsets, int n,
-               int experts, int chunks) {
+__global__ void __launch_bounds__(kCountThreads, 2)
+count_rank_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __restrict__ ranks,
+                int* __restrict__ offsets, int n, int experts, int stride, int chunks) {
   allow_dependents();  // the copy blocks may start their loads while this grid runs
-  extern __shared__ int hist[];
+  extern __shared__ uint16_t wc[];  // [warp][expert]: counts, then exclusive prefixes over warps
   __shared__ int warp_sums[kCountWarps];
   __shared__ bool s_last;
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31, warp = tid >> 5;
-  for (int e = tid; e < experts; e += kCountThreads) hist[e] = 0;
-  __syncthreads();
   const int i = static_cast<int>(blockIdx.x) * kChunk + tid;
   const int id = i < n ? ids[i] : -1;  // -1: no entry (matches only other -1 lanes)
-  const unsigned peers = __match_any_sync(0xffffffffu, id);
-  if (id >= 0 && lane == __ffs(peers) - 1) atomicAdd(&hist[id], __popc(peers));
+  {
+    unsigned* w32 = reinterpret_cast<unsigned*>(wc);
+    for (int j = tid; j < kCountWarps * stride / 2; j += kCountThreads) w32[j] = 0;
+  }
   __syncthreads();
-  for (int e = tid; e < experts; e += kCountThreads) counts[e * chunks + blockIdx.x] = hist[e];
+  const unsigned peers = __match_any_sync(0xffffffffu, id);
+  const int below = __popc(peers & ((1u << lane) - 1u));
+  if (id >= 0 && below == 0) wc[warp * stride + id] = static_cast<uint16_t>(__popc(peers));
+  __syncthreads();
+  for (int e = tid; e < experts; e += kCountThreads) {
+    int run = 0;
+#pragma unroll 8
+    for (int w = 0; w < kCountWarps; ++w) {
+      const int c = wc[w * stride + e];
+      wc[w * stride + e] = static_cast<uint16_t>(run);
+      run += c;
+    }
+    counts[e * chunks + blockIdx.x] = run;
+  }
+  __syncthreads();
+  if (id >= 0) ranks[i] = wc[warp * stride + id] + below;
   __threadfence();
   __syncthreads();
   if (tid == 0) s_last = atomicInc(&g_ticket, static_cast<unsigned>(chunks - 1)) == static_cast<unsigned>(chunks - 1);
@@ -59,10 +93,8 @@ count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __res
   if (!s_last) return;
   __threadfence();
 
-  // The last block: exclusive scan of counts[0 .. m) in place (expert-major, so the result is each
-  // chunk's first place for each expert). 16 consecutive values per thread per step, loaded
-  // together past the L1 (other blocks wrote them), scanned in registers, the threads' totals by
-  // warp shuffles and one warp over the warp sums.
+  // The last block: exclusive scan of counts[0 .. m) in place (expert-major: each chunk's first
+  // place for each expert), 16 values per thread per step, as layer 3.
   const int m = experts * chunks;
   int carry = 0;
   for (int t0 = 0; t0 < m; t0 += kCountThreads * kScanItems) {
@@ -102,110 +134,181 @@ count_and_scan(const int* __restrict__ ids, int* __restrict__ counts, int* __res
   if (tid == 0) offsets[experts] = n;
 }
 
-// The places of token t's k entries, for a block of THREADS threads: rank of entry i = t k + s
-// among the entries of its chunk before it with the same expert, then, after the index grid has
-// finished, place = the chunk's first place for that expert + rank. The block's threads walk the
-// chunk's ids before the token's last entry: all of a thread's walk loads (at most kChunk + kMaxK
-// ids over the block) are issued together at the start, one L2 latency for the walk instead of
-// one per step. A table in shared memory, one bit mask per expert (bit s: slot s of this token
-// has that expert), turns each walked id into one shared load: about k / experts of them hit, and
-// only those look at the slots (a token's entries may start a new chunk part-way: each slot
-// counts only ids from its own chunk). The thread of slot s issues its scan load as soon as the
-// index grid has finished, before the walk's compares, so that L2 round trip overlaps them. Thread
-// s < k writes order[place] = i and dst[s] = place x row_units. Ends with a barrier: dst is ready
-// for the whole block. `tab` holds `experts` ints.
-template <int THREADS>
-__device__ __forceinline__ void entry_places(const int* __restrict__ ids, const int* __restrict__ base,
-                                             int* __restrict__ order, int64_t t, int k, int experts, int chunks,
-                                             int64_t row_units, int* tab, int64_t* dst) {
-  __shared__ int s_first[kMaxK], s_rank[kMaxK];
-  constexpr int kWalk = (kChunk + kMaxK + THREADS - 1) / THREADS;  // ids per thread, at most
-  const int tid = static_cast<int>(threadIdx.x);
-  const int i0 = static_cast<int>(t) * k;
-  const int lo = i0 / kChunk * kChunk;  // start of the first entry's chunk
-  const int hi = i0 + k - 1;            // the last entry itself is not counted
-  int walk[kWalk];
-#pragma unroll
-  for (int u = 0; u < kWalk; ++u) {
-    const int j = lo + tid + u * THREADS;
-    walk[u] = j < hi ? ids[j] : -1;  // ids are in [0, experts): -1 marks no entry
+// Thread s < k of a copy block: the place of entry t k + s (after the wait), order[place] written.
+// `e` was read before the wait (the ids are an input); rank and first come from the count grid.
+__device__ __forceinline__ int place_of(const int* __restrict__ ranks, const int* __restrict__ base,
+                                        int* __restrict__ order, int i, int e, int chunks) {
+  const int p = __ldcg(base + e * chunks + i / kChunk) + __ldcg(ranks + i);
+  order[p] = i;
+  return p;
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void bar_init(unsigned bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Bulk copy of `bytes` from global to shared memory, completing on the barrier.
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, int bytes, unsigned bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
   }
-  const int my_id = tid < k ? ids[i0 + tid] : 0;
-  for (int e = tid; e < experts; e += THREADS) tab[e] = 0;
-  if (tid < k) {
-    s_first[tid] = (i0 + tid) / kChunk * kChunk;  // start of this entry's chunk
-    s_rank[tid] = 0;
+}
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+// Bulk copy of `bytes` from shared to global memory (evict-first in L2), in the open bulk group.
+__device__ __forceinline__ void bulk_store(void* dst, unsigned src, int bytes, unsigned long long policy) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;"
+               ::"l"(dst), "r"(src), "r"(bytes), "l"(policy) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void bulk_wait_read_dyn(int n) {  // wait_group.read takes an immediate
+  switch (n) {
+    case 0: bulk_wait_read<0>(); break;
+    case 1: bulk_wait_read<1>(); break;
+    case 2: bulk_wait_read<2>(); break;
+    case 3: bulk_wait_read<3>(); break;
+    case 4: bulk_wait_read<4>(); break;
+    case 5: bulk_wait_read<5>(); break;
+    case 6: bulk_wait_read<6>(); break;
+    case 7: bulk_wait_read<7>(); break;
+    default: bulk_wait_read<8>(); break;
   }
-  __syncthreads();
-  if (tid < k) atomicOr(&tab[my_id], 1 << tid);
-  __syncthreads();
-  wait_for_prerequisites();  // count_and_scan has finished: its scan is visible
-  const int first = tid < k ? __ldcg(base + my_id * chunks + (i0 + tid) / kChunk) : 0;
+}
+
+constexpr int kMaxStages = 32;
+constexpr int kMaxLag = 8;
+constexpr int kPlaceUnroll = 8;  // entries per lane per batch of places
+
+// The ring: see the top of the file. Dynamic shared memory: stages row buffers, then the places of
+// the block's entries (mine * k ints, first its ids).
+__global__ void __launch_bounds__(32)
+copy_rows_ring(const int* __restrict__ ids, const int* __restrict__ ranks, const int* __restrict__ base,
+               const unsigned char* __restrict__ x, unsigned char* __restrict__ rows, int* __restrict__ order,
+               int tokens, int k, int chunks, int row_bytes, int stages, int lag) {
+  __shared__ alignas(8) unsigned long long s_bar[kMaxStages];
+  extern __shared__ __align__(128) unsigned char s_ring[];
+  const int lane = static_cast<int>(threadIdx.x);
+  const int b = static_cast<int>(blockIdx.x), G = static_cast<int>(gridDim.x);
+  const int mine = b < tokens ? (tokens - b + G - 1) / G : 0;
+  const int m = mine * k;  // the block's entries: q = j k + s is slot s of its j-th token
+  int* s_place = reinterpret_cast<int*>(s_ring + static_cast<size_t>(stages) * row_bytes);
+  auto row_of = [&](int j) { return x + (b + static_cast<int64_t>(j) * G) * row_bytes; };
+  auto slot_of = [&](int j) { return smem_addr(s_ring + static_cast<size_t>(j % stages) * row_bytes); };
+  if (lane == 0) {
+    for (int q = 0; q < stages; ++q) bar_init(smem_addr(&s_bar[q]));
+    bar_fence_init();
+    for (int j = 0; j < stages && j < mine; ++j) bulk_load(slot_of(j), row_of(j), row_bytes, smem_addr(&s_bar[j]));
+  }
+  auto entry = [&](int q) { return (b + (q / k) * G) * k + q % k; };
+  // The ids are an input: read them before the wait (8 per lane per step, loads together).
+  for (int q0 = lane; q0 < m; q0 += 32 * kPlaceUnroll) {
+    int e[kPlaceUnroll];
 #pragma unroll
-  for (int u = 0; u < kWalk; ++u) {
-    if (walk[u] < 0) continue;
-    const int j = lo + tid + u * THREADS;
-    for (unsigned m = static_cast<unsigned>(tab[walk[u]]); m != 0; m &= m - 1) {
-      const int s = __ffs(static_cast<int>(m)) - 1;
-      if (j < i0 + s && j >= s_first[s]) atomicAdd(&s_rank[s], 1);
+    for (int u = 0; u < kPlaceUnroll; ++u) e[u] = q0 + 32 * u < m ? ids[entry(q0 + 32 * u)] : 0;
+#pragma unroll
+    for (int u = 0; u < kPlaceUnroll; ++u)
+      if (q0 + 32 * u < m) s_place[q0 + 32 * u] = e[u];
+  }
+  wait_for_prerequisites();  // the count grid has finished: ranks and first places are visible
+  // Places of entries [q0, q0 + 32 kPlaceUnroll): each lane 8 entries, all 16 loads issued
+  // together (one L2 round trip), then order[place] = i.
+  auto place_batch = [&](int q0) {
+    int first[kPlaceUnroll], rank[kPlaceUnroll];
+#pragma unroll
+    for (int u = 0; u < kPlaceUnroll; ++u) {
+      const int q = q0 + lane + 32 * u;
+      if (q < m) {
+        const int i = entry(q);
+        first[u] = __ldcg(base + s_place[q] * chunks + i / kChunk);
+        rank[u] = __ldcg(ranks + i);
+      }
     }
+#pragma unroll
+    for (int u = 0; u < kPlaceUnroll; ++u) {
+      const int q = q0 + lane + 32 * u;
+      if (q < m) {
+        const int p = first[u] + rank[u];
+        s_place[q] = p;
+        order[p] = entry(q);
+      }
+    }
+  };
+#if RING_ONCE
+  for (int q0 = 0; q0 < m; q0 += 32 * kPlaceUnroll) place_batch(q0);
+  int placed = m;
+#else
+  int placed = 0;  // entries [0, placed) have their places (the batches run just ahead of the stores)
+#endif
+  __syncwarp();
+  const unsigned long long policy = evict_first_policy();
+  for (int j = 0; j < mine; ++j) {
+    if (placed < (j + 1) * k) {  // warp-uniform: the next batch of places, by the whole warp
+      place_batch(placed);
+      placed += 32 * kPlaceUnroll;
+      __syncwarp();
+    }
+    if (lane == 0) {
+      bar_wait(smem_addr(&s_bar[j % stages]), static_cast<unsigned>(j / stages) & 1u);
+      const unsigned src = slot_of(j);
+      for (int s = 0; s < k; ++s)
+        bulk_store(rows + static_cast<int64_t>(s_place[j * k + s]) * row_bytes, src, row_bytes, policy);
+      bulk_commit();
+      const int r = j - lag;  // token r's stores have read its slot once at most lag groups are pending
+      if (r >= 0 && r + stages < mine) {
+        bulk_wait_read_dyn(lag);
+        bulk_load(slot_of(r), row_of(r + stages), row_bytes, smem_addr(&s_bar[r % stages]));
+      }
+    }
+    __syncwarp();
   }
-  __syncthreads();
-  if (tid < k) {
-    const int i = i0 + tid;
-    const int p = first + s_rank[tid];
-    order[p] = i;
-    dst[tid] = static_cast<int64_t>(p) * row_units;
-  }
-  __syncthreads();
+  if (lane != 0) return;
+  bulk_wait_read<0>();  // the ring stays until every store has read it
 }
 
-constexpr int kCopyThreads = 128;
-#ifndef MP_LDCS
-#define MP_LDCS 0  // tasks/stencil3d/bench/sweep/build.sh builds variants with -DMP_LDCS=0/1 -DMP_STCS=0/1 (streaming hints on the rows)
-#endif
-#ifndef MP_STCS
-#define MP_STCS 1
-#endif
-__device__ __forceinline__ uint4 load_row_chunk(const uint4* p) {
-#if MP_LDCS
-  return __ldcs(p);
-#else
-  return *p;
-#endif
-}
-__device__ __forceinline__ void store_row_chunk(uint4* p, uint4 v) {
-#if MP_STCS
-  __stcs(p, v);
-#else
-  *p = v;
-#endif
-}
-
-// One block per token, the row in 16-byte chunks: chunk c of the row goes to thread c % 128, V
-// chunks per thread, all loaded before the places are known.
-template <int V>
-__global__ void __launch_bounds__(kCopyThreads, 1)
-copy_rows_vec(const int* __restrict__ ids, const int* __restrict__ base, const uint4* __restrict__ x,
-              uint4* __restrict__ rows, int* __restrict__ order, int k, int experts, int chunks, int row_chunks) {
-  __shared__ int64_t s_dst[kMaxK];
-  __shared__ int s_tab[kMaxExperts];
+// Fallback when a ring block's entries do not fit beside two row buffers: one warp per token, one
+// bulk load of the row, k bulk stores issued by the slots' lanes.
+__global__ void __launch_bounds__(32)
+copy_rows_bulk(const int* __restrict__ ids, const int* __restrict__ ranks, const int* __restrict__ base,
+               const unsigned char* __restrict__ x, unsigned char* __restrict__ rows, int* __restrict__ order, int k,
+               int chunks, int row_bytes) {
+  __shared__ alignas(8) unsigned long long s_bar;
+  extern __shared__ __align__(128) unsigned char s_row[];
   const int64_t t = blockIdx.x;
-  const uint4* src = x + t * row_chunks;
-  uint4 v[V];
-#pragma unroll
-  for (int u = 0; u < V; ++u) {
-    const int c = static_cast<int>(threadIdx.x) + u * kCopyThreads;
-    if (c < row_chunks) v[u] = load_row_chunk(src + c);
+  const int lane = static_cast<int>(threadIdx.x);
+  const unsigned bar = smem_addr(&s_bar);
+  if (lane == 0) {
+    bar_init(bar);
+    bar_fence_init();
+    bulk_load(smem_addr(s_row), x + t * row_bytes, row_bytes, bar);
   }
-  entry_places<kCopyThreads>(ids, base, order, t, k, experts, chunks, row_chunks, s_tab, s_dst);
-  for (int s = 0; s < k; ++s) {
-    uint4* dst = rows + s_dst[s];
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-      const int c = static_cast<int>(threadIdx.x) + u * kCopyThreads;
-      if (c < row_chunks) store_row_chunk(dst + c, v[u]);
-    }
+  const int i = static_cast<int>(t) * k + lane;
+  const int e = lane < k ? ids[i] : 0;
+  wait_for_prerequisites();
+  __syncwarp();
+  if (lane < k) {
+    const int p = place_of(ranks, base, order, i, e, chunks);
+    bar_wait(bar, 0);
+    bulk_store(rows + static_cast<int64_t>(p) * row_bytes, smem_addr(s_row), row_bytes, evict_first_policy());
+    bulk_commit();
+    bulk_wait_read<0>();
   }
 }
 
@@ -214,15 +317,19 @@ constexpr int kScalarThreads = 256;
 // Any hidden, any alignment: one block per token, 2-byte columns, each loaded once and stored to
 // the token's k places.
 __global__ void __launch_bounds__(kScalarThreads)
-copy_rows_scalar(const int* __restrict__ ids, const int* __restrict__ base, const __nv_bfloat16* __restrict__ x,
-                 __nv_bfloat16* __restrict__ rows, int* __restrict__ order, int k, int experts, int chunks,
-                 int64_t hidden) {
+copy_rows_scalar(const int* __restrict__ ids, const int* __restrict__ ranks, const int* __restrict__ base,
+                 const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ rows, int* __restrict__ order, int k,
+                 int chunks, int64_t hidden) {
   __shared__ int64_t s_dst[kMaxK];
-  __shared__ int s_tab[kMaxExperts];
   const int64_t t = blockIdx.x;
-  entry_places<kScalarThreads>(ids, base, order, t, k, experts, chunks, hidden, s_tab, s_dst);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int i = static_cast<int>(t) * k + tid;
+  const int e = tid < k ? ids[i] : 0;
+  wait_for_prerequisites();
+  if (tid < k) s_dst[tid] = static_cast<int64_t>(place_of(ranks, base, order, i, e, chunks)) * hidden;
+  __syncthreads();
   const __nv_bfloat16* src = x + t * hidden;
-  for (int64_t c = threadIdx.x; c < hidden; c += kScalarThreads) {
+  for (int64_t c = tid; c < hidden; c += kScalarThreads) {
     const __nv_bfloat16 v = src[c];
     for (int s = 0; s < k; ++s) rows[s_dst[s] + c] = v;
   }
@@ -231,12 +338,12 @@ copy_rows_scalar(const int* __restrict__ ids, const int* __restrict__ base, cons
 // Launches kernel as a programmatic dependent of the previous launch on the stream (it may start
 // before that grid ends; its griddepcontrol.wait orders the reads of that grid's results).
 template <typename... Params, typename... Args>
-cudaError_t launch_dependent(void (*kernel)(Params...), unsigned grid, unsigned block, cudaStream_t stream,
-                             Args... args) {
+cudaError_t launch_dependent(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem,
+                             cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(grid);
   config.blockDim = dim3(block);
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -252,12 +359,31 @@ cudaError_t launch_dependent(void (*kernel)(Params...), unsigned grid, unsigned 
   return err;
 }
 
-template <int V>
-cudaError_t launch_vec(const int* ids, const int* base, const __nv_bfloat16* x, __nv_bfloat16* rows, int* order,
-                       int64_t tokens, int k, int experts, int chunks, int row_chunks, cudaStream_t stream) {
-  return launch_dependent(copy_rows_vec<V>, static_cast<unsigned>(tokens), kCopyThreads, stream, ids, base,
-                          reinterpret_cast<const uint4*>(x), reinterpret_cast<uint4*>(rows), order, k, experts,
-                          chunks, row_chunks);
+
+constexpr int kRingSmem = 200 * 1024 / RING_BPS;  // a ring block's dynamic shared memory: a count block fits beside it
+constexpr int kMaxBulkRow = 96 * 1024;            // the per-token fallback's row buffer, at most
+
+struct Setup {
+  bool done = false;
+  int sms = 0;
+  int* counts = nullptr;
+  int* ranks = nullptr;
+};
+
+cudaError_t setup(Setup& s) {
+  if (s.done) return cudaSuccess;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev);
+  if (err == cudaSuccess) err = cudaGetSymbolAddress(reinterpret_cast<void**>(&s.counts), g_counts);
+  if (err == cudaSuccess) err = cudaGetSymbolAddress(reinterpret_cast<void**>(&s.ranks), g_rank);
+  if (err == cudaSuccess)  // the [warp][expert] table: 64 KB at 1,024 experts
+    err = cudaFuncSetAttribute(count_rank_scan, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(kCountWarps * kMaxExperts * sizeof(uint16_t)));
+  if (err == cudaSuccess) err = cudaFuncSetAttribute(copy_rows_ring, cudaFuncAttributeMaxDynamicSharedMemorySize, kRingSmem);
+  if (err == cudaSuccess) err = cudaFuncSetAttribute(copy_rows_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxBulkRow);
+  s.done = err == cudaSuccess;
+  return err;
 }
 
 }  // namespace
@@ -265,35 +391,44 @@ cudaError_t launch_vec(const int* ids, const int* base, const __nv_bfloat16* x, 
 extern "C" int d2k_moe_permute(const void* topk_ids, const __nv_bfloat16* x, int* order, int* offsets,
                                __nv_bfloat16* rows, int64_t tokens, int64_t k, int64_t experts, int64_t hidden,
                                cudaStream_t stream) {
+  static Setup s;
   if (tokens <= 0 || k <= 0 || experts <= 0 || hidden <= 0) return 0;
   if (tokens > kMaxTokens || k > kMaxK || experts > kMaxExperts) return static_cast<int>(cudaErrorInvalidValue);
+  cudaError_t err = setup(s);
+  if (err != cudaSuccess) return static_cast<int>(err);
   const int* ids = static_cast<const int*>(topk_ids);
   const int n = static_cast<int>(tokens * k);
   const int chunks = (n + kChunk - 1) / kChunk;
   const int e = static_cast<int>(experts);
   const int kk = static_cast<int>(k);
-  int* counts = nullptr;
-  cudaError_t err = cudaGetSymbolAddress(reinterpret_cast<void**>(&counts), g_counts);
-  if (err != cudaSuccess) return static_cast<int>(err);
-  count_and_scan<<<chunks, kCountThreads, e * sizeof(int), stream>>>(ids, counts, offsets, n, e, chunks);
+  const int stride = (e + 1) / 2 * 2;  // the table's row: an even number of 16-bit counts
+  const size_t table = static_cast<size_t>(kCountWarps) * stride * sizeof(uint16_t);
+  count_rank_scan<<<chunks, kCountThreads, table, stream>>>(ids, s.counts, s.ranks, offsets, n, e, stride, chunks);
   err = cudaGetLastError();
   if (err != cudaSuccess) return static_cast<int>(err);
+  const int* ranks = s.ranks;
+  const int* base = s.counts;
   const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(rows)) & 15) == 0;
-  if (aligned && hidden % 8 == 0 && hidden <= 8 * 8 * kCopyThreads) {
-    const int c = static_cast<int>(hidden / 8);
-    switch ((c + kCopyThreads - 1) / kCopyThreads) {
-      case 1: err = launch_vec<1>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
-      case 2: err = launch_vec<2>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
-      case 3: err = launch_vec<3>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
-      case 4: err = launch_vec<4>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
-      case 5: err = launch_vec<5>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
-      case 6: err = launch_vec<6>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
-      case 7: err = launch_vec<7>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
-      default: err = launch_vec<8>(ids, counts, x, rows, order, tokens, kk, e, chunks, c, stream); break;
+  const int64_t row_bytes = hidden * 2;
+  if (aligned && hidden % 8 == 0) {
+    const int64_t grid = std::min<int64_t>(tokens, static_cast<int64_t>(s.sms) * RING_BPS);
+    const int64_t places = (tokens + grid - 1) / grid * k * static_cast<int64_t>(sizeof(int));
+    const int64_t stages = std::min<int64_t>(kMaxStages, (kRingSmem - places) / row_bytes);
+    if (stages >= 2) {
+      const int64_t want = RING_LAG > 0 ? RING_LAG : stages / 2;
+      const int lag = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({kMaxLag, stages - 1, want})));
+      return static_cast<int>(launch_dependent(
+          copy_rows_ring, static_cast<unsigned>(grid), 32, static_cast<size_t>(stages * row_bytes + places), stream, ids,
+          ranks, base, reinterpret_cast<const unsigned char*>(x), reinterpret_cast<unsigned char*>(rows), order,
+          static_cast<int>(tokens), kk, chunks, static_cast<int>(row_bytes), static_cast<int>(stages), lag));
     }
-  } else {
-    err = launch_dependent(copy_rows_scalar, static_cast<unsigned>(tokens), kScalarThreads, stream, ids,
-                           static_cast<const int*>(counts), x, rows, order, kk, e, chunks, hidden);
+    if (row_bytes <= kMaxBulkRow)
+      return static_cast<int>(launch_dependent(copy_rows_bulk, static_cast<unsigned>(tokens), 32,
+                                               static_cast<size_t>(row_bytes), stream, ids, ranks, base,
+                                               reinterpret_cast<const unsigned char*>(x),
+                                               reinterpret_cast<unsigned char*>(rows), order, kk, chunks,
+                                               static_cast<int>(row_bytes)));
   }
-  return static_cast<int>(err);
+  return static_cast<int>(launch_dependent(copy_rows_scalar, static_cast<unsigned>(tokens), kScalarThreads, 0, stream,
+                                           ids, ranks, base, x, rows, order, kk, chunks, hidden));
 }
