@@ -238,6 +238,11 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
     }
   }
   const auto job_deadline = t1 + ms(budget_s);  // fixed at dispatch: no frame extends it
+  auto take_frames = [&] {  // what the frame checker saw: at the result frame, and again at the reap
+    o.all_frames = frames.all_done();
+    for (std::size_t w = 0; w < job.workloads.size(); ++w)
+      if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
+  };
   bool have_result = false;
   for (;;) {
     // After the result only a short wait for the exit; before it, the inactivity deadline.
@@ -380,18 +385,14 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         o.proc->kill();
         break;
       }
-      o.all_frames = frames.all_done();
-      for (std::size_t w = 0; w < job.workloads.size(); ++w)
-        if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
+      take_frames();
       if (on_result) on_result(o);
     }
   }
   o.exit = o.proc->wait();
   o.run_s = since(t1);  // to the reap: the process, its CUDA context and any work it left, are gone
   o.timeline.emplace_back("reaped", o.run_s);
-  o.all_frames = frames.all_done();
-  for (std::size_t w = 0; w < job.workloads.size(); ++w)
-    if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
+  take_frames();
   if (o.failure.empty() && !o.result) {
     o.failure = "no_result";
     o.detail = "the runner " + o.exit.describe() + " without a result";
