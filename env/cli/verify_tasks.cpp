@@ -506,6 +506,10 @@ int verify(const Options& o, const std::string& command) {
   ec.compiler.scratch_dir = state / "trusted-scratch";
   ec.seeds = o.seeds;
   ec.gpu_resident = o.gpu_resident;
+  // verify-tasks compares the task's own kernels with library yardsticks timed one call at a time
+  // (flushed, launch included): it keeps the sampled medians, not the train's back-to-back time
+  // that a server's rewards use (EvalConfig::train, docs/timing-protocol.md).
+  ec.train = false;
   ec.agent_pool_size = 1;
   fs::create_directories(ec.state_dir);
   fs::create_directories(ec.compiler.cache_dir);

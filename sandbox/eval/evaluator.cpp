@@ -78,6 +78,11 @@ struct RunOutcome {
   std::map<std::size_t, std::uint64_t> keys;               // workload → the key released to it
   std::map<std::size_t, int> announced_samples;            // workload → timing_end's count
   std::map<std::size_t, int> warmups;                      // workload → the warm-up count sent with its key
+  std::map<std::size_t, int> records;                      // workload → the recorded warm-up (-1: none)
+  // The train (class 3): the parent's train line, the train_end frame (or the freeze after it)
+  // plus its snapshot's charge, and the owner's fill of the train's inputs (the parent's clock).
+  std::map<std::size_t, double> train_begin, train_end, train_fill_s;
+  std::map<std::size_t, int> train_calls;     // workload → the calls its train made (train_end)
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
@@ -190,7 +195,7 @@ bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error) 
 // GPU-resident path: takes workload w's first `calls` timed slots into the owner's own memory (the
 // agent runner is frozen meanwhile); returns the seconds by which the snapshot was later than its
 // own copy time allows (agent GPU work still running after timing_end), or -1 with `error`.
-using SnapPhase = std::function<double(std::size_t w, int calls, std::string& error)>;
+using SnapPhase = std::function<double(std::size_t w, int from, int calls, std::string& error)>;
 
 // Called once when the runner's result frame has arrived, before its exit is awaited (the process,
 // its CUDA context and any GPU work it left may still exist): announced samples are filled in.
@@ -288,6 +293,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
     } else if (name == "call") {
       ++o.calls;
       o.last_work_t = ev.t;
+
     } else if (name == "timing_ready") {
       // Released only now: the inputs of this phase's calls did not exist before this line.
       const auto w = ev.body.at("workload").get<std::size_t>();
@@ -298,9 +304,71 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       o.warmups[w] = warmup;
       // Class 13: with launch records, one warm-up's launches are recorded too, drawn here.
       const int record = job.record_launches && warmup > 0 ? static_cast<int>(fresh_secret() % static_cast<std::uint64_t>(warmup)) : -1;
+      o.records[w] = record;
+      const int room = job.workloads[w].train;
       std::string err;
+      if (room > 0 && fill_phase && snap_phase) {
+        // The owner makes the inputs of the whole room and poisons its slots: the train stops at
+        // the room or at the time cap (after its least calls) and says how many it made.
+        // The train (class 3): the owner makes its calls' inputs and poisons their slots; the
+        // window opens at the train line; the warm-ups' and samples' inputs come after train_end.
+        const auto t_fill = Clock::now();
+        if (!fill_phase(w, key, room, 0, err)) {
+          o.failure = "arena";
+          o.detail = err.empty() ? "the owner did not make the train's inputs" : err;
+          o.proc->kill();
+          break;
+        }
+        o.train_fill_s[w] = since(t_fill);
+        o.train_begin[w] = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
+        continue;
+      }
+      if (room > 0) {
+        o.failure = "arena";
+        o.detail = "a train without the owner's arena";
+        o.proc->kill();
+        break;
+      }
       const double begin =
           release_phase(*o.proc, w, key, warmup, warmup + timed_slots(job, w), fill_phase, err, record);
+      if (!err.empty()) {
+        o.failure = "arena";
+        o.detail = err;
+        o.proc->kill();
+        break;
+      }
+      o.timing_begin[w] = begin;
+    } else if (name == "train_end") {
+      // The train's end: freeze the agent runner, have the owner take the train's slots (as at a
+      // phase's end: what agent code writes there later is never compared), thaw; then the rest of
+      // the phase: its warm-ups' and samples' inputs, and the go line.
+      const auto w = ev.body.at("workload").get<std::size_t>();
+      const int train = ev.body.at("calls").get<int>();  // frames checked it: in the room
+      o.train_calls[w] = train;
+      o.last_work_t = ev.t;
+      if (train < std::min(job.workloads[w].train, std::max(1, cfg.train_min_calls))) {
+        o.failure = "forged_frame";
+        o.detail = "a frame the protocol does not allow on the runner's channel: a train shorter than its line's least calls";
+        o.proc->kill();
+        break;
+      }
+      const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
+      const auto t_snap = Clock::now();
+      std::string err;
+      const double late = snap_phase(w, 0, train, err);
+      const double thawed = o.proc->thaw();
+      o.last_work_t = std::max(o.last_work_t, thawed);
+      o.frozen_s += since(t_snap);
+      if (late < 0) {
+        o.failure = "snapshot";
+        o.detail = err;
+        o.proc->kill();
+        break;
+      }
+      o.train_end[w] = (frozen >= 0 ? frozen : ev.t) + late;
+      const int warmup = o.warmups[w];
+      const double begin = release_phase(*o.proc, w, o.keys[w], warmup, train + warmup + timed_slots(job, w), fill_phase,
+                                         err, o.records[w], train);
       if (!err.empty()) {
         o.failure = "arena";
         o.detail = err;
@@ -320,7 +388,8 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
         const auto t_snap = Clock::now();
         std::string err;
-        const double late = snap_phase(w, o.warmups[w] + ev.body.at("samples").get<int>(), err);
+        const int train = o.train_calls.count(w) != 0 ? o.train_calls[w] : 0;  // taken at train_end already
+        const double late = snap_phase(w, train, train + o.warmups[w] + ev.body.at("samples").get<int>(), err);
         const double thawed = o.proc->thaw();
         o.last_work_t = std::max(o.last_work_t, thawed);
         o.frozen_s += since(t_snap);
@@ -498,15 +567,35 @@ double candidate_budget_s(const EvalConfig& cfg, const Job& job, std::optional<d
 }
 
 double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, int warmup, int calls,
-                     const FillPhase& fill, std::string& error, int record) {
+                     const FillPhase& fill, std::string& error, int record, int from) {
   if (!fill) return runner.send_line(phase_line(w, key, warmup, record));
   // GPU-resident with an input arena: the trusted owner makes every timed call's inputs from the
   // key; the agent runner gets a keyless go line, only once they exist (class 11).
-  if (!fill(w, key, calls, error)) {
+  if (!fill(w, key, calls, from, error)) {
     if (error.empty()) error = "the owner did not make the phase's inputs";
     return -1;
   }
   return runner.send_line(phase_line(w, std::nullopt, warmup, record));
+}
+
+int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl) {
+  if (!cfg.train || !wl.time) return 0;
+  const std::uint64_t bytes = std::max<std::uint64_t>(call_bytes(wl), 1);
+  const std::uint64_t want = (cfg.train_bytes + bytes - 1) / bytes;
+  const std::uint64_t most = std::max<std::uint64_t>(2, cfg.timing.batch_bytes / bytes);
+  const std::uint64_t lo = static_cast<std::uint64_t>(std::max(cfg.train_min_calls, 2));
+  const std::uint64_t hi = static_cast<std::uint64_t>(std::max(cfg.train_max_calls, 2));
+  return static_cast<int>(std::min({std::max(want, lo), hi, most}));
+}
+
+double train_time_s(double window_s, int calls, double fill_took_s, double fill_ref_s, const ParentBound& bound,
+                    double* charge_s) {
+  double charge = 0;
+  if (std::isfinite(fill_took_s) && std::isfinite(fill_ref_s))
+    charge = std::max(0.0, fill_took_s - (1 + bound.fill_rel_slack) * std::max(0.0, fill_ref_s) - bound.fill_allow_s);
+  if (charge_s != nullptr) *charge_s = charge;
+  if (calls <= 0 || !std::isfinite(window_s)) return 0;
+  return std::max(0.0, window_s + charge) / calls;
 }
 
 double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound) {
@@ -680,6 +769,10 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     TimingSpec timing = config_.timing;
     timing.enabled = req.timing;
     cand_job = make_job(task, workloads, seeds, req.so_path.string(), timing);
+    // The train (class 3): GPU-resident agent-mode evaluations only; the owner's job keeps the
+    // count too (the same slot layout and arena).
+    if (config_.gpu_resident && !req.trusted && req.timing)
+      for (auto& wl : cand_job.workloads) wl.train = train_calls_for(config_, wl);
     ref_so = build_trusted(task, task.reference_path());
     ref_job = cand_job;
     ref_job.so_path = ref_so.string();
@@ -852,9 +945,9 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   };
 
   // GPU-resident: each timed phase's snapshot, taken by the owner.
-  const SnapPhase snap_phase = [&](std::size_t w, int calls, std::string& error) -> double {
+  const SnapPhase snap_phase = [&](std::size_t w, int from, int calls, std::string& error) -> double {
     const auto t0 = Clock::now();
-    const auto r = ask_owner(json{{"snap", w}, {"calls", calls}}.dump(), "snapped", w, 10000, "snapshot", error);
+    const auto r = ask_owner(json{{"snap", w}, {"from", from}, {"calls", calls}}.dump(), "snapped", w, 10000, "snapshot", error);
     if (!r) return -1;
     const double took = since(t0);
     res.phases.snap_s += took;
@@ -869,13 +962,14 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   // GPU-resident: each timed phase's inputs, made by the owner in its arena from the phase's key
   // (never sent to the agent runner), before the parent's go line opens the phase's window. A CSR
   // structure is host-built (about a second per 50 M nonzeros): a generous wait.
-  const FillPhase fill_phase = [&](std::size_t w, std::uint64_t key, int calls, std::string& error) -> bool {
+  std::map<std::size_t, double> owner_train_fill_s;  // the owner's own time of each train fill (its reply)
+  const FillPhase fill_phase = [&](std::size_t w, std::uint64_t key, int calls, int from, std::string& error) -> bool {
     const auto t0 = Clock::now();
-    const bool filled = ask_owner(arena_fill_line(w, key, calls), "filled", w,
-                                  static_cast<int>(config_.job_timeout_s * 1000), "fill", error)
-                            .has_value();
+    const auto r = ask_owner(arena_fill_line(w, key, calls, from), "filled", w,
+                             static_cast<int>(config_.job_timeout_s * 1000), "fill", error);
     res.phases.fill_s += since(t0);
-    return filled;
+    if (r && from == 0) owner_train_fill_s[w] = r->value("took_s", since(t0));
+    return r.has_value();
   };
 
   // The owner's replay of every timed call the candidate made in each workload's phase: the key the
@@ -887,13 +981,15 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       const auto n = c.announced_samples.find(w);
       const auto warm = c.warmups.find(w);
       if (key == c.keys.end() || n == c.announced_samples.end() || warm == c.warmups.end()) continue;
-      const int calls = warm->second + n->second;
+      const auto made = c.train_calls.find(w);
+      const int train = made == c.train_calls.end() ? 0 : made->second;
+      const int calls = train + warm->second + n->second;
       if (calls <= 0) continue;
       ref_job.workloads[w].replay_key = key->second;
-      ref_job.workloads[w].replay_samples = calls;  // warm-ups and samples: every timed call is verified
-      ref_job.workloads[w].replay_batch = warm->second + timed_slots(cand_job, w);  // the candidate's batch
+      ref_job.workloads[w].replay_samples = calls;  // the train, warm-ups and samples: every timed call is verified
+      ref_job.workloads[w].replay_batch = train + warm->second + timed_slots(cand_job, w);  // the candidate's batch
       replay.push_back({{"workload", w}, {"key", key->second}, {"samples", calls},
-                        {"batch", ref_job.workloads[w].replay_batch}});
+                        {"batch", ref_job.workloads[w].replay_batch}, {"train", train}});
     }
     return json{{"replay", replay}};
   };
@@ -1003,12 +1099,19 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     return finish(Outcome::flagged, "the runner's result does not list the workloads it was given");
   }
 
+  // The calls the candidate's train made in workload w's phase (0: none).
+  auto train_of = [&](std::size_t w) {
+    const auto it = cand.train_calls.find(w);
+    return it == cand.train_calls.end() ? 0 : it->second;
+  };
   // Timed calls the candidate made in workload w's phase: the warm-ups its key asked for and the
   // samples it announced (-1: no phase).
   auto timed_calls = [&](std::size_t w) {
     const auto n = cand.announced_samples.find(w);
     const auto warm = cand.warmups.find(w);
-    return n == cand.announced_samples.end() || warm == cand.warmups.end() ? -1 : warm->second + n->second;
+    return n == cand.announced_samples.end() || warm == cand.warmups.end()
+               ? -1
+               : train_of(w) + warm->second + n->second;
   };
   // 2. The trusted reference with the same correctness seeds, and a replay of every timed call the
   // candidate made (the keys the parent released to it, its warm-ups and announced samples).
@@ -1061,8 +1164,10 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
         ++expected;
       }
       const auto& rchecks = ref.result->workloads[w].checks;
-      if (rchecks.size() != expected)
-        return finish(Outcome::internal_error, "the reference compared " + std::to_string(rchecks.size()) + " outputs of " +
+      std::size_t compared = 0;  // the owner merges runs of timed slots' checks (TensorCheck::span)
+      for (const TensorCheck& c : rchecks) compared += c.span;
+      if (compared != expected)
+        return finish(Outcome::internal_error, "the reference compared " + std::to_string(compared) + " outputs of " +
                                                    workloads[w]->name + ", expected " + std::to_string(expected));
       WorkloadEval we;
       we.name = workloads[w]->name;
@@ -1221,7 +1326,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       const double per_call = ref.result->sample_overhead_s;
       const double batch = ref.result->workloads[w].batch_in_s + ref.result->workloads[w].batch_out_s;
       TimingResult all_calls = *we.timing;
-      all_calls.samples = timed_calls(w);  // warm-ups (drawn per phase) and samples
+      all_calls.samples = timed_calls(w) - train_of(w);  // warm-ups (drawn per phase) and samples
       const double window = e->second - b->second;
       double below = 0;
       we.window_s = window;
@@ -1261,6 +1366,31 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       we.median_floor_s = std::max(bound.median_of_mean * bounded_mean,
                                    parent_floor_per_call_s(all_calls.samples, window, per_call, batch, bound));
       we.timing->median_s = std::max(we.timing->median_s, we.median_floor_s);
+      // With a train (class 3) the workload's time is the train's, on the parent's clock alone: the
+      // sampled figures above are the runner's claims (bounded, reported, never the reward's).
+      if (const int train = train_of(w); cand_job.workloads[w].train > 0) {
+        const auto tb = cand.train_begin.find(w);
+        const auto te = cand.train_end.find(w);
+        const auto tf = cand.train_fill_s.find(w);
+        if (train <= 0 || tb == cand.train_begin.end() || te == cand.train_end.end() || tf == cand.train_fill_s.end() ||
+            te->second < tb->second) {
+          res.flags.push_back("forged_result_channel");
+          return finish(Outcome::flagged, "the train of workload " + we.name + " does not match what the runner reported while running");
+        }
+        we.train_calls = train;
+        we.train_window_s = te->second - tb->second;
+        // The fill charge compares the owner's own time of the train's fill (GPU work by agent code
+        // that time-slices with it lengthens it) with its replay of the same fill; the parent's
+        // round trip is reported beside (its pipe hops hold no input generation: before them the
+        // inputs do not exist, after them the window is open).
+        const auto own = owner_train_fill_s.find(w);
+        we.train_fill_s = own != owner_train_fill_s.end() ? own->second : tf->second;
+        we.train_fill_roundtrip_s = tf->second;
+        we.train_fill_ref_s = ref.result->workloads[w].train_fill_s;
+        we.train_s = train_time_s(we.train_window_s, train, we.train_fill_s, we.train_fill_ref_s, bound,
+                                  &we.train_fill_charge_s);
+        we.timing->median_s = we.train_s;
+      }
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
     }
@@ -1332,7 +1462,11 @@ CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu) {
   std::string toolchain = config_.toolchain;
   if (toolchain.empty() && compiler_) toolchain = compiler_->toolchain_version();
   const std::string driver = d.driver.empty() ? std::to_string(d.cuda_driver_version) : d.driver;
-  const std::string key = CalibrationCache::key(d.name, driver, toolchain, task.content_hash);
+  // With the train (class 3) the experts are measured as an agent's kernel is (the GPU-resident
+  // path, the train's time): the reward compares like with like. The key says which measure.
+  const bool by_train = config_.train && config_.gpu_resident;
+  const std::string measure = by_train ? "|train" : "";
+  const std::string key = CalibrationCache::key(d.name, driver, toolchain, task.content_hash + measure);
   if (auto hit = calibration_->find(key)) return *hit;
 
   auto time_of = [&](const std::filesystem::path& cu) {
@@ -1342,7 +1476,7 @@ CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu) {
     r.workloads = WorkloadSet::all;
     r.gpu = gpu;
     r.seeds = 1;
-    r.trusted = true;
+    r.trusted = !by_train;
     const EvalResult e = evaluate(r);
     if (!e.ok()) throw std::runtime_error("calibration of " + cu.filename().string() + ": " + std::string(sandbox::to_string(e.status)) + ": " + e.message);
     std::map<std::string, double> times;
@@ -1358,7 +1492,7 @@ CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu) {
   // The compiler exists now, so the key can carry its version when the config gave none.
   std::string final_toolchain = config_.toolchain;
   if (final_toolchain.empty() && compiler_) final_toolchain = compiler_->toolchain_version();
-  calibration_->store(CalibrationCache::key(d.name, driver, final_toolchain, task.content_hash), entry);
+  calibration_->store(CalibrationCache::key(d.name, driver, final_toolchain, task.content_hash + measure), entry);
   return entry;
 }
 
@@ -1379,6 +1513,15 @@ json WorkloadEval::to_json() const {
     j["claimed_median_s"] = claimed_median_s;
     j["runner_batch_s"] = runner_batch_s;
     j["snapshot_late_s"] = snapshot_late_s;
+    if (train_calls > 0) {
+      j["train_calls"] = train_calls;
+      j["train_window_s"] = train_window_s;
+      j["train_fill_charge_s"] = train_fill_charge_s;
+      j["train_fill_s"] = train_fill_s;
+      j["train_fill_roundtrip_s"] = train_fill_roundtrip_s;
+      j["train_fill_ref_s"] = train_fill_ref_s;
+      j["train_s"] = train_s;
+    }
   }
   if (launches) {
     json ls = json::array();

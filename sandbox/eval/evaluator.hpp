@@ -63,6 +63,16 @@ struct ParentBound {
   // beyond the copy's own time (the parent's and the owner's pipe hops and wake-ups) before the
   // excess is charged to the phase's window.
   double snapshot_allow_s = 1e-3;
+  // GPU-resident train (class 3): the owner's making of the train's inputs (its own time, inside
+  // the phase, the agent runner waiting for its train line) may take fill_rel_slack × the owner's
+  // replay of the same fill (after the candidate) + fill_allow_s (launch jitter) before the excess
+  // is charged to the train's window: agent GPU work that ran while the inputs were made (e.g.
+  // from a second context) time-slices with the owner and lengthens its fill, and that is the
+  // train's time.
+  // (H200, 2026-12-02 22:54Z: an honest kernel's train fills of 2048 small calls, launch-bound,
+  // took 15-21 ms against replays of 15-20 ms, own/replay up to 1.35.)
+  double fill_rel_slack = 0.5;
+  double fill_allow_s = 1e-3;
   // The host path's bound (threat-v4, 2026-12-02): main's older slack, which passed its H200 runs,
   // written in the batch's terms. On main every sample carried its own inputs and hand-over in its
   // per-call overhead with 50 % slack; with the batch that is 50 % of B. The tight constants above
@@ -126,6 +136,23 @@ struct EvalConfig {
   // (vector_add, softmax, rmsnorm, gemm_bf16: baseline and L3) was flagged on it. Off: the host path,
   // with main's looser slack (ParentBound::host).
   bool gpu_resident = true;
+  // The train (issue 23, class 3; GPU-resident agent-mode evaluations): before each timed phase's
+  // warm-ups and samples, `train` calls run one after another (a device-wide synchronisation after
+  // each, nothing else), each on its own inputs from the owner's arena, writing straight into its
+  // owner-poisoned output slot; the parent's clock from its train
+  // line to the train_end frame (plus the snapshot's and the fill's charges), over the calls, is the
+  // workload's time. Nothing the agent's process reports enters it. The room per workload (the
+  // most calls, in the layout and the arena): train_bytes / (the call's input and output bytes),
+  // within [train_min_calls, train_max_calls] and at most timing.batch_bytes of calls (at least 2).
+  // Each phase's train makes at least train_min_calls (at most the room), then stops at the room or
+  // once train_cap_s has passed, whichever comes first, and says how many it made (each is
+  // verified; the time is the window over them). Off: the claimed median raised to the parent's
+  // floor (as before; verify-tasks, the host path).
+  bool train = true;
+  std::uint64_t train_bytes = 12ull << 30;
+  int train_min_calls = 3;
+  int train_max_calls = 2048;
+  double train_cap_s = 0.1;
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
   TrustedBuild build_trusted;
@@ -177,6 +204,15 @@ struct WorkloadEval {
   // GPU-resident: how much later than its own copy time the owner's snapshot of this phase's
   // outputs finished (charged to window_s: agent GPU work that ran after timing_end).
   double snapshot_late_s = 0;
+  // The train (EvalConfig::train; 0 calls: none). train_s is the workload's time then
+  // (timing->median_s): (train_window_s + train_fill_charge_s) / train_calls, where the window runs
+  // from the parent's train line to train_end (or the freeze after it) plus its snapshot's charge.
+  int train_calls = 0;
+  double train_window_s = 0;
+  double train_fill_charge_s = 0;
+  // The train's fill: the owner's own time, the parent's round trip, the owner's replay of it.
+  double train_fill_s = 0, train_fill_roundtrip_s = 0, train_fill_ref_s = 0;
+  double train_s = 0;
   std::optional<std::vector<LaunchRecord>> launches;  // when requested and the runner could record
   nlohmann::json to_json() const;
 };
@@ -317,7 +353,8 @@ double snapshot_charge_s(double took_s, double copy_s, const ParentBound& bound)
 
 // GPU-resident path with an input arena (issue 23, class 11): has the owner make workload w's first
 // `calls` timed calls' inputs from `key` in its arena; false with `error` when it could not.
-using FillPhase = std::function<bool(std::size_t w, std::uint64_t key, int calls, std::string& error)>;
+// (Calls [from, calls): a train's fill is from 0 to the train's count, the phase's from there on.)
+using FillPhase = std::function<bool(std::size_t w, std::uint64_t key, int calls, int from, std::string& error)>;
 // The parent's answer to a timed phase's timing_ready (workload w, its key and warm-up count, the
 // phase's `calls` = warm-ups + sample slots). With `fill` (GPU-resident): the key goes to the owner
 // through it and the agent runner gets the keyless go line; without: the key line goes to the runner
@@ -325,7 +362,14 @@ using FillPhase = std::function<bool(std::size_t w, std::uint64_t key, int calls
 // Returns the time of the runner's line (the window's start, RunnerProcess::send_line), or -1 with
 // `error` when the owner could not make the inputs.
 double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, int warmup, int calls,
-                     const FillPhase& fill, std::string& error, int record = -1);
+                     const FillPhase& fill, std::string& error, int record = -1, int from = 0);
+// The train's room for a workload (EvalConfig::train; 0 when off).
+int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl);
+// The train's per-call time: (window_s + charge) / calls, the charge being the owner's own time of
+// the train's fill (fill_took_s) beyond (1 + bound.fill_rel_slack) × its replay of the same fill
+// (fill_ref_s) + bound.fill_allow_s; `charge_s` receives it. 0 when calls <= 0 or the window is not finite.
+double train_time_s(double window_s, int calls, double fill_took_s, double fill_ref_s, const ParentBound& bound,
+                    double* charge_s);
 // The most the candidate's tail may take, given the reference's end (result frame to reap).
 double tail_allowance_s(double reference_exit_s, const ParentBound& bound);
 

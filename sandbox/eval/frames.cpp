@@ -21,7 +21,7 @@ FrameChecker::FrameChecker(const Job& job)
   // that both ends compute the same slot layout.
   const bool owner = job.gpu_slots == SlotsRole::owner;
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
-    workloads_.push_back({!owner && job.timing.enabled && job.workloads[w].time, timed_slots(job, w)});
+    workloads_.push_back({!owner && job.timing.enabled && job.workloads[w].time, timed_slots(job, w), job.workloads[w].train});
 }
 
 void FrameChecker::next_workload() {
@@ -81,10 +81,18 @@ std::string FrameChecker::accept(const json& frame) {
   }
   if (ev == "timing_ready") {
     if (phase_ != Phase::after_calls) return "timing_ready before the workload's calls, twice, or for an untimed workload";
+    phase_ = workloads_[w_].train > 0 ? Phase::train : Phase::timing;
+    return "";
+  }
+  if (ev == "train_end") {
+    if (phase_ != Phase::train) return "train_end without timing_ready, twice, or for a workload without a train";
+    const long long n = index_field(frame, "calls");
+    if (n < 1 || n > workloads_[w_].train) return "train_end without a call count in the train's room";
     phase_ = Phase::timing;
     return "";
   }
   if (ev == "timing_end") {
+    if (phase_ == Phase::train) return "timing_end before the train's train_end";
     if (phase_ != Phase::timing) return "timing_end without timing_ready";
     const long long n = index_field(frame, "samples");
     if (n < 1 || n > workloads_[w_].slots) return "timing_end without a sample count the job allows";

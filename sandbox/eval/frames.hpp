@@ -33,11 +33,12 @@ class FrameChecker {
   int announced_samples(std::size_t w) const;
 
  private:
-  enum class Phase { calls, after_calls, timing };
+  enum class Phase { calls, after_calls, train, timing };
   void next_workload();
   struct Wl {
     bool timed = false;
     int slots = 0;  // most samples a timing_end may announce (every one is handed over)
+    int train = 0;  // the train's calls: a train_end with this count is due before timing_end
   };
   std::vector<Wl> workloads_;
   std::size_t seeds_ = 0;

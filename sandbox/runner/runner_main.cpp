@@ -35,6 +35,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -480,9 +481,13 @@ class Runner {
       try {
         const auto w = snap.at("snap").get<std::size_t>();
         const int calls = snap.at("calls").get<int>();
-        if (w >= job_.workloads.size() || calls < 0 || calls > timed_call_slots(job_, w)) throw Stop{Outcome::bad_job, "snapshot out of the layout"};
+        // From the first call not yet taken: a train's calls are taken at its train_end, the rest
+        // at the phase's timing_end (what agent code wrote into a train slot since is never taken).
+        const int from = snap.value("from", 0);
+        if (w >= job_.workloads.size() || calls < 0 || calls > timed_call_slots(job_, w) || from < 0 || from > calls)
+          throw Stop{Outcome::bad_job, "snapshot out of the layout"};
         for (const Slot& sl : layout_.slots) {
-          if (sl.workload != w || sl.seed_index >= 0 || -1 - sl.seed_index >= calls) continue;
+          if (sl.workload != w || sl.seed_index >= 0 || -1 - sl.seed_index >= calls || -1 - sl.seed_index < from) continue;
           const cudaError_t rc = cudaMemcpyAsync(static_cast<char*>(snap_) + sl.offset, slots_.data() + sl.offset, sl.bytes,
                                                  cudaMemcpyDeviceToDevice, gpu_.stream);
           if (rc != cudaSuccess && error.empty()) error = cudaGetErrorString(rc);
@@ -507,9 +512,7 @@ class Runner {
     cudaEventDestroy(c1);
     ::close(slots_fd_);
     slots_fd_ = -1;
-    // The candidate has exited: its inputs are no longer needed (the replay makes its own, from the key).
     arena_used_ = arena_.mapped();
-    arena_.release();
     try {
       const json go = json::parse(line);
       for (const auto& r : go.at("replay")) {
@@ -522,46 +525,81 @@ class Runner {
         const int batch = r.value("batch", 0);
         if (batch < 0 || batch > cap) throw Stop{Outcome::bad_job, "replay batch out of the layout"};
         job_.workloads[w].replay_batch = batch;
+        const int train = r.value("train", 0);
+        if (train < 0 || train > job_.workloads[w].train || train > n) throw Stop{Outcome::bad_job, "replay train out of the layout"};
+        job_.workloads[w].replay_train = train;
+        // The fill charge's reference (class 3): the train's fill again, the same work into the
+        // same memory (the room's inputs, its slots poisoned, the L2 flushed), now that the
+        // candidate has exited and nothing else runs on the GPU. The slots it poisons are the
+        // train's room, whose outputs are compared from the owner's phase snapshots, never from
+        // the slots themselves.
+        if (train > 0 && arena_.mapped() && w < arena_phases_.size()) {
+          const auto t = Clock::now();
+          make_arena_inputs(w, job_.workloads[w].replay_key, 0, std::min(job_.workloads[w].train, arena_phases_[w].calls));
+          RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
+          train_fill_ref_[w] = seconds_since(t);
+        }
       }
     } catch (const json::exception& e) {
       throw Stop{Outcome::bad_job, std::string("bad go line: ") + e.what()};
     }
+    // The candidate has exited: its inputs are no longer needed (the replay makes its own, from the key).
+    arena_.release();
   }
 
-  // GPU-resident owner: the parent's {"fill": w, "key": k, "calls": n} (the agent runner waits at
+  // Owner: timed calls [from, calls) of workload w get their inputs in the arena (no sync); with a
+  // train, the first fill (from 0) also poisons the train's slots and flushes the L2 (its calls
+  // write straight into their slots and start cold).
+  void make_arena_inputs(std::size_t w, std::uint64_t key, int from, int calls) {
+    const ArenaPhase& phase = arena_phases_[w];
+    const WireWorkload& wl = job_.workloads[w];
+    for (std::size_t a = 0; a < wl.args.size(); ++a) {
+      if (phase.arg_offset[a] < 0) continue;
+      if (phase.shared[a]) {  // once per phase, with its first fill
+        if (from == 0) upload_csr_part(wl.args[a], arena_.data() + phase.at(0, a), timed_seed(key, 0));
+        continue;
+      }
+      for (int c = from; c < calls; ++c)
+        RUNNER_CUDA(generate(arena_.data() + phase.at(c, a), wl.args[a].dtype, wl.args[a].count, wl.args[a].gen,
+                             timed_seed(key, static_cast<std::uint64_t>(c)), static_cast<std::uint32_t>(a),
+                             gpu_.stream), runtime_error);
+    }
+    if (from == 0 && wl.train > 0) poison_train_slots(w, std::min(calls, wl.train));
+  }
+
+  // Owner: the output slots of workload w's train calls 0..calls-1 poisoned, then the L2 flushed.
+  void poison_train_slots(std::size_t w, int calls) {
+    for (const Slot& sl : layout_.slots)
+      if (sl.workload == w && sl.seed_index < 0 && -1 - sl.seed_index < calls)
+        RUNNER_CUDA(cudaMemsetAsync(slots_.data() + sl.offset, 0xFF, sl.bytes, gpu_.stream), runtime_error);
+    RUNNER_CUDA(l2_flush(gpu_.flush, gpu_.flush_bytes, gpu_.salt++, gpu_.stream), runtime_error);
+  }
+
+  // GPU-resident owner: the parent's {"fill": w, "key": k, "from": f, "calls": n} (the agent runner waits at
   // its timing_ready): timed calls 0..n-1 of workload w get their inputs in the arena, each from
   // timed_seed(k, c), a CSR structure once from timed_seed(k, 0), made by the same code as any other
   // runner's; the reply {"filled": w, "error"} goes back on the slots socket once they exist.
   void fill_arena(const json& line) {
+    const auto t0 = Clock::now();
     std::string error;
     long long w_out = -1;
     try {
       const auto w = line.at("fill").get<std::size_t>();
       const auto key = line.at("key").get<std::uint64_t>();
       const int calls = line.at("calls").get<int>();
+      const int from = line.value("from", 0);
       w_out = static_cast<long long>(w);
-      if (w >= arena_phases_.size() || calls < 0 || calls > arena_phases_[w].calls)
+      if (w >= arena_phases_.size() || calls < 0 || calls > arena_phases_[w].calls || from < 0 || from > calls)
         throw Stop{Outcome::bad_job, "arena fill out of the layout"};
-      const ArenaPhase& phase = arena_phases_[w];
-      const WireWorkload& wl = job_.workloads[w];
-      for (std::size_t a = 0; a < wl.args.size(); ++a) {
-        if (phase.arg_offset[a] < 0) continue;
-        if (phase.shared[a]) {
-          upload_csr_part(wl.args[a], arena_.data() + phase.at(0, a), timed_seed(key, 0));
-          continue;
-        }
-        for (int c = 0; c < calls; ++c)
-          RUNNER_CUDA(generate(arena_.data() + phase.at(c, a), wl.args[a].dtype, wl.args[a].count, wl.args[a].gen,
-                               timed_seed(key, static_cast<std::uint64_t>(c)), static_cast<std::uint32_t>(a),
-                               gpu_.stream), runtime_error);
-      }
+      make_arena_inputs(w, key, from, calls);
       RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
     } catch (const json::exception& e) {
       error = std::string("bad fill line: ") + e.what();
     } catch (const Stop& s) {
       error = s.message;
     }
-    const std::string text = json{{"filled", w_out}, {"error", error}}.dump() + "\n";
+    // took_s: the fill's own time here (the parent's round trip adds its pipe hops and wake-ups).
+    const std::string text = json{{"filled", w_out}, {"error", error}, {"took_s", seconds_since(t0)}}.dump() + "\n";
     if (::write(slots_fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
       throw Stop{Outcome::setup_error, "arena fill reply: " + std::string(std::strerror(errno))};
     if (!error.empty()) throw Stop{Outcome::runtime_error, "arena fill: " + error};
@@ -752,18 +790,22 @@ class Runner {
           void* shared = alloc(bytes);
           for (auto& c : batch) c[a] = shared;
         } else {
-          for (auto& c : batch) c[a] = alloc(bytes);
+          // The train's calls (class 3) write straight into their owner-poisoned output slots.
+          for (int c = 0; c < calls; ++c) {
+            const Slot* slot = keyless && wl.args[a].role == ArgRole::output && c < wl.train ? layout_.find(w, -1 - c, a) : nullptr;
+            batch[static_cast<std::size_t>(c)][a] = slot != nullptr ? slots_.data() + slot->offset : alloc(bytes);
+          }
         }
       }
     };
     // The measured batch: the first `calls` calls' inputs from the key, outputs poisoned (either half
     // alone where asked: a keyless agent runner only poisons, its inputs are in the arena).
-    auto fill_batch = [&](int calls, std::uint64_t key, bool inputs = true, bool outputs = true) {
+    auto fill_batch = [&](int calls, std::uint64_t key, bool inputs = true, bool outputs = true, int from = 0) {
       if (calls > static_cast<int>(batch.size())) throw Stop{Outcome::bad_job, "batch larger than its allocation"};
       for (std::size_t a = 0; a < n; ++a)
-        if (inputs && wl.args[a].role != ArgRole::scalar && is_csr(a) && !batch.empty())
+        if (inputs && from == 0 && wl.args[a].role != ArgRole::scalar && is_csr(a) && !batch.empty())
           upload_csr(batch[0][a], a, timed_seed(key, 0));
-      for (int c = 0; c < calls; ++c)
+      for (int c = from; c < calls; ++c)
         fill(batch[static_cast<std::size_t>(c)], timed_seed(key, static_cast<std::uint64_t>(c)), inputs, outputs);
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
     };
@@ -775,6 +817,7 @@ class Runner {
         const Slot* slot = layout_.find(w, seed_index, a);
         if (slot == nullptr) continue;
         if (job_.gpu_slots == SlotsRole::user) {  // device to device, into the owner's memory
+          if (ptrs[a] == slots_.data() + slot->offset) continue;  // the train's room: written in place
           RUNNER_CUDA(cudaMemcpyAsync(slots_.data() + slot->offset, ptrs[a], slot->bytes, cudaMemcpyDeviceToDevice,
                                       gpu_.stream), runtime_error);
           RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
@@ -854,9 +897,16 @@ class Runner {
       // The candidate's window held its inputs' making, unless the owner made them in its arena
       // before the window opened (then only the poison is inside it, and only that is timed here).
       const bool inputs_outside = job_.gpu_slots == SlotsRole::owner && arena_used_;
-      if (inputs_outside) fill_batch(std::max(wl.replay_batch, calls), wl.replay_key, true, false);
+      // The candidate's train (its first `train` calls) wrote straight into its slots, which the
+      // owner poisoned in its fill: none of that was in the candidate's batch, whose poison (timed
+      // here, as B) starts after them. (The fill charge's reference, train_fill_s, was timed when
+      // the go line came, on the arena itself.)
+      const int train = inputs_outside ? std::min(wl.replay_train, calls) : 0;
+      const int all = std::max(wl.replay_batch, calls);
+      if (auto it = train_fill_ref_.find(w); it != train_fill_ref_.end()) wr.train_fill_s = it->second;
+      if (inputs_outside) fill_batch(all, wl.replay_key, true, false);
       auto t0 = Clock::now();
-      fill_batch(std::max(wl.replay_batch, calls), wl.replay_key, !inputs_outside, true);
+      fill_batch(all, wl.replay_key, !inputs_outside, true, train);
       wr.batch_in_s = seconds_since(t0);
       auto beat = Clock::now();
       for (int i = 0; i < calls; ++i) {
@@ -877,7 +927,7 @@ class Runner {
           if (wl.args[a].role == ArgRole::output) most = std::max(most, wl.args[a].count * dtype_size(wl.args[a].dtype));
         void* scratch = alloc(most);
         t0 = Clock::now();
-        for (int i = 0; i < calls; ++i)
+        for (int i = train; i < calls; ++i)  // the train's calls were not handed over
           for (std::size_t a = 0; a < n; ++a) {
             if (wl.args[a].role != ArgRole::output || layout_.find(w, -1 - i, a) == nullptr) continue;
             RUNNER_CUDA(cudaMemcpyAsync(scratch, batch[static_cast<std::size_t>(i)][a],
@@ -908,18 +958,54 @@ class Runner {
       // The key of this timed phase arrives only now, from the parent (whose clock starts here):
       // every timed call gets inputs of its own, unknown to the process before they are due.
       const int slots = timed_slots(job_, w);
-      alloc_batch(warmup_range(job_.timing).second + slots);
+      if (wl.train > 0 && !keyless) throw Stop{Outcome::bad_job, "a train is for GPU-resident runners with an input arena"};
+      alloc_batch(wl.train + warmup_range(job_.timing).second + slots);
+      int train = 0;  // the calls this phase's train makes (the parent's train line)
       prefault_timed_slots(w);
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
       emit_.send({{"event", "timing_ready"}, {"workload", w}});
+      if (wl.train > 0) {
+        // The train (issue 23, class 3): the owner has made its calls' inputs and poisoned their
+        // slots; from the parent's train line to the train_end frame its clock runs, and that is the
+        // workload's time. The calls go one after another with nothing between them but a
+        // device-wide synchronisation (no flush, no bracket: nothing of this process's own work is
+        // subtracted, so none can be skipped to gain); the synchronisation keeps a call's work from
+        // overlapping the next call's on other streams, as a single call's latency is what is timed.
+        std::string line;
+        if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no train line on stdin"};
+        TrainStart ts;
+        try {
+          ts = parse_train_line(line, w, wl.train);
+        } catch (const WireError& e) {
+          throw Stop{Outcome::bad_job, e.what()};
+        }
+        const auto t_train = Clock::now();
+        auto beat = t_train;
+        for (int c = 0; c < wl.train; ++c) {
+          if (c >= ts.least && seconds_since(t_train) >= ts.cap_s) break;  // a slow kernel's train
+          ++train;
+          use(batch[static_cast<std::size_t>(c)]);
+          call();
+          const cudaError_t synced = cudaDeviceSynchronize();
+          check_context();
+          RUNNER_CUDA(synced, runtime_error);
+          check_ret();
+          if (seconds_since(beat) > 0.5) {  // a slow kernel's train (the parent's silence deadline)
+            emit_.send({{"event", "heartbeat"}});
+            beat = Clock::now();
+          }
+        }
+        RUNNER_CUDA(cudaGetLastError(), runtime_error);
+        emit_.send({{"event", "train_end"}, {"workload", w}, {"calls", train}});
+      }
       const PhaseStart start = read_phase_line(w, keyless);
       const int warm = start.warmup;
       // The runner's own figures of its batch (untrusted: reported for diagnosis only; the parent
       // bounds the phase with the reference's).
       auto t_batch = Clock::now();
-      fill_batch(warm + slots, start.key.value_or(0), !keyless, true);
+      fill_batch(train + warm + slots, start.key.value_or(0), !keyless, true, train);
       wr.batch_in_s = seconds_since(t_batch);
-      std::size_t next_call = 0;  // timed calls so far: warm-ups, then samples
+      std::size_t next_call = static_cast<std::size_t>(train);  // timed calls so far: the train, warm-ups, then samples
       auto next = [&] { use(batch[next_call++]); };
       // Class 13: with launch records, the launches of one warm-up (drawn by the parent, never in the
       // job: a call with arena inputs, flushed like every other timed call, its time discarded) are
@@ -947,9 +1033,9 @@ class Runner {
       // Every timed call's outputs (warm-ups too), handed over in one batch (the replay measures the
       // same hand-over).
       t_batch = Clock::now();
-      for (int i = 0; i < warm + wr.timing->samples; ++i) {
+      for (int i = train; i < train + warm + wr.timing->samples; ++i) {  // the train's are in their slots
         use(batch[static_cast<std::size_t>(i)]);
-        hand_over(-1 - i);
+        hand_over(-1 - i);  // (a call in the train's room writes its slot itself: nothing to copy)
       }
       wr.batch_out_s = seconds_since(t_batch);
       emit_.send({{"event", "timing_end"}, {"workload", w}, {"samples", wr.timing->samples}});
@@ -970,6 +1056,9 @@ class Runner {
       }
       check_threads();
     }
+    // An owner's checks: runs of timed slots merged (a train's thousands of checks would not fit
+    // its result frame; the parent counts the spans).
+    if (job_.gpu_slots == SlotsRole::owner) wr.checks = merge_timed_checks(std::move(wr.checks));
     result_.workloads.push_back(std::move(wr));
   }
 
@@ -1051,6 +1140,7 @@ class Runner {
   bool arena_used_ = false;            // owner: the candidate's inputs came from its arena
   void* snap_ = nullptr;               // owner: its own copy of the phase snapshots (own_slots)
   std::set<std::size_t> snapped_;      // owner: workloads whose timed slots were snapshotted
+  std::map<std::size_t, double> train_fill_ref_;  // owner: the train fill's reference time (class 3)
   void* staging_ = nullptr;  // pinned, host path (make_staging)
   std::uint64_t staging_bytes_ = 0;
   Nvml nvml_;

@@ -53,6 +53,7 @@ json to_json(const Job& job) {
                       {"max_row", a.gen.max_row}, {"pattern", static_cast<int>(a.gen.pattern)},
                       {"scalar", a.scalar}});
     json wj = {{"name", w.name}, {"args", args}, {"time", w.time}};
+    if (w.train > 0) wj["train"] = w.train;
     if (w.replay_samples > 0) {
       wj["replay_key"] = w.replay_key;
       wj["replay_samples"] = w.replay_samples;
@@ -106,6 +107,8 @@ Job job_from_json(const json& j) {
     w.name = get<std::string>(wj, "name", c);
     w.time = get_or<bool>(wj, "time", true, c);
     w.replay_key = get_or<std::uint64_t>(wj, "replay_key", 0, c);
+    w.train = get_or<int>(wj, "train", 0, c);
+    if (w.train < 0 || w.train > 100000) bad(c, "bad train call count");
     w.replay_samples = get_or<int>(wj, "replay_samples", 0, c);
     if (w.replay_samples < 0 || w.replay_samples > 100000) bad(c, "bad replay sample count");
     w.replay_batch = get_or<int>(wj, "replay_batch", 0, c);
@@ -264,7 +267,7 @@ int timed_call_slots(const Job& job, std::size_t w) {
   const WireWorkload& wl = job.workloads[w];
   if (wl.replay_samples > 0) return wl.replay_samples;
   const int samples = timed_slots(job, w);
-  return samples > 0 ? samples + warmup_range(job.timing).second : 0;
+  return samples > 0 ? wl.train + samples + warmup_range(job.timing).second : 0;
 }
 
 ArenaPhase input_arena_phase(const Job& job, std::size_t w) {
@@ -329,8 +332,30 @@ PhaseStart parse_phase_line(const std::string& line, std::size_t w, bool keyless
   return s;
 }
 
-std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls) {
-  return json{{"fill", w}, {"key", key}, {"calls", calls}}.dump();
+std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls, int from) {
+  return json{{"fill", w}, {"key", key}, {"from", from}, {"calls", calls}}.dump();
+}
+
+std::string train_line(std::size_t w, int least, double cap_s) {
+  return json{{"train", w}, {"least", least}, {"cap_s", cap_s}}.dump();
+}
+
+TrainStart parse_train_line(const std::string& line, std::size_t w, int room) {
+  constexpr const char* c = "bad_job";
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::exception& e) {
+    bad(c, std::string("bad train line: ") + e.what());
+  }
+  if (!j.is_object() || j.size() != 3) bad(c, "bad train line: not {\"train\": workload, \"least\": n, \"cap_s\": s}");
+  if (get<std::uint64_t>(j, "train", c) != w) bad(c, "a train line for another workload");
+  TrainStart t;
+  t.least = get<int>(j, "least", c);
+  t.cap_s = get<double>(j, "cap_s", c);
+  if (t.least < 1 || t.least > room) bad(c, "a train's least calls outside the layout's room");
+  if (!std::isfinite(t.cap_s) || t.cap_s < 0 || t.cap_s > 3600) bad(c, "a train's time cap out of range");
+  return t;
 }
 
 Layout output_layout(const Job& job) {
@@ -338,7 +363,7 @@ Layout output_layout(const Job& job) {
   auto add = [&](std::size_t w, int seed, std::size_t a) {
     const WireArg& arg = job.workloads[w].args[a];
     Slot s{w, seed, a, arg.dtype, arg.count, layout.total_bytes, arg.count * dtype_size(arg.dtype)};
-    layout.total_bytes += (s.bytes + 63) / 64 * 64;
+    layout.total_bytes += (s.bytes + 255) / 256 * 256;  // the train's calls write slots directly: cudaMalloc's alignment
     layout.slots.push_back(s);
   };
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
@@ -367,6 +392,7 @@ json to_json(const RunnerResult& r) {
     json wj = {{"name", w.name}};
     if (w.timing) wj["timing"] = to_json(*w.timing);
     if (w.batch_in_s > 0) wj["batch_in_s"] = w.batch_in_s;
+    if (w.train_fill_s > 0) wj["train_fill_s"] = w.train_fill_s;
     if (w.batch_out_s > 0) wj["batch_out_s"] = w.batch_out_s;
     if (!w.checks.empty()) {
       json cs = json::array();
@@ -408,6 +434,8 @@ RunnerResult result_from_json(const json& j) {
     WorkloadResult w;
     w.name = get<std::string>(wj, "name", c);
     w.batch_in_s = get_or<double>(wj, "batch_in_s", 0, c);
+    w.train_fill_s = get_or<double>(wj, "train_fill_s", 0, c);
+    if (!std::isfinite(w.train_fill_s) || w.train_fill_s < 0) bad(c, "bad train fill time");
     w.batch_out_s = get_or<double>(wj, "batch_out_s", 0, c);
     const json checks = get_or<json>(wj, "checks", json::array(), c);
     if (!checks.is_array()) bad(c, "checks must be an array");
@@ -457,7 +485,41 @@ json TensorCheck::to_json() const {
     j["first_bad_want"] = num(first_bad_want);
   }
   if (arg_index > 0) j["arg_index"] = arg_index;
+  if (span > 1) j["span"] = span;
   return j;
+}
+
+std::vector<TensorCheck> merge_timed_checks(std::vector<TensorCheck> checks, std::size_t keep_failing) {
+  std::vector<TensorCheck> out;
+  out.reserve(checks.size());
+  std::size_t kept = 0;
+  bool last_kept = false;  // the last one out is a failing check kept on its own
+  for (TensorCheck& c : checks) {
+    if (c.seed_index < 0 && !c.ok() && kept < keep_failing) {
+      ++kept;
+      out.push_back(std::move(c));
+      last_kept = true;
+      continue;
+    }
+    if (!out.empty() && !last_kept) {
+      TensorCheck& last = out.back();
+      const bool follows = c.seed_index < 0 && last.seed_index < 0 && c.arg_index == last.arg_index &&
+                           c.ok() == last.ok() &&
+                           static_cast<long long>(c.seed_index) == static_cast<long long>(last.seed_index) - last.span;
+      if (follows && last.span < 1000000) {
+        last.count += c.count;
+        last.mismatches += c.mismatches;
+        last.nonfinite += c.nonfinite;
+        last.max_abs = std::max(last.max_abs, c.max_abs);
+        last.max_rel = std::max(last.max_rel, c.max_rel);
+        ++last.span;
+        continue;
+      }
+    }
+    out.push_back(std::move(c));
+    last_kept = false;
+  }
+  return out;
 }
 
 TensorCheck check_from_json(const json& j) {
@@ -487,7 +549,9 @@ TensorCheck check_from_json(const json& j) {
   t.first_bad_got = num("first_bad_got");
   t.first_bad_want = num("first_bad_want");
   t.arg_index = get_or<std::size_t>(j, "arg_index", 0, c);
+  t.span = get_or<std::uint32_t>(j, "span", 1, c);
   if (t.mismatches > t.count || t.nonfinite > t.mismatches || t.first_bad < -1) bad(c, "check counts out of range");
+  if (t.span < 1 || t.span > 1000000 || (t.span > 1 && t.seed_index >= 0)) bad(c, "check span out of range");
   return t;
 }
 

@@ -53,6 +53,17 @@ struct WireWorkload {
   std::string name;
   std::vector<WireArg> args;     // in entry-point order; the stream is appended as last argument
   bool time = true;              // run the timing phase on it (when timing is enabled)
+  // The train (GPU-resident agent runners and their owner only; issue 23, class 3): the first
+  // `train` timed calls of the phase run one after another, each on its own arena inputs, writing
+  // straight into its owner-poisoned output slot, a device-wide synchronisation after each (no
+  // flush, no bracket); the parent times them
+  // from its own go line to the train_end frame, and that per-call time is the workload's time.
+  // This is the most calls a train may have (the layout's room); the train stops earlier once the
+  // parent's train line's time cap has passed (after its least calls) and says in train_end how
+  // many it made; the warm-ups follow right after them.
+  // 0: no train (the host path, trusted runs, verify-tasks). Not secret: the runner must know it.
+  int train = 0;
+  int replay_train = 0;          // owner replay only (its go line): the calls the candidate's train made
   // Trusted runners only (the reference, after the candidate): recompute the outputs of the
   // candidate's timed calls 0..replay_samples-1 (its warm-ups and samples) from the key the parent
   // released to it, so that every timed call is verified (issue 23, classes 1 and 2). 0: none.
@@ -173,7 +184,16 @@ struct PhaseStart {
 // in [0, max_warmup], a recorded warm-up in [0, warmup). Throws WireError("bad_job").
 PhaseStart parse_phase_line(const std::string& line, std::size_t w, bool keyless, int max_warmup);
 // The parent's request to the owner: make `calls` timed calls' inputs of workload w from `key`.
-std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls);
+// The owner's fill of timed calls [from, calls) of workload w (from 0 with a train: the train's
+// calls only, their output slots poisoned and the L2 flushed after; then the rest).
+std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls, int from = 0);
+// The train's go line (keyless; the owner has filled the train's inputs) and its check.
+std::string train_line(std::size_t w, int least, double cap_s);
+struct TrainStart {
+  int least = 1;        // calls the train makes whatever the time (1..the room)
+  double cap_s = 0;     // then it stops once this much time has passed since the line
+};
+TrainStart parse_train_line(const std::string& line, std::size_t w, int room);  // throws WireError bad_job
 
 // Output bytes of one call of workload w.
 std::uint64_t output_bytes(const WireWorkload& w);
@@ -262,10 +282,20 @@ struct TensorCheck {
   std::int64_t first_bad = -1;     // element index, -1 when none
   double first_bad_got = 0, first_bad_want = 0;
   std::size_t arg_index = 0;       // the owner's: entry-point argument index
+  // Timed slots seed_index, seed_index - 1, ... (span of them) of one output, merged into this one
+  // check by the owner (merge_timed_checks: a train holds thousands of calls, and every check on
+  // its result frame would not fit the frame): counts add up, maxima and the first bad element are
+  // the run's. 1: one slot.
+  std::uint32_t span = 1;
   bool ok() const { return mismatches == 0; }
   nlohmann::json to_json() const;
 };
 TensorCheck check_from_json(const nlohmann::json& j);  // throws WireError
+// Merges runs of consecutive timed slots' checks of the same output (ok ones with ok ones, failing
+// with failing) into one check each (TensorCheck::span); correctness checks and the first
+// `keep_failing` failing timed checks stay as they are (what a report shows of a wrong kernel).
+// Order is kept.
+std::vector<TensorCheck> merge_timed_checks(std::vector<TensorCheck> checks, std::size_t keep_failing = 8);
 
 struct WorkloadResult {
   std::string name;
@@ -276,6 +306,9 @@ struct WorkloadResult {
   // besides its calls and their flushes: making every call's inputs and poisoned outputs (batch_in_s)
   // and handing the samples' outputs over (batch_out_s; an owner times device copies of the same bytes).
   double batch_in_s = 0;
+  // Owner replay with a train: the host time of making the train's inputs, poisoning its outputs
+  // and flushing the L2 (what the owner's train fill did inside the candidate's phase; the fill charge).
+  double train_fill_s = 0;
   double batch_out_s = 0;
 };
 

@@ -369,7 +369,7 @@ TEST_CASE("class 11: what the parent writes on the agent runner's stdin holds no
     proc->send_job(job);
     // The owner's side, as the evaluator's fill hook: it alone receives the key.
     std::vector<std::tuple<std::size_t, std::uint64_t, int>> filled;
-    const FillPhase fill = [&](std::size_t w, std::uint64_t k, int calls, std::string&) {
+    const FillPhase fill = [&](std::size_t w, std::uint64_t k, int calls, int, std::string&) {
       filled.emplace_back(w, k, calls);
       return true;
     };
@@ -407,7 +407,7 @@ TEST_CASE("class 11: what the parent writes on the agent runner's stdin holds no
   REQUIRE(proc->wait_ready(std::chrono::seconds(20)));
   proc->send_job(job);
   std::string err;
-  CHECK(release_phase(*proc, 1, key, 3, 9, [](std::size_t, std::uint64_t, int, std::string& e) {
+  CHECK(release_phase(*proc, 1, key, 3, 9, [](std::size_t, std::uint64_t, int, int, std::string& e) {
     e = "out of memory";
     return false;
   }, err) < 0);
@@ -433,4 +433,244 @@ TEST_CASE("class 13: the recorded warm-up travels in the phase's line, never in 
   Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
   job.record_launches = true;
   CHECK(to_json(job).dump().find("record\"") == std::string::npos);  // only record_launches, no position
+}
+
+TEST_CASE("class 3, the train: its calls lead the phase's layout and arena, travel on the wire, and write 256-byte aligned slots",
+          "[runner][resident][threat]") {
+  Job job = make_job(vector_add(), all_workloads(vector_add()), {1}, "/x.so", TimingSpec{});
+  job.gpu_slots = SlotsRole::user;
+  job.gpu_slots_bytes = 1 << 21;
+  std::vector<int> before;
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) before.push_back(timed_call_slots(job, w));
+  for (auto& wl : job.workloads)
+    if (wl.time) wl.train = 7;
+  const Layout layout = output_layout(job);
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) {
+    if (!job.workloads[w].time) continue;
+    // The train's 7 calls come first, then every warm-up a key may ask for and every sample slot.
+    CHECK(timed_call_slots(job, w) == before[w] + 7);
+    CHECK(timed_call_slots(job, w) == 7 + warmup_range(job.timing).second + timed_slots(job, w));
+    CHECK(input_arena_phase(job, w).calls == timed_call_slots(job, w));
+    for (int c = 0; c < 7; ++c)
+      for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
+        if (job.workloads[w].args[a].role == ArgRole::output) CHECK(layout.find(w, -1 - c, a) != nullptr);
+  }
+  for (const Slot& s : layout.slots) CHECK(s.offset % 256 == 0);  // kernels may assume cudaMalloc's alignment
+  // The count travels in the job (not secret: the runner must know which calls are the train's).
+  const Job back = job_from_json(to_json(job));
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) CHECK(back.workloads[w].train == job.workloads[w].train);
+  nlohmann::json bad = to_json(job);
+  bad["workloads"][0]["train"] = -1;
+  CHECK(code([&] { job_from_json(bad); }) == "bad_job");
+  // The train's line names its workload, its least calls (in the room) and its time cap, and holds
+  // nothing else (no key: class 11).
+  const TrainStart ts = parse_train_line(train_line(1, 3, 0.1), 1, 7);
+  CHECK(ts.least == 3);
+  CHECK(ts.cap_s == 0.1);
+  CHECK(code([&] { parse_train_line(train_line(0, 3, 0.1), 1, 7); }) == "bad_job");
+  CHECK(code([&] { parse_train_line(train_line(1, 8, 0.1), 1, 7); }) == "bad_job");  // beyond the room
+  CHECK(code([&] { parse_train_line(train_line(1, 0, 0.1), 1, 7); }) == "bad_job");
+  CHECK(code([&] { parse_train_line(train_line(1, 3, -1), 1, 7); }) == "bad_job");
+  CHECK(code([&] { parse_train_line("{\"train\":1,\"least\":3,\"cap_s\":0.1,\"key\":5}", 1, 7); }) == "bad_job");
+  CHECK(code([&] { parse_train_line("not json", 1, 7); }) == "bad_job");
+  // The owner's fill line says which calls: the train's first, the rest after its train_end.
+  const auto fill = nlohmann::json::parse(arena_fill_line(1, 99, 30, 7));
+  CHECK(fill.at("from") == 7);
+  CHECK(fill.at("calls") == 30);
+}
+
+TEST_CASE("class 3, the train: train_end with a count in the train's room is due between timing_ready and timing_end",
+          "[runner][resident][frames][threat]") {
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0], &vector_add().workloads[1]};
+  Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  job.gpu_slots = SlotsRole::user;
+  for (auto& wl : job.workloads)
+    if (wl.time) wl.train = 5;
+  REQUIRE(job.workloads[1].time);
+  auto to_timing = [&](FrameChecker& c) {
+    REQUIRE(c.ready({{"event", "ready"}, {"seq", 0}}) == "");
+    std::uint64_t seq = 1;
+    if (job.workloads[0].time) {  // (vector_add's first workload is untimed; be safe either way)
+      REQUIRE(c.accept({{"event", "call"}, {"workload", 0}, {"seed", 0}, {"seq", seq++}}) == "");
+      REQUIRE(c.accept({{"event", "timing_ready"}, {"workload", 0}, {"seq", seq++}}) == "");
+      REQUIRE(c.accept({{"event", "train_end"}, {"workload", 0}, {"calls", 5}, {"seq", seq++}}) == "");
+      REQUIRE(c.accept({{"event", "timing_end"}, {"workload", 0}, {"samples", 3}, {"seq", seq++}}) == "");
+    } else {
+      REQUIRE(c.accept({{"event", "call"}, {"workload", 0}, {"seed", 0}, {"seq", seq++}}) == "");
+    }
+    REQUIRE(c.accept({{"event", "call"}, {"workload", 1}, {"seed", 0}, {"seq", seq++}}) == "");
+    REQUIRE(c.accept({{"event", "timing_ready"}, {"workload", 1}, {"seq", seq++}}) == "");
+    return seq;
+  };
+  {  // honest
+    FrameChecker c(job);
+    std::uint64_t seq = to_timing(c);
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "timing_end"}, {"workload", 1}, {"samples", 3}, {"seq", seq++}}) == "");
+    CHECK(c.all_done());
+  }
+  {  // the train skipped: timing_end before train_end
+    FrameChecker c(job);
+    std::uint64_t seq = to_timing(c);
+    CHECK(c.accept({{"event", "timing_end"}, {"workload", 1}, {"samples", 3}, {"seq", seq}}) != "");
+  }
+  {  // a train that stopped at its time cap (the parent checks it against its line's least calls)
+    FrameChecker c(job);
+    std::uint64_t seq = to_timing(c);
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 4}, {"seq", seq}}) == "");
+  }
+  {  // beyond the room, or none
+    FrameChecker c(job);
+    std::uint64_t seq = to_timing(c);
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 6}, {"seq", seq}}) != "");
+    FrameChecker d(job);
+    seq = to_timing(d);
+    CHECK(d.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 0}, {"seq", seq}}) != "");
+  }
+  {  // twice
+    FrameChecker c(job);
+    std::uint64_t seq = to_timing(c);
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq}}) != "");
+  }
+  {  // a workload without a train never sends one
+    Job plain = job;
+    for (auto& wl : plain.workloads) wl.train = 0;
+    FrameChecker c(plain);
+    REQUIRE(c.ready({{"event", "ready"}, {"seq", 0}}) == "");
+    std::uint64_t seq = 1;
+    for (std::size_t w = 0; w < plain.workloads.size(); ++w) {
+      REQUIRE(c.accept({{"event", "call"}, {"workload", w}, {"seed", 0}, {"seq", seq++}}) == "");
+      if (!plain.workloads[w].time) continue;
+      REQUIRE(c.accept({{"event", "timing_ready"}, {"workload", w}, {"seq", seq++}}) == "");
+      if (w == 1) {
+        CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 0}, {"seq", seq}}) != "");
+        break;
+      }
+      REQUIRE(c.accept({{"event", "timing_end"}, {"workload", w}, {"samples", 3}, {"seq", seq++}}) == "");
+    }
+  }
+}
+
+TEST_CASE("class 3, the train: its count follows the call's bytes within limits; its time is the parent's window per call plus the fill's excess",
+          "[runner][resident][threat]") {
+  EvalConfig cfg;
+  CHECK(cfg.train);  // on by default: a server's rewards rest on the parent's clock alone
+  const Job job = make_job(vector_add(), all_workloads(vector_add()), {1}, "/x.so", TimingSpec{});
+  for (const WireWorkload& wl : job.workloads) {
+    const int k = train_calls_for(cfg, wl);
+    if (!wl.time) {
+      CHECK(k == 0);
+      continue;
+    }
+    CHECK(k >= 2);
+    CHECK(k <= cfg.train_max_calls);
+    const std::uint64_t bytes = call_bytes(wl);
+    // At least train_bytes of calls unless a limit says otherwise, never more than the batch's bytes.
+    if (k < cfg.train_max_calls && static_cast<std::uint64_t>(k + 1) * bytes <= cfg.timing.batch_bytes)
+      CHECK(static_cast<std::uint64_t>(k) * bytes >= cfg.train_bytes);
+    CHECK((static_cast<std::uint64_t>(k) * bytes <= cfg.timing.batch_bytes || k == 2));
+  }
+  WireWorkload one;  // 12 MiB per call (vector_add of 1 M floats): 12 GiB / 12 MiB
+  one.args.resize(3);
+  for (auto& a : one.args) a.count = 1 << 20;
+  one.args[2].role = ArgRole::output;
+  CHECK(train_calls_for(cfg, one) == 1024);
+  for (auto& a : one.args) a.count = 64 << 20;  // 768 MiB per call: 16, within the batch's 16 GiB
+  CHECK(train_calls_for(cfg, one) == 16);
+  for (auto& a : one.args) a.count = 1ull << 31;  // 24 GiB per call: the least a train may have
+  CHECK(train_calls_for(cfg, one) == 2);
+  for (auto& a : one.args) a.count = 1 << 10;  // 12 KiB per call: the most
+  CHECK(train_calls_for(cfg, one) == cfg.train_max_calls);
+  for (auto& a : one.args) a.count = 1 << 20;
+  one.time = false;
+  CHECK(train_calls_for(cfg, one) == 0);
+  one.time = true;
+  cfg.train = false;
+  CHECK(train_calls_for(cfg, one) == 0);
+
+  const ParentBound b;
+  double charge = -1;
+  // 100 calls in a 10 ms window, the fill as long as the replay's: 100 us a call, nothing charged.
+  CHECK(train_time_s(10e-3, 100, 5e-3, 5e-3, b, &charge) == Approx(100e-6));
+  CHECK(charge == 0);
+  // Within the fill's slack: nothing charged either.
+  CHECK(train_time_s(10e-3, 100, 5e-3 * (1 + b.fill_rel_slack) + b.fill_allow_s - 1e-6, 5e-3, b, &charge) == Approx(100e-6));
+  CHECK(charge == 0);
+  // A fill twice the replay's (agent GPU work time-sliced with the owner while it made the inputs):
+  // the excess is the train's.
+  const double took = 10e-3;
+  const double expect = took - (1 + b.fill_rel_slack) * 5e-3 - b.fill_allow_s;
+  CHECK(train_time_s(10e-3, 100, took, 5e-3, b, &charge) == Approx((10e-3 + expect) / 100));
+  CHECK(charge == Approx(expect));
+  // Nothing to divide by, or a window that is not a number: no time (the evaluator flags it first).
+  CHECK(train_time_s(10e-3, 0, 0, 0, b, nullptr) == 0);
+  CHECK(train_time_s(std::nan(""), 10, 0, 0, b, nullptr) == 0);
+}
+
+TEST_CASE("class 3, the train: an owner's timed checks merge into runs that count every slot and keep a failing one",
+          "[runner][resident][wire]") {
+  std::vector<TensorCheck> in;
+  auto add = [&](int seed, std::size_t arg, std::uint64_t bad) {
+    TensorCheck c;
+    c.seed_index = seed;
+    c.arg_index = arg;
+    c.count = 100;
+    c.mismatches = bad;
+    c.first_bad = bad > 0 ? 7 : -1;
+    c.max_abs = static_cast<double>(bad);
+    in.push_back(c);
+  };
+  add(0, 2, 0);  // correctness checks stay as they are
+  add(1, 2, 0);
+  for (int i = 0; i < 5000; ++i) add(-1 - i, 2, 0);  // a train's worth of ok slots
+  add(-5001, 2, 3);                                  // two failing ones
+  add(-5002, 2, 5);
+  add(-5003, 2, 0);
+  const std::vector<TensorCheck> out = merge_timed_checks(in, 0);
+  REQUIRE(out.size() == 5);
+  CHECK(out[0].seed_index == 0);
+  CHECK(out[1].seed_index == 1);
+  CHECK(out[2].seed_index == -1);
+  CHECK(out[2].span == 5000);
+  CHECK(out[2].count == 500000);
+  CHECK(out[2].ok());
+  CHECK(out[3].seed_index == -5001);  // the failing run keeps its first check's detail
+  CHECK(out[3].span == 2);
+  CHECK(out[3].mismatches == 8);
+  CHECK(out[3].first_bad == 7);
+  CHECK(out[3].max_abs == 5);
+  CHECK_FALSE(out[3].ok());
+  CHECK(out[4].span == 1);
+  std::size_t slots = 0;
+  for (const auto& c : out) slots += c.span;
+  CHECK(slots == in.size());
+  // The span travels; a span on a correctness check, or none at all, is refused.
+  CHECK(check_from_json(out[2].to_json()).span == 5000);
+  nlohmann::json bad = out[0].to_json();
+  bad["span"] = 2;
+  CHECK(code([&] { check_from_json(bad); }) == "bad_result");
+  bad = out[2].to_json();
+  bad["span"] = 0;
+  CHECK(code([&] { check_from_json(bad); }) == "bad_result");
+  // Another output's slots are another run.
+  std::vector<TensorCheck> two(2);
+  two[0].seed_index = -1;
+  two[1].seed_index = -2;
+  two[1].arg_index = 3;
+  CHECK(merge_timed_checks(two).size() == 2);
+  // The first failing timed checks stay as they are (a wrong kernel's report shows them), the
+  // rest merge.
+  std::vector<TensorCheck> wrong(20);
+  for (int i = 0; i < 20; ++i) {
+    wrong[static_cast<std::size_t>(i)].seed_index = -1 - i;
+    wrong[static_cast<std::size_t>(i)].count = 10;
+    wrong[static_cast<std::size_t>(i)].mismatches = 1;
+  }
+  const auto kept = merge_timed_checks(wrong, 8);
+  REQUIRE(kept.size() == 9);
+  for (int i = 0; i < 8; ++i) CHECK(kept[static_cast<std::size_t>(i)].span == 1);
+  CHECK(kept[8].seed_index == -9);
+  CHECK(kept[8].span == 12);
+  CHECK(kept[8].mismatches == 12);
 }

@@ -43,7 +43,9 @@ runner::Evaluator& evaluator() {
   std::call_once(once, [] {
     runner::EvalConfig cfg = test_config();
     if (const char* e = std::getenv("D2K_GPU_RESIDENT"); e != nullptr) cfg.gpu_resident = std::string(e) == "1";
-    std::printf("GPU tests on the %s path\n", cfg.gpu_resident ? "GPU-resident (D2K_GPU_RESIDENT=1)" : "host");
+    if (const char* e = std::getenv("D2K_TRAIN"); e != nullptr) cfg.train = std::string(e) != "0";
+    std::printf("GPU tests on the %s path, train %s (D2K_TRAIN)\n",
+                cfg.gpu_resident ? "GPU-resident (D2K_GPU_RESIDENT=1)" : "host", cfg.train && cfg.gpu_resident ? "on" : "off");
     ev = std::make_unique<runner::Evaluator>(cfg);
   });
   return *ev;
