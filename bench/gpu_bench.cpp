@@ -2,7 +2,7 @@
 //   (d) time to ready: a fresh server (empty state dir) prepares the chosen tasks (trusted builds,
 //       calibration) in the background; then a second server on the same state dir (persisted);
 //   (a) timing stability: the vector_add L3 expert evaluated N times, each in a fresh runner:
-//       median of the medians and the CV of the medians (pow2_64m);
+//       per timed workload the time (the train's, on the resident path) and the runner's sampled median, each with its CV;
 //   (b) one evaluate per task through the server (client round trip), cold (a compile-cache miss)
 //       and cached (median of --runs-b hits), split into the phases the reply reports;
 //   (c) evaluations per hour with S concurrent sessions (each of --sessions) on one GPU per task
@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -286,28 +287,48 @@ int main(int argc, char** argv) {
     d2k::runner::Evaluator evaluator(ec);
     fs::path so = evaluator.build_trusted(*task, task->expert_path(3));
     std::vector<double> medians, total;
+    // Every timed workload: the workload's time (the train's, on the parent's clock, when
+    // EvalConfig::train is on) and the runner's sampled median beside it, across the fresh runners.
+    std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> per;
+    std::map<std::string, int> train_calls;
     for (int i = 0; i < runs; ++i) {
       d2k::runner::EvalRequest req;
       req.task = task;
       req.so_path = so;
       req.seeds = 1;
+      req.workloads = d2k::runner::WorkloadSet::all;
       d2k::runner::EvalResult r = evaluator.evaluate(req);
       if (!r.ok()) {
         std::printf("  run %d: %s %s\n", i, std::string(d2k::sandbox::to_string(r.status)).c_str(), r.message.c_str());
         continue;
       }
-      for (const auto& w : r.workloads)
-        if (w.name == "pow2_64m" && w.timing) medians.push_back(w.timing->median_s * 1e6);
+      for (const auto& w : r.workloads) {
+        if (!w.timing) continue;
+        if (w.name == "pow2_64m") medians.push_back(w.timing->median_s * 1e6);
+        per[w.name].first.push_back(w.timing->median_s * 1e6);
+        per[w.name].second.push_back(w.claimed_median_s * 1e6);
+        train_calls[w.name] = w.train_calls;
+      }
       total.push_back(r.phases.total_s);
     }
+    auto cv_of = [](const std::vector<double>& v) {
+      double m = 0, q = 0;
+      for (double x : v) m += x;
+      m /= static_cast<double>(std::max<std::size_t>(1, v.size()));
+      for (double x : v) q += (x - m) * (x - m);
+      return v.size() > 1 && m > 0 ? 100 * std::sqrt(q / static_cast<double>(v.size() - 1)) / m : 0.0;
+    };
+    for (auto& [name, v] : per)
+      std::printf("    %-12s time %9.2f us (CV %.2f%%, train %d calls) | runner's sampled median %9.2f us (CV %.2f%%)\n",
+                  name.c_str(), median(v.first), cv_of(v.first), train_calls[name], median(v.second), cv_of(v.second));
     double mean = 0, var = 0;
     for (double m : medians) mean += m;
     mean /= static_cast<double>(std::max<std::size_t>(1, medians.size()));
     for (double m : medians) var += (m - mean) * (m - mean);
     double cv = medians.size() > 1 ? std::sqrt(var / static_cast<double>(medians.size() - 1)) / mean : 0;
     std::printf(
-        "(a) timing stability, vector_add L3 on pow2_64m, %s path, %zu fresh runners: median of medians %.1f us, "
-        "min %.1f, max %.1f, CV of the medians %.2f%%; evaluator total median %.3f s\n",
+        "(a) timing stability, vector_add L3 on pow2_64m, %s path, %zu fresh runners: median of times %.1f us, "
+        "min %.1f, max %.1f, CV of the times %.2f%%; evaluator total median %.3f s\n",
         ec.gpu_resident ? "GPU-resident" : "host", medians.size(), median(medians), medians.empty() ? 0 : *std::min_element(medians.begin(), medians.end()),
         medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), 100 * cv, median(total));
     std::printf("    ncu comparison: not done (see bench/README.md)\n");
