@@ -11,6 +11,8 @@
 //       `stats` (busy_s, timed_s) and NVML utilisation sampled by nvidia-smi every 200 ms.
 //   CUDA_VISIBLE_DEVICES=0 build/bin/bench_gpu [--runs 20] [--runs-b 5] [--sessions 8,32,64]
 //       [--seconds 30] [--tasks vector_add,softmax|all] [--throughput vector_add,softmax] [--only dabc]
+//       [--train-gib G] (a: the train's room in GiB, EvalConfig::train_bytes)
+//       [--no-train] (a: sampled medians, as without EvalConfig::train) [--no-prime] (a: EvalConfig::train_prime off)
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -225,24 +227,37 @@ std::string phases_text(const Value& last) {
 
 int main(int argc, char** argv) {
   int runs = 20, runs_b = 5;
-  double seconds = 30;
+  double seconds = 30, train_gib = 0;
+  bool no_train = false, no_prime = false;
   std::string sessions_arg = "8,32,64", tasks_arg = "vector_add,softmax", throughput_arg = "vector_add,softmax",
               only = "dabc";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--runs"))
-      runs = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--runs-b"))
-      runs_b = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--sessions"))
-      sessions_arg = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--seconds"))
-      seconds = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--tasks"))
-      tasks_arg = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--throughput"))
-      throughput_arg = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--only"))
-      only = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--runs")
+      runs = std::atoi(val());
+    else if (a == "--runs-b")
+      runs_b = std::atoi(val());
+    else if (a == "--sessions")
+      sessions_arg = val();
+    else if (a == "--seconds")
+      seconds = std::atof(val());
+    else if (a == "--tasks")
+      tasks_arg = val();
+    else if (a == "--throughput")
+      throughput_arg = val();
+    else if (a == "--only")
+      only = val();
+    else if (a == "--train-gib")
+      train_gib = std::atof(val());
+    else if (a == "--no-train")
+      no_train = true;
+    else if (a == "--no-prime")
+      no_prime = true;
+    else {
+      std::printf("bench_gpu: unknown argument %s (see the comment at the top of bench/gpu_bench.cpp)\n", a.c_str());
+      return 2;
+    }
   }
   auto want = [&](char part) { return only.find(part) != std::string::npos; };
   d2k::env::set_log_level("warn");
@@ -284,6 +299,12 @@ int main(int argc, char** argv) {
     ec.compiler.cache_dir = state / "a" / "cache";
     ec.compiler.scratch_dir = state / "a" / "scratch";
     fs::create_directories(ec.state_dir);
+    if (train_gib > 0) ec.train_bytes = static_cast<std::uint64_t>(train_gib * double(1ull << 30));
+    if (no_train) ec.train = false;
+    if (no_prime) ec.train_prime = false;
+    std::printf("(a) vector_add L3, %d fresh runners, train %s%s (room %.1f GiB, batch cap %.1f GiB)\n", runs,
+                ec.train ? "on" : "off", ec.train && !ec.train_prime ? " without its prime" : "", double(ec.train_bytes) / double(1ull << 30),
+                double(ec.timing.batch_bytes) / double(1ull << 30));
     d2k::runner::Evaluator evaluator(ec);
     fs::path so = evaluator.build_trusted(*task, task->expert_path(3));
     std::vector<double> total;
@@ -291,6 +312,12 @@ int main(int argc, char** argv) {
     // EvalConfig::train is on) and the runner's sampled median beside it, across the fresh runners.
     std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> per;
     std::map<std::string, int> train_calls;
+    // The train's window in parts (diagnosis): the snapshot's charge, the runner's own claim of its
+    // calls (untrusted), its first call, and the rest (the hops: train line, train_end, freeze).
+    struct Parts {
+      std::vector<double> window, late, claim, first, hops, charge;
+    };
+    std::map<std::string, Parts> parts;
     for (int i = 0; i < runs; ++i) {
       d2k::runner::EvalRequest req;
       req.task = task;
@@ -307,6 +334,19 @@ int main(int argc, char** argv) {
         per[w.name].first.push_back(w.timing->median_s * 1e6);
         per[w.name].second.push_back(w.claimed_median_s * 1e6);
         train_calls[w.name] = w.train_calls;
+        if (w.train_calls > 0) {
+          Parts& p = parts[w.name];
+          p.window.push_back(w.train_window_s * 1e6);
+          p.late.push_back(w.train_late_s * 1e6);
+          p.claim.push_back(w.train_claim_s * 1e6);
+          p.first.push_back(w.train_first_claim_s * 1e6);
+          p.hops.push_back((w.train_window_s - w.train_late_s - w.train_claim_s) * 1e6);
+          p.charge.push_back(w.train_fill_charge_s * 1e6);
+          if (w.name == "pow2_64m")
+            std::printf("      run %2d %s: %d calls, window %.1f us = calls %.1f (first %.1f) + snapshot %.1f + hops %.1f; fill charge %.1f\n",
+                        i, w.name.c_str(), w.train_calls, p.window.back(), p.claim.back(), p.first.back(), p.late.back(),
+                        p.hops.back(), p.charge.back());
+        }
       }
       total.push_back(r.phases.total_s);
     }
@@ -320,6 +360,19 @@ int main(int argc, char** argv) {
     for (auto& [name, v] : per)
       std::printf("    %-12s time %9.2f us (CV %.2f%%, train %d calls) | runner's sampled median %9.2f us (CV %.2f%%)\n",
                   name.c_str(), median(v.first), cv_of(v.first), train_calls[name], median(v.second), cv_of(v.second));
+    auto sd_of = [](const std::vector<double>& v) {
+      double m = 0, q = 0;
+      for (double x : v) m += x;
+      m /= static_cast<double>(std::max<std::size_t>(1, v.size()));
+      for (double x : v) q += (x - m) * (x - m);
+      return v.size() > 1 ? std::sqrt(q / static_cast<double>(v.size() - 1)) : 0.0;
+    };
+    for (auto& [name, p] : parts)
+      std::printf("      %-12s train window %.1f us (sd %.1f) = runner's calls %.1f (sd %.1f; first call %.1f, sd %.1f) "
+                  "+ snapshot charge %.1f (sd %.1f) + hops %.1f (sd %.1f); fill charge %.1f (sd %.1f)\n",
+                  name.c_str(), median(p.window), sd_of(p.window), median(p.claim), sd_of(p.claim), median(p.first),
+                  sd_of(p.first), median(p.late), sd_of(p.late), median(p.hops), sd_of(p.hops), median(p.charge),
+                  sd_of(p.charge));
     const std::vector<double>& medians = per["pow2_64m"].first;  // the summary line's workload
     std::printf(
         "(a) timing stability, vector_add L3 on pow2_64m, %s path, %zu fresh runners: median of times %.1f us, "

@@ -17,6 +17,7 @@
 #include <ctime>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -83,6 +84,9 @@ struct RunOutcome {
   // plus its snapshot's charge, and the owner's fill of the train's inputs (the parent's clock).
   std::map<std::size_t, double> train_begin, train_end, train_fill_s;
   std::map<std::size_t, int> train_calls;     // workload → the calls its train made (train_end)
+  std::set<std::size_t> prime_sent;           // workloads whose prime line went out
+  std::map<std::size_t, double> train_late;   // workload → its train snapshot's charge (inside train_end)
+  std::map<std::size_t, std::pair<double, double>> train_claims;  // the runner's own (self, first): diagnosis only
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
@@ -320,7 +324,13 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
           break;
         }
         o.train_fill_s[w] = since(t_fill);
+        if (cfg.train_prime) {  // the train line follows the runner's "primed"
+          o.prime_sent.insert(w);
+          if (o.proc->send_line(prime_line(w)) < 0) o.proc->kill();  // gone: its events tell
+          continue;
+        }
         o.train_begin[w] = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
+        o.proc->set_spin(true);  // until train_end: the window's end is that frame's arrival
         continue;
       }
       if (room > 0) {
@@ -338,7 +348,20 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         break;
       }
       o.timing_begin[w] = begin;
+    } else if (name == "primed") {
+      // The runner's context is the GPU's current one: the train's window opens with its line.
+      const auto w = ev.body.at("workload").get<std::size_t>();  // frames checked it: the train due
+      if (o.prime_sent.count(w) == 0 || o.train_begin.count(w) != 0) {
+        o.failure = "forged_frame";
+        o.detail = "a frame the protocol does not allow on the runner's channel: primed without a prime line";
+        o.proc->kill();
+        break;
+      }
+      const int room = job.workloads[w].train;
+      o.train_begin[w] = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
+      o.proc->set_spin(true);  // until train_end: the window's end is that frame's arrival
     } else if (name == "train_end") {
+      o.proc->set_spin(false);
       // The train's end: freeze the agent runner, have the owner take the train's slots (as at a
       // phase's end: what agent code writes there later is never compared), thaw; then the rest of
       // the phase: its warm-ups' and samples' inputs, and the go line.
@@ -366,6 +389,12 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         break;
       }
       o.train_end[w] = (frozen >= 0 ? frozen : ev.t) + late;
+      o.train_late[w] = late;
+      auto claim = [&](const char* k) {  // untrusted: a number or nothing
+        const auto it = ev.body.find(k);
+        return it != ev.body.end() && it->is_number() ? it->get<double>() : 0.0;
+      };
+      o.train_claims[w] = {claim("self_s"), claim("first_s")};
       const int warmup = o.warmups[w];
       const double begin = release_phase(*o.proc, w, o.keys[w], warmup, train + warmup + timed_slots(job, w), fill_phase,
                                          err, o.records[w], train);
@@ -581,8 +610,11 @@ double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, in
 int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl) {
   if (!cfg.train || !wl.time) return 0;
   const std::uint64_t bytes = std::max<std::uint64_t>(call_bytes(wl), 1);
-  const std::uint64_t want = (cfg.train_bytes + bytes - 1) / bytes;
-  const std::uint64_t most = std::max<std::uint64_t>(2, cfg.timing.batch_bytes / bytes);
+  // train_bytes of calls, or train_window_calls of them when they fit in train_max_bytes (the
+  // room's own cap, not the samples' batch: a long enough window for calls of hundreds of MiB).
+  const std::uint64_t want = std::max<std::uint64_t>((cfg.train_bytes + bytes - 1) / bytes,
+                                                     static_cast<std::uint64_t>(std::max(cfg.train_window_calls, 0)));
+  const std::uint64_t most = std::max<std::uint64_t>(2, std::max(cfg.timing.batch_bytes, cfg.train_max_bytes) / bytes);
   const std::uint64_t lo = static_cast<std::uint64_t>(std::max(cfg.train_min_calls, 2));
   const std::uint64_t hi = static_cast<std::uint64_t>(std::max(cfg.train_max_calls, 2));
   return static_cast<int>(std::min({std::max(want, lo), hi, most}));
@@ -1390,6 +1422,11 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
         we.train_s = train_time_s(we.train_window_s, train, we.train_fill_s, we.train_fill_ref_s, bound,
                                   &we.train_fill_charge_s);
         we.timing->median_s = we.train_s;
+        if (const auto tl = cand.train_late.find(w); tl != cand.train_late.end()) we.train_late_s = tl->second;
+        if (const auto tc = cand.train_claims.find(w); tc != cand.train_claims.end()) {
+          we.train_claim_s = tc->second.first;
+          we.train_first_claim_s = tc->second.second;
+        }
       }
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
@@ -1521,6 +1558,9 @@ json WorkloadEval::to_json() const {
       j["train_fill_roundtrip_s"] = train_fill_roundtrip_s;
       j["train_fill_ref_s"] = train_fill_ref_s;
       j["train_s"] = train_s;
+      j["train_late_s"] = train_late_s;
+      j["train_claim_s"] = train_claim_s;
+      j["train_first_claim_s"] = train_first_claim_s;
     }
   }
   if (launches) {

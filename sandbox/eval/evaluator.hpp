@@ -93,7 +93,11 @@ struct EvalConfig {
   std::filesystem::path runner_path;          // d2k-runner; empty: found at run time (runner_path.hpp)
   std::filesystem::path state_dir;            // required: calibration cache (and builds when compiler is used)
   std::size_t agent_pool_size = 2;            // pre-started agent runners per GPU
-  std::size_t trusted_pool_size = 1;          // pre-started trusted runners per GPU
+  // Pre-started trusted runners per GPU. Two: a GPU-resident evaluation takes one (its owner) and
+  // holds the pools; with one, the emptied pool started a replacement at once (its CUDA start-up
+  // is GPU work), and the first timed phase waited for it (H200, 2026-12-03: ~100 ms of
+  // timing_ready to the train's prime).
+  std::size_t trusted_pool_size = 2;
   bool isolate = true;                        // runners in own user/mount/network namespaces
   std::vector<std::filesystem::path> hidden_paths;  // unreadable for agent code (tasks dir, state dirs)
   double ready_timeout_s = 60;                // runner start-up (CUDA init) deadline
@@ -143,16 +147,27 @@ struct EvalConfig {
   // line to the train_end frame (plus the snapshot's and the fill's charges), over the calls, is the
   // workload's time. Nothing the agent's process reports enters it. The room per workload (the
   // most calls, in the layout and the arena): train_bytes / (the call's input and output bytes),
-  // within [train_min_calls, train_max_calls] and at most timing.batch_bytes of calls (at least 2).
+  // raised to train_window_calls while they fit in train_max_bytes (big calls: enough of them that
+  // the window's fixed part and each call's spread average out), within [train_min_calls,
+  // train_max_calls] and at most max(train_max_bytes, timing.batch_bytes) of calls (at least 2).
   // Each phase's train makes at least train_min_calls (at most the room), then stops at the room or
   // once train_cap_s has passed, whichever comes first, and says how many it made (each is
   // verified; the time is the window over them). Off: the claimed median raised to the parent's
   // floor (as before; verify-tasks, the host path).
+  // H200, 2026-12-03, bench_gpu (a), vector_add's 768 MiB calls: 16 calls (12 GiB) gave a CV of the
+  // time across fresh runners of 1.0-1.2 %, 32 calls (24 GiB) 0.5-0.7 %. 30 ms: the window's
+  // fixed part (the train line's and train_end's hops, the first call's cold start, ~100 us on the
+  // H200) stays under 0.5 % of it; a longer cap only lengthens the evaluation.
   bool train = true;
   std::uint64_t train_bytes = 12ull << 30;
+  int train_window_calls = 32;
+  std::uint64_t train_max_bytes = 24ull << 30;
   int train_min_calls = 3;
   int train_max_calls = 2048;
-  double train_cap_s = 0.1;
+  double train_cap_s = 0.03;
+  // Before the train line, a prime line: the agent runner makes its context the GPU's current one
+  // with work of its own (after the owner's fill) and answers "primed"; the window opens after it.
+  bool train_prime = true;
   // Trusted builds: `build_trusted` when set, else sandbox::Compiler with `compiler` (its
   // cache_dir/scratch_dir default to state_dir/{trusted-cache,trusted-scratch}).
   TrustedBuild build_trusted;
@@ -213,6 +228,10 @@ struct WorkloadEval {
   // The train's fill: the owner's own time, the parent's round trip, the owner's replay of it.
   double train_fill_s = 0, train_fill_roundtrip_s = 0, train_fill_ref_s = 0;
   double train_s = 0;
+  // For diagnosis only: the train's snapshot charge (inside train_window_s, the part after the
+  // freeze), and the runner's own claims (untrusted, never in any time): from reading its train
+  // line to its last call's sync, and its first call alone.
+  double train_late_s = 0, train_claim_s = 0, train_first_claim_s = 0;
   std::optional<std::vector<LaunchRecord>> launches;  // when requested and the runner could record
   nlohmann::json to_json() const;
 };

@@ -82,6 +82,12 @@ std::string FrameChecker::accept(const json& frame) {
   if (ev == "timing_ready") {
     if (phase_ != Phase::after_calls) return "timing_ready before the workload's calls, twice, or for an untimed workload";
     phase_ = workloads_[w_].train > 0 ? Phase::train : Phase::timing;
+    primed_ = false;
+    return "";
+  }
+  if (ev == "primed") {  // the runner's answer to the parent's prime line (the parent checks it asked)
+    if (phase_ != Phase::train || primed_) return "primed outside a train's start, or twice";
+    primed_ = true;
     return "";
   }
   if (ev == "train_end") {

@@ -48,6 +48,7 @@ class FrameChecker {
   Phase phase_ = Phase::calls;
   std::size_t calls_ = 0;
   bool result_ = false;
+  bool primed_ = false;  // this train's "primed" arrived (at most one, before train_end)
   std::map<std::size_t, int> samples_;
 };
 

@@ -340,6 +340,16 @@ std::string train_line(std::size_t w, int least, double cap_s) {
   return json{{"train", w}, {"least", least}, {"cap_s", cap_s}}.dump();
 }
 
+std::string prime_line(std::size_t w) { return json{{"prime", w}}.dump(); }
+
+bool is_prime_line(const std::string& line, std::size_t w) {
+  const json j = json::parse(line, nullptr, false);
+  if (!j.is_object() || !j.contains("prime")) return false;
+  if (j.size() != 1 || !j.at("prime").is_number_unsigned() || j.at("prime").get<std::uint64_t>() != w)
+    bad("bad_job", "a prime line for another workload, or with more than its workload");
+  return true;
+}
+
 TrainStart parse_train_line(const std::string& line, std::size_t w, int room) {
   constexpr const char* c = "bad_job";
   json j;

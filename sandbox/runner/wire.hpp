@@ -194,6 +194,13 @@ struct TrainStart {
   double cap_s = 0;     // then it stops once this much time has passed since the line
 };
 TrainStart parse_train_line(const std::string& line, std::size_t w, int room);  // throws WireError bad_job
+// The prime line (before the train line, after the owner's fill): the runner makes its context the
+// GPU's current one with a trivial operation of its own and answers "primed", so that the switch
+// from the owner's context is not inside the train's window. True when `line` is workload w's
+// prime line; false when it is some other line (the train line, say); a prime line for another
+// workload throws WireError bad_job.
+std::string prime_line(std::size_t w);
+bool is_prime_line(const std::string& line, std::size_t w);
 
 // Output bytes of one call of workload w.
 std::uint64_t output_bytes(const WireWorkload& w);

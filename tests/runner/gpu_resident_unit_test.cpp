@@ -473,6 +473,13 @@ TEST_CASE("class 3, the train: its calls lead the phase's layout and arena, trav
   CHECK(code([&] { parse_train_line(train_line(1, 3, -1), 1, 7); }) == "bad_job");
   CHECK(code([&] { parse_train_line("{\"train\":1,\"least\":3,\"cap_s\":0.1,\"key\":5}", 1, 7); }) == "bad_job");
   CHECK(code([&] { parse_train_line("not json", 1, 7); }) == "bad_job");
+  // The prime line (before the train line) names only its workload; another line is not one.
+  CHECK(is_prime_line(prime_line(1), 1));
+  CHECK_FALSE(is_prime_line(train_line(1, 3, 0.1), 1));
+  CHECK_FALSE(is_prime_line("not json", 1));
+  CHECK(code([&] { is_prime_line(prime_line(0), 1); }) == "bad_job");
+  CHECK(code([&] { is_prime_line("{\"prime\":1,\"key\":5}", 1); }) == "bad_job");
+  CHECK(code([&] { is_prime_line("{\"prime\":\"1\"}", 1); }) == "bad_job");
   // The owner's fill line says which calls: the train's first, the rest after its train_end.
   const auto fill = nlohmann::json::parse(arena_fill_line(1, 99, 30, 7));
   CHECK(fill.at("from") == 7);
@@ -533,6 +540,20 @@ TEST_CASE("class 3, the train: train_end with a count in the train's room is due
     CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq++}}) == "");
     CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq}}) != "");
   }
+  {  // primed: once, between timing_ready and train_end (the parent also checks that it asked)
+    FrameChecker c(job);
+    std::uint64_t seq = to_timing(c);
+    CHECK(c.accept({{"event", "primed"}, {"workload", 1}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "primed"}, {"workload", 1}, {"seq", seq}}) != "");  // after the train
+    FrameChecker d(job);
+    seq = to_timing(d);
+    CHECK(d.accept({{"event", "primed"}, {"workload", 1}, {"seq", seq++}}) == "");
+    CHECK(d.accept({{"event", "primed"}, {"workload", 1}, {"seq", seq}}) != "");  // twice
+    FrameChecker e(job);
+    seq = to_timing(e);
+    CHECK(e.accept({{"event", "primed"}, {"workload", 0}, {"seq", seq}}) != "");  // another workload's
+  }
   {  // a workload without a train never sends one
     Job plain = job;
     for (auto& wl : plain.workloads) wl.train = 0;
@@ -566,17 +587,31 @@ TEST_CASE("class 3, the train: its count follows the call's bytes within limits;
     CHECK(k >= 2);
     CHECK(k <= cfg.train_max_calls);
     const std::uint64_t bytes = call_bytes(wl);
-    // At least train_bytes of calls unless a limit says otherwise, never more than the batch's bytes.
-    if (k < cfg.train_max_calls && static_cast<std::uint64_t>(k + 1) * bytes <= cfg.timing.batch_bytes)
+    // At least train_bytes of calls (and train_window_calls) unless a limit says otherwise, never
+    // more than the room's cap (the larger of train_max_bytes and the batch's bytes).
+    const std::uint64_t cap = std::max(cfg.train_max_bytes, cfg.timing.batch_bytes);
+    if (k < cfg.train_max_calls && static_cast<std::uint64_t>(k + 1) * bytes <= cap) {
       CHECK(static_cast<std::uint64_t>(k) * bytes >= cfg.train_bytes);
-    CHECK((static_cast<std::uint64_t>(k) * bytes <= cfg.timing.batch_bytes || k == 2));
+      CHECK(k >= cfg.train_window_calls);
+    }
+    CHECK((static_cast<std::uint64_t>(k) * bytes <= cap || k == 2));
   }
   WireWorkload one;  // 12 MiB per call (vector_add of 1 M floats): 12 GiB / 12 MiB
   one.args.resize(3);
   for (auto& a : one.args) a.count = 1 << 20;
   one.args[2].role = ArgRole::output;
   CHECK(train_calls_for(cfg, one) == 1024);
-  for (auto& a : one.args) a.count = 64 << 20;  // 768 MiB per call: 16, within the batch's 16 GiB
+  for (auto& a : one.args) a.count = 4 << 20;  // 48 MiB per call: 256
+  CHECK(train_calls_for(cfg, one) == 256);
+  for (auto& a : one.args) a.count = 64 << 20;  // 768 MiB per call: 16 by the bytes, raised to 32 (24 GiB)
+  CHECK(train_calls_for(cfg, one) == 32);
+  cfg.train_max_bytes = 12ull << 30;  // a smaller cap: the batch's 16 GiB then, 21 calls
+  CHECK(train_calls_for(cfg, one) == 21);
+  cfg.train_window_calls = 0;  // none asked beyond the bytes: 16
+  CHECK(train_calls_for(cfg, one) == 16);
+  cfg.train_window_calls = 32;
+  cfg.train_max_bytes = 24ull << 30;
+  for (auto& a : one.args) a.count = 128 << 20;  // 1.5 GiB per call: 16, the most that fit in 24 GiB
   CHECK(train_calls_for(cfg, one) == 16);
   for (auto& a : one.args) a.count = 1ull << 31;  // 24 GiB per call: the least a train may have
   CHECK(train_calls_for(cfg, one) == 2);
