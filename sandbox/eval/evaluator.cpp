@@ -205,6 +205,14 @@ using SnapPhase = std::function<double(std::size_t w, int from, int calls, std::
 // its CUDA context and any GPU work it left may still exist): announced samples are filled in.
 using OnResult = std::function<void(const RunOutcome&)>;
 
+// How long the parent waits for a train's train_end spinning: twice the train's cap and 50 ms (an
+// honest train ends by its cap plus one call); a train that runs longer is a slow kernel's, whose
+// window is long enough that a wake-up's hop does not matter, or a hung one.
+Clock::time_point train_spin_until(const EvalConfig& cfg) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(2 * std::max(0.0, cfg.train_cap_s) + 0.05));
+}
+
 RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, double budget_s,
                    const SlotsHook& on_slots = {}, const std::vector<int>& pass_fds = {},
                    const std::function<void()>& before_key = {}, const Layout* snapshot = nullptr,
@@ -330,7 +338,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
           continue;
         }
         o.train_begin[w] = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
-        o.proc->set_spin(true);  // until train_end: the window's end is that frame's arrival
+        o.proc->set_spin_until(train_spin_until(cfg));  // the window's end is train_end's arrival
         continue;
       }
       if (room > 0) {
@@ -359,9 +367,9 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       }
       const int room = job.workloads[w].train;
       o.train_begin[w] = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
-      o.proc->set_spin(true);  // until train_end: the window's end is that frame's arrival
+      o.proc->set_spin_until(train_spin_until(cfg));  // the window's end is train_end's arrival
     } else if (name == "train_end") {
-      o.proc->set_spin(false);
+      o.proc->set_spin_until({});
       // The train's end: freeze the agent runner, have the owner take the train's slots (as at a
       // phase's end: what agent code writes there later is never compared), thaw; then the rest of
       // the phase: its warm-ups' and samples' inputs, and the go line.

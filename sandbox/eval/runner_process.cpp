@@ -225,7 +225,7 @@ RunnerProcess::Read RunnerProcess::next(Event& out, Clock::time_point deadline) 
     }
     if (result_eof_) return Read::eof;
     if (Clock::now() >= deadline) return Read::timeout;
-    pump(spin_ ? 0 : std::max(1, ms_until(deadline)));
+    pump(Clock::now() < spin_until_ ? 0 : std::max(1, ms_until(deadline)));
   }
 }
 

@@ -75,10 +75,11 @@ class RunnerProcess {
   enum class Read { event, eof, timeout, malformed };
   // Next event, waiting at most until `deadline`. Draining stdout/stderr happens meanwhile.
   Read next(Event& out, Clock::time_point deadline);
-  // While on, next() polls without sleeping (a busy loop on this thread until the event or the
-  // deadline): for a window on the parent's clock whose end is a frame (a train), so that the
-  // frame's hop is the pipe's and not a wake-up of this thread.
-  void set_spin(bool on) { spin_ = on; }
+  // Until `until`, next() polls without sleeping (a busy loop on this thread): for a window on the
+  // parent's clock whose end is a frame (a train), so that the frame's hop is the pipe's and not a
+  // wake-up of this thread. Bounded, so that a kernel that hangs in the window costs a core only
+  // that long; set_spin_until({}) ends it.
+  void set_spin_until(Clock::time_point until) { spin_until_ = until; }
   void kill();                     // SIGKILL to the whole process group
   // Freezes the runner (SIGSTOP) and waits, at most `timeout`, until every one of its threads is
   // stopped (or it has ended): from then on none of its code runs, so nothing it writes to its
@@ -121,7 +122,7 @@ class RunnerProcess {
   std::string error_;
   std::optional<Exit> exit_;
   bool killed_ = false;
-  bool spin_ = false;
+  Clock::time_point spin_until_{};
   Clock::time_point started_{}, job_sent_{};
   struct FileId {
     dev_t dev = 0;
