@@ -95,7 +95,7 @@ class RunnerBackend final : public GpuBackend {
         evaluator_->build_trusted(task, task.expert_path(layer));
       }
     progress("calibration");
-    evaluator_->calibrate(task, gpu);
+    evaluator_->calibrate(task, gpu, progress);  // a stage per kernel it measures (a cached entry: none)
   }
 
   void cancel_all() override {}  // runners have their own deadlines (EvalConfig timeouts)

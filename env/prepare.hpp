@@ -13,6 +13,9 @@
 //  * While the GPU's queue has work (set_busy: evaluations queued or running), no task nobody waits
 //    for starts, and one under way pauses at its next stage until the queue is idle (progress()
 //    says "paused"): background calibration never competes with evaluations for the GPU.
+//  * Shutdown (release/stop): a task under way stops at its next stage boundary and stays
+//    unprepared (what the backend persisted is kept); the calibration reports a stage per kernel
+//    it measures, so a stop waits for at most one build or one calibration run.
 #pragma once
 
 #include <chrono>
@@ -57,7 +60,7 @@ class Preparation {
   // Stops preparing further tasks and runs every parked continuation now (shutdown: their
   // evaluations go on as before, without preparation). Waits for no thread.
   void release();
-  // release(), then joins the threads (a task being prepared finishes first).
+  // release(), then joins the threads (a task being prepared stops at its next stage boundary).
   void stop();
 
   // Calls `then(0)` now, on this thread, when `task` is ready or failed on `gpu` (or preparation
@@ -101,10 +104,12 @@ class Preparation {
     std::size_t yields = 0;
   };
   struct Yielded {};  // thrown through the backend's prepare() (not a std::exception: nothing catches it by accident)
+  struct Stopped {};  // likewise, at a stage boundary after release(): the task stays unprepared
 
   void work(int gpu);
   // At a stage boundary of `current` (the backend's progress callback): returns to go on, throws
-  // Yielded to give way to a task somebody waits for, waits while the GPU's queue has work.
+  // Yielded to give way to a task somebody waits for, Stopped after release(), waits while the
+  // GPU's queue has work.
   void checkpoint(int gpu, Entry& current);
   bool demanded_locked(const Gpu& g, const Entry* except) const;
   bool busy(int gpu) const;

@@ -1489,7 +1489,8 @@ CopyBandwidth Evaluator::measure_copy_bandwidth(int gpu) {
   return bw;
 }
 
-CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu) {
+CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu,
+                                      const std::function<void(const std::string&)>& stage) {
   if (gpu < 0 || gpu >= gpu_count()) throw std::runtime_error("calibrate: no GPU with index " + std::to_string(gpu));
   const DeviceInfo& d = gpus_[static_cast<std::size_t>(gpu)];
   {
@@ -1530,9 +1531,13 @@ CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu) {
     return times;
   };
   CalibrationEntry entry;
+  if (stage) stage("calibration: baseline");
   entry.baseline = time_of(task.baseline_path());
   for (int layer = 1; layer <= 3; ++layer)
-    if (std::filesystem::exists(task.expert_path(layer))) entry.experts[layer] = time_of(task.expert_path(layer));
+    if (std::filesystem::exists(task.expert_path(layer))) {
+      if (stage) stage("calibration: expert L" + std::to_string(layer));
+      entry.experts[layer] = time_of(task.expert_path(layer));
+    }
   entry.measured_at = now_iso();
   // The compiler exists now, so the key can carry its version when the config gave none.
   std::string final_toolchain = config_.toolchain;

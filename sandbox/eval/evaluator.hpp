@@ -312,7 +312,11 @@ class Evaluator {
 
   // Times baseline and experts (trusted runners, checked against the reference) on all
   // workloads, once per (GPU model, driver, toolchain, task hash); later calls read the cache.
-  CalibrationEntry calibrate(const tasks::Task& task, int gpu);
+  // `stage`, when given, is called before each kernel it measures ("calibration: baseline",
+  // "calibration: expert L1", ...): a preparation's stage boundary, which may throw to stop it
+  // (nothing is stored then).
+  CalibrationEntry calibrate(const tasks::Task& task, int gpu,
+                             const std::function<void(const std::string&)>& stage = {});
 
   // Measures the copy bandwidth of `gpu` in a fresh runner (waits for the GPU's evaluations).
   CopyBandwidth measure_copy_bandwidth(int gpu);

@@ -292,6 +292,31 @@ TEST_CASE("a task under way that nobody waits for gives way at its next stage", 
   prep.stop();
 }
 
+TEST_CASE("a stop does not wait for the task under way: it stops at its next stage, unprepared", "[prepare]") {
+  auto backend = std::make_shared<StagedBackend>();
+  const d2k::tasks::Task a = fake_task("a"), b = fake_task("b");
+  Preparation prep(backend, {&a, &b}, 1);
+  prep.start();
+  REQUIRE(eventually([&] { return backend->reached().size() == 1; }));
+  CHECK(backend->reached()[0] == "a/build");
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    prep.stop();  // releases, then joins the preparation thread
+    stopped = true;
+  });
+  // The build under way is not interrupted (the backend's own step), but nothing after it runs:
+  // the calibration stage is never reached, b never starts.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK_FALSE(stopped);  // still in a's build
+  backend->open("a/build");
+  REQUIRE(eventually([&] { return stopped.load(); }));
+  stopper.join();
+  CHECK(backend->reached() == std::vector<std::string>{"a/build"});
+  CHECK(prep.state(0, "a") == Preparation::State::pending);
+  CHECK(prep.state(0, "b") == Preparation::State::pending);
+  CHECK(prep.progress(0)["ready"] == 0);
+}
+
 TEST_CASE("while the GPU's queue has work, only tasks somebody waits for are prepared", "[prepare]") {
   auto backend = std::make_shared<StagedBackend>();
   const d2k::tasks::Task a = fake_task("a"), b = fake_task("b");
