@@ -350,16 +350,6 @@ int main(int argc, char** argv) {
       }
       total.push_back(r.phases.total_s);
     }
-    auto cv_of = [](const std::vector<double>& v) {
-      double m = 0, q = 0;
-      for (double x : v) m += x;
-      m /= static_cast<double>(std::max<std::size_t>(1, v.size()));
-      for (double x : v) q += (x - m) * (x - m);
-      return v.size() > 1 && m > 0 ? 100 * std::sqrt(q / static_cast<double>(v.size() - 1)) / m : 0.0;
-    };
-    for (auto& [name, v] : per)
-      std::printf("    %-12s time %9.2f us (CV %.2f%%, train %d calls) | runner's sampled median %9.2f us (CV %.2f%%)\n",
-                  name.c_str(), median(v.first), cv_of(v.first), train_calls[name], median(v.second), cv_of(v.second));
     auto sd_of = [](const std::vector<double>& v) {
       double m = 0, q = 0;
       for (double x : v) m += x;
@@ -367,6 +357,15 @@ int main(int argc, char** argv) {
       for (double x : v) q += (x - m) * (x - m);
       return v.size() > 1 ? std::sqrt(q / static_cast<double>(v.size() - 1)) : 0.0;
     };
+    auto cv_of = [&](const std::vector<double>& v) {
+      double m = 0;
+      for (double x : v) m += x;
+      m /= static_cast<double>(std::max<std::size_t>(1, v.size()));
+      return m > 0 ? 100 * sd_of(v) / m : 0.0;
+    };
+    for (auto& [name, v] : per)
+      std::printf("    %-12s time %9.2f us (CV %.2f%%, train %d calls) | runner's sampled median %9.2f us (CV %.2f%%)\n",
+                  name.c_str(), median(v.first), cv_of(v.first), train_calls[name], median(v.second), cv_of(v.second));
     for (auto& [name, p] : parts)
       std::printf("      %-12s train window %.1f us (sd %.1f) = runner's calls %.1f (sd %.1f; first call %.1f, sd %.1f) "
                   "+ snapshot charge %.1f (sd %.1f) + hops %.1f (sd %.1f); fill charge %.1f (sd %.1f)\n",

@@ -17,7 +17,6 @@
 #include <ctime>
 #include <fstream>
 #include <random>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -84,7 +83,6 @@ struct RunOutcome {
   // plus its snapshot's charge, and the owner's fill of the train's inputs (the parent's clock).
   std::map<std::size_t, double> train_begin, train_end, train_fill_s;
   std::map<std::size_t, int> train_calls;     // workload → the calls its train made (train_end)
-  std::set<std::size_t> prime_sent;           // workloads whose prime line went out
   std::map<std::size_t, double> train_late;   // workload → its train snapshot's charge (inside train_end)
   std::map<std::size_t, std::pair<double, double>> train_claims;  // the runner's own (self, first): diagnosis only
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
@@ -260,6 +258,12 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
     for (std::size_t w = 0; w < job.workloads.size(); ++w)
       if (frames.announced_samples(w) >= 0) o.announced_samples[w] = frames.announced_samples(w);
   };
+  // The train line: the window opens at its write; its end is train_end's arrival, waited for spinning.
+  auto open_train = [&](std::size_t w) {
+    const int room = job.workloads[w].train;
+    o.train_begin[w] = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
+    o.proc->set_spin_until(train_spin_until(cfg));
+  };
   bool have_result = false;
   for (;;) {
     // After the result only a short wait for the exit; before it, the inactivity deadline.
@@ -333,12 +337,10 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         }
         o.train_fill_s[w] = since(t_fill);
         if (cfg.train_prime) {  // the train line follows the runner's "primed"
-          o.prime_sent.insert(w);
           if (o.proc->send_line(prime_line(w)) < 0) o.proc->kill();  // gone: its events tell
           continue;
         }
-        o.train_begin[w] = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
-        o.proc->set_spin_until(train_spin_until(cfg));  // the window's end is train_end's arrival
+        open_train(w);
         continue;
       }
       if (room > 0) {
@@ -359,15 +361,14 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
     } else if (name == "primed") {
       // The runner's context is the GPU's current one: the train's window opens with its line.
       const auto w = ev.body.at("workload").get<std::size_t>();  // frames checked it: the train due
-      if (o.prime_sent.count(w) == 0 || o.train_begin.count(w) != 0) {
+      // The prime line went out right after the train's fill (with train_prime): none before it.
+      if (!cfg.train_prime || o.train_fill_s.count(w) == 0 || o.train_begin.count(w) != 0) {
         o.failure = "forged_frame";
         o.detail = "a frame the protocol does not allow on the runner's channel: primed without a prime line";
         o.proc->kill();
         break;
       }
-      const int room = job.workloads[w].train;
-      o.train_begin[w] = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
-      o.proc->set_spin_until(train_spin_until(cfg));  // the window's end is train_end's arrival
+      open_train(w);
     } else if (name == "train_end") {
       o.proc->set_spin_until({});
       // The train's end: freeze the agent runner, have the owner take the train's slots (as at a
