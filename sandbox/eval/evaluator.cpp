@@ -176,9 +176,23 @@ std::uint64_t keyed_hash(const char* p, std::uint64_t bytes, std::uint64_t key) 
 namespace {
 
 // One message (a line) from a SOCK_SEQPACKET socket within `timeout_ms`.
-bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error) {
+// `spin`: for a reply whose round trip is charged, poll without sleeping for its first 200 ms (no
+// wake-up of a sleeping thread inside the round trip), then as usual.
+bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error, bool spin = false) {
   pollfd p{sock, POLLIN, 0};
-  const int rc = ::poll(&p, 1, timeout_ms);
+  int rc = 0;
+  const auto start = Clock::now();
+  if (spin) {
+    const auto until = start + std::chrono::milliseconds(std::min(timeout_ms, 200));
+    do {
+      p.revents = 0;
+      rc = ::poll(&p, 1, 0);
+    } while (rc == 0 && Clock::now() < until);
+  }
+  if (rc == 0) {
+    const int left = timeout_ms - static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
+    rc = ::poll(&p, 1, std::max(0, left));
+  }
   if (rc <= 0) {
     error = rc == 0 ? "no reply from the owner runner" : std::string("poll: ") + std::strerror(errno);
     return false;
@@ -956,7 +970,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   // the answer, or nothing and `error` (the owner gone, its own error, an answer about another
   // workload, a malformed line).
   auto ask_owner = [&](const std::string& line, const char* echo, std::size_t w, int timeout_ms,
-                       const std::string& what, std::string& error) -> std::optional<json> {
+                       const std::string& what, std::string& error, bool spin = false) -> std::optional<json> {
     RunnerProcess* op = owner_proc.load();
     if (op == nullptr) {
       error = "the owner runner is gone";
@@ -967,7 +981,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       return std::nullopt;
     }
     std::string answer;
-    if (!recv_line(op->slots_socket(), timeout_ms, answer, error)) return std::nullopt;
+    if (!recv_line(op->slots_socket(), timeout_ms, answer, error, spin)) return std::nullopt;
     try {
       json r = json::parse(answer);
       if (!r.value("error", std::string()).empty()) {
@@ -988,7 +1002,8 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   // GPU-resident: each timed phase's snapshot, taken by the owner.
   const SnapPhase snap_phase = [&](std::size_t w, int from, int calls, std::string& error) -> double {
     const auto t0 = Clock::now();
-    const auto r = ask_owner(json{{"snap", w}, {"from", from}, {"calls", calls}}.dump(), "snapped", w, 10000, "snapshot", error);
+    const auto r = ask_owner(json{{"snap", w}, {"from", from}, {"calls", calls}}.dump(), "snapped", w, 10000, "snapshot",
+                             error, true);
     if (!r) return -1;
     const double took = since(t0);
     res.phases.snap_s += took;

@@ -475,8 +475,13 @@ class Runner {
     const double s_per_byte = slots_.size() > 0 ? copy_ms * 1e-3 / static_cast<double>(slots_.size()) : 0;
     emit_.send({{"event", "slots"}, {"bytes", slots_.size()}, {"arena_bytes", arena_.size()}});
     std::string line;
+    // After a fill the next line is that phase's snapshot, whose round trip the parent charges
+    // beyond the copy's own time: read it spinning (no wake-up of a sleeping thread inside it).
+    bool spin_next = false;
     for (;;) {
-      if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no go line on stdin"};
+      if (!(spin_next ? spin_line(line) : static_cast<bool>(std::getline(std::cin, line))))
+        throw Stop{Outcome::bad_job, "no go line on stdin"};
+      spin_next = false;
       json snap;
       try {
         snap = json::parse(line);
@@ -485,6 +490,7 @@ class Runner {
       }
       if (snap.contains("fill")) {  // a timed phase is due: its inputs, into the arena
         fill_arena(snap);
+        spin_next = true;
         continue;
       }
       if (!snap.contains("snap")) break;  // the go line
