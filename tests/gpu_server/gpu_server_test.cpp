@@ -1,6 +1,7 @@
 // evaluate/submit through a real server with the real GPU backend (runner processes): rewards,
 // typed failures that leave other episodes alone, per-GPU queues. Label `gpu`: without a GPU it
 // prints a SKIP line and passes.
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -47,8 +48,12 @@ struct GpuServer {
   }
   ~GpuServer() {
     if (thread.joinable()) {
+      // How long a stop waits for the preparation under way (printed for the device record).
+      const auto t0 = std::chrono::steady_clock::now();
       server->request_stop();
       thread.join();
+      std::cout << "server stop took "
+                << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
     }
   }
 };
