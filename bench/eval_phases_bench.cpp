@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
       const fs::path so = nvcc_build(task.expert_path(3), state / "candidate", name + "_L3");
       std::map<std::string, std::vector<double>> ph;
       std::map<std::string, std::vector<double>> med, outside, over, frac, samples, batch, window, own_batch, cmed;
+      std::map<std::string, std::map<std::string, std::vector<double>>> replay;  // the owner replay's parts
       int ok = 0;
       std::pair<std::vector<std::pair<std::string, double>>, std::vector<std::pair<std::string, double>>> last_frames;
       for (int r = 0; r <= runs; ++r) {  // run 0 warms the pools and the task's GPU budget
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
           over[w.name].push_back(w.call_overhead_s);
           frac[w.name].push_back(w.flag_below_fraction);
           samples[w.name].push_back(w.timing->samples);
+          for (const auto& [part, t] : w.replay_parts) replay[w.name][part].push_back(t);
         }
       }
       std::printf("  %-10s %-8s ok %d/%d  median phases [s]: wait_ready %.3f  candidate %.3f  reference %.3f  compare %.3f  total %.3f  (wall %.3f; last timing_end to exit %.3f; outputs taken at phase ends %.3f)\n",
@@ -146,6 +148,15 @@ int main(int argc, char** argv) {
                     w.c_str(), median(v) * 1e6, median(cmed[w]) * 1e6, median(outside[w]) * 1e6, median(over[w]) * 1e6,
                     median(window[w]) * 1e6, median(batch[w]) * 1e6, median(own_batch[w]) * 1e6, median(samples[w]),
                     100 * median(frac[w]));
+      for (const auto& [w, parts] : replay) {
+        std::string line;
+        char buf[64];
+        for (const auto& [part, v] : parts) {
+          std::snprintf(buf, sizeof buf, "  %s %.1f", part.c_str(), median(v) * 1e3);
+          line += buf;
+        }
+        std::printf("      %-18s owner replay (ms):%s\n", w.c_str(), line.c_str());
+      }
     }
   }
   return 0;

@@ -1394,6 +1394,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       // Both bounds allow the candidate's overheads to differ from the reference's by the bound's
       // relative slacks (two processes' flushes and batches differ by that much).
       we.runner_batch_s = rr.workloads[w].batch_in_s + rr.workloads[w].batch_out_s;
+      we.replay_parts = ref.result->workloads[w].replay_parts;
       if (auto it = cand.snapshot_late_s.find(w); it != cand.snapshot_late_s.end()) we.snapshot_late_s = it->second;
       // The "room" test takes the whole window: a reference batch measured longer than the
       // candidate's window (H200, 2026-12-02 02:22Z) is the reference's slowness, not a forgery.

@@ -232,6 +232,9 @@ struct WorkloadEval {
   // freeze), and the runner's own claims (untrusted, never in any time): from reading its train
   // line to its last call's sync, and its first call alone.
   double train_late_s = 0, train_claim_s = 0, train_first_claim_s = 0;
+  // For diagnosis only: where the owner's replay of this workload spent its host time (the owner's
+  // replay_parts: alloc, poison, calls, copies, checks).
+  std::vector<std::pair<std::string, double>> replay_parts;
   std::optional<std::vector<LaunchRecord>> launches;  // when requested and the runner could record
   nlohmann::json to_json() const;
 };

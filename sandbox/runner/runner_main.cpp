@@ -532,6 +532,7 @@ class Runner {
     ::close(slots_fd_);
     slots_fd_ = -1;
     arena_used_ = arena_.mapped();
+    const auto t_go = Clock::now();
     try {
       const json go = json::parse(line);
       for (const auto& r : go.at("replay")) {
@@ -562,8 +563,11 @@ class Runner {
     } catch (const json::exception& e) {
       throw Stop{Outcome::bad_job, std::string("bad go line: ") + e.what()};
     }
+    go_parts_.emplace_back("go_fill_refs", seconds_since(t_go));
     // The candidate has exited: its inputs are no longer needed (the replay makes its own, from the key).
+    const auto t_release = Clock::now();
     arena_.release();
+    go_parts_.emplace_back("go_release", seconds_since(t_release));
   }
 
   // Owner: timed calls [from, calls) of workload w get their inputs in the arena (no sync); with a
@@ -684,6 +688,17 @@ class Runner {
     const WireWorkload& wl = job_.workloads[w];
     const std::size_t n = wl.args.size();
     std::vector<void*> bufs(n, nullptr);
+    // A trusted runner's host time, part by part (diagnosis only: replay_parts; never in any time).
+    std::vector<std::pair<std::string, double>> parts;
+    if (wl.replay_samples > 0 && !agent_) {  // the first replayed workload carries the go line's parts
+      parts = std::move(go_parts_);
+      go_parts_.clear();
+    }
+    auto part_t = Clock::now();
+    auto part = [&](const char* name) {
+      if (!agent_) parts.emplace_back(name, seconds_since(part_t));
+      part_t = Clock::now();
+    };
     struct Free {
       std::vector<void*>& b;
       ~Free() { for (void* p : b) if (p != nullptr) cudaFree(p); }
@@ -713,6 +728,7 @@ class Runner {
       }
     }
     types.push_back(&ffi_type_pointer);
+    part("buffers");
     // The pointers the next call gets: the correctness buffers, or one timed call's own (its batch).
     std::vector<void*> ptrs = bufs;
     auto use = [&](const std::vector<void*>& p) { std::copy(p.begin(), p.end(), ptrs.begin()); };  // never reallocates
@@ -910,9 +926,7 @@ class Runner {
     if (wl.replay_samples > 0) {
       if (agent_) throw Stop{Outcome::bad_job, "replay is for trusted runners"};
       const int calls = wl.replay_samples;  // the candidate's warm-ups and samples, all verified
-      alloc_batch(std::max(wl.replay_batch, calls));
-      prefault_timed_slots(w);
-      RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+      part("correctness");
       // The candidate's window held its inputs' making, unless the owner made them in its arena
       // before the window opened (then only the poison is inside it, and only that is timed here).
       const bool inputs_outside = job_.gpu_slots == SlotsRole::owner && arena_used_;
@@ -923,21 +937,55 @@ class Runner {
       const int train = inputs_outside ? std::min(wl.replay_train, calls) : 0;
       const int all = std::max(wl.replay_batch, calls);
       if (auto it = train_fill_ref_.find(w); it != train_fill_ref_.end()) wr.train_fill_s = it->second;
-      if (inputs_outside) fill_batch(all, wl.replay_key, true, false);
-      auto t0 = Clock::now();
-      fill_batch(all, wl.replay_key, !inputs_outside, true, train);
-      wr.batch_in_s = seconds_since(t0);
+      if (inputs_outside) {
+        // The owner's replay: only the candidate's batch is timed (the poison of its own outputs,
+        // calls train..all-1, and their hand-over), so only those outputs get buffers of their own,
+        // as the candidate's did. Every call's inputs are made into the correctness buffers right
+        // before it, and a train call's output (the correctness output buffer) is compared straight
+        // after it (H200 2026-12-03: a batch of every call's inputs, 45 calls of 768 MiB, made the
+        // replay ~0.3 s of allocation and frees).
+        batch.assign(static_cast<std::size_t>(all), bufs);
+        for (std::size_t a = 0; a < n; ++a)
+          if (wl.args[a].role == ArgRole::output)
+            for (int c = train; c < all; ++c)
+              batch[static_cast<std::size_t>(c)][a] = alloc(wl.args[a].count * dtype_size(wl.args[a].dtype));
+        prefault_timed_slots(w);
+        RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+        part("alloc");
+        auto t0 = Clock::now();
+        for (int c = train; c < all; ++c) fill(batch[static_cast<std::size_t>(c)], 0, false, true);
+        RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+        wr.batch_in_s = seconds_since(t0);
+        part("poison");
+        for (std::size_t a = 0; a < n; ++a)
+          if (wl.args[a].role == ArgRole::input && is_csr(a)) upload_csr(bufs[a], a, timed_seed(wl.replay_key, 0));
+      } else {
+        alloc_batch(all);
+        prefault_timed_slots(w);
+        RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+        part("alloc");
+        auto t0 = Clock::now();
+        fill_batch(all, wl.replay_key, true, true, 0);
+        wr.batch_in_s = seconds_since(t0);
+        part("fill");
+      }
       auto beat = Clock::now();
       for (int i = 0; i < calls; ++i) {
+        if (inputs_outside) {  // this call's inputs (and a train call's output poisoned), just before it
+          fill(batch[static_cast<std::size_t>(i)], timed_seed(wl.replay_key, static_cast<std::uint64_t>(i)), true, i < train);
+          RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+        }
         use(batch[static_cast<std::size_t>(i)]);
         call();
         RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
         check_ret();
+        if (i < train) hand_over(-1 - i);  // its output buffer is the next train call's
         if (seconds_since(beat) > 0.5) {
           emit_.send({{"event", "heartbeat"}});
           beat = Clock::now();
         }
       }
+      part("calls");
       if (job_.gpu_slots == SlotsRole::owner) {
         // The candidate's hand-over is a device copy into its slot: timed here as copies of the same
         // bytes into scratch; the comparison (after) is the owner's own work, outside any window.
@@ -945,7 +993,7 @@ class Runner {
         for (std::size_t a = 0; a < n; ++a)
           if (wl.args[a].role == ArgRole::output) most = std::max(most, wl.args[a].count * dtype_size(wl.args[a].dtype));
         void* scratch = alloc(most);
-        t0 = Clock::now();
+        const auto t0 = Clock::now();
         for (int i = train; i < calls; ++i)  // the train's calls were not handed over
           for (std::size_t a = 0; a < n; ++a) {
             if (wl.args[a].role != ArgRole::output || layout_.find(w, -1 - i, a) == nullptr) continue;
@@ -955,12 +1003,14 @@ class Runner {
             RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
           }
         wr.batch_out_s = seconds_since(t0);
-        for (int i = 0; i < calls; ++i) {
+        part("copies");
+        for (int i = train; i < calls; ++i) {  // the train's calls were compared after each
           use(batch[static_cast<std::size_t>(i)]);
           hand_over(-1 - i);
         }
+        part("checks");
       } else {
-        t0 = Clock::now();
+        const auto t0 = Clock::now();
         for (int i = 0; i < calls; ++i) {
           use(batch[static_cast<std::size_t>(i)]);
           hand_over(-1 - i);
@@ -1093,6 +1143,7 @@ class Runner {
     // An owner's checks: runs of timed slots merged (a train's thousands of checks would not fit
     // its result frame; the parent counts the spans).
     if (job_.gpu_slots == SlotsRole::owner) wr.checks = merge_timed_checks(std::move(wr.checks));
+    if (wl.replay_samples > 0) wr.replay_parts = std::move(parts);
     result_.workloads.push_back(std::move(wr));
   }
 
@@ -1174,6 +1225,7 @@ class Runner {
   bool arena_used_ = false;            // owner: the candidate's inputs came from its arena
   void* snap_ = nullptr;               // owner: its own copy of the phase snapshots (own_slots)
   std::set<std::size_t> snapped_;      // owner: workloads whose timed slots were snapshotted
+  std::vector<std::pair<std::string, double>> go_parts_;  // owner: its go line's handling (diagnosis)
   std::map<std::size_t, double> train_fill_ref_;  // owner: the train fill's reference time (class 3)
   void* staging_ = nullptr;  // pinned, host path (make_staging)
   std::uint64_t staging_bytes_ = 0;

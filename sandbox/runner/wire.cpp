@@ -404,6 +404,11 @@ json to_json(const RunnerResult& r) {
     if (w.batch_in_s > 0) wj["batch_in_s"] = w.batch_in_s;
     if (w.train_fill_s > 0) wj["train_fill_s"] = w.train_fill_s;
     if (w.batch_out_s > 0) wj["batch_out_s"] = w.batch_out_s;
+    if (!w.replay_parts.empty()) {
+      json parts = json::array();
+      for (const auto& [part, s] : w.replay_parts) parts.push_back(json::array({part, s}));
+      wj["replay_parts"] = parts;
+    }
     if (!w.checks.empty()) {
       json cs = json::array();
       for (const auto& ch : w.checks) cs.push_back(ch.to_json());
@@ -447,6 +452,14 @@ RunnerResult result_from_json(const json& j) {
     w.train_fill_s = get_or<double>(wj, "train_fill_s", 0, c);
     if (!std::isfinite(w.train_fill_s) || w.train_fill_s < 0) bad(c, "bad train fill time");
     w.batch_out_s = get_or<double>(wj, "batch_out_s", 0, c);
+    const json parts = get_or<json>(wj, "replay_parts", json::array(), c);
+    if (!parts.is_array() || parts.size() > 16) bad(c, "replay_parts must be an array of at most 16 parts");
+    for (const auto& pj : parts) {
+      if (!pj.is_array() || pj.size() != 2 || !pj[0].is_string() || !pj[1].is_number()) bad(c, "a replay part is [name, seconds]");
+      const double s = pj[1].get<double>();
+      if (!std::isfinite(s) || s < 0) bad(c, "a replay part's time out of range");
+      w.replay_parts.emplace_back(pj[0].get<std::string>().substr(0, 32), s);
+    }
     const json checks = get_or<json>(wj, "checks", json::array(), c);
     if (!checks.is_array()) bad(c, "checks must be an array");
     for (const auto& cj : checks) w.checks.push_back(check_from_json(cj));

@@ -317,6 +317,8 @@ struct WorkloadResult {
   // and flushing the L2 (what the owner's train fill did inside the candidate's phase; the fill charge).
   double train_fill_s = 0;
   double batch_out_s = 0;
+  // Owner replay: where its host time went, part by part (diagnosis only: never in any time or bound).
+  std::vector<std::pair<std::string, double>> replay_parts;
 };
 
 struct RunnerResult {

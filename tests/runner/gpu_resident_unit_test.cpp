@@ -153,6 +153,38 @@ TEST_CASE("gpu-resident: an owner's checks travel in its result, non-finite valu
   CHECK(code([&] { result_from_json(j); }) == "bad_result");
 }
 
+TEST_CASE("gpu-resident: the owner replay's parts travel in its result, and malformed ones are refused",
+          "[runner][resident]") {
+  RunnerResult r;
+  WorkloadResult w;
+  w.name = "pow2_64m";
+  w.replay_parts = {{"alloc", 0.0015}, {"calls", 0.0487}, {"checks", 0.0063}};
+  r.workloads.push_back(w);
+  const RunnerResult back = result_from_json(to_json(r));
+  REQUIRE(back.workloads.size() == 1);
+  REQUIRE(back.workloads[0].replay_parts.size() == 3);
+  CHECK(back.workloads[0].replay_parts[1].first == "calls");
+  CHECK(back.workloads[0].replay_parts[1].second == 0.0487);
+  CHECK(result_from_json(to_json(RunnerResult{})).workloads.empty());
+  // A part that is not [name, seconds], a negative or non-finite time, too many parts: bad_result.
+  for (const nlohmann::json& bad : {nlohmann::json::array({nlohmann::json::array({"calls"})}),
+                                    nlohmann::json::array({nlohmann::json::array({"calls", -1.0})}),
+                                    nlohmann::json::array({nlohmann::json::array({7, 1.0})}),
+                                    nlohmann::json::object({{"calls", 1.0}})}) {
+    auto j = to_json(r);
+    j["workloads"][0]["replay_parts"] = bad;
+    CHECK(code([&] { result_from_json(j); }) == "bad_result");
+  }
+  auto j = to_json(r);
+  j["workloads"][0]["replay_parts"] = nlohmann::json::array();
+  for (int i = 0; i < 17; ++i) j["workloads"][0]["replay_parts"].push_back(nlohmann::json::array({"p", 0.1}));
+  CHECK(code([&] { result_from_json(j); }) == "bad_result");
+  // A long name is cut to 32 characters (it is printed, never interpreted).
+  j = to_json(r);
+  j["workloads"][0]["replay_parts"] = nlohmann::json::array({nlohmann::json::array({std::string(100, 'x'), 0.5})});
+  CHECK(result_from_json(j).workloads[0].replay_parts[0].first.size() == 32);
+}
+
 TEST_CASE("gpu-resident: an owner sends slots before any call and never a timing frame", "[runner][resident][frames]") {
   std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0], &vector_add().workloads[1]};
   Job job = make_job(vector_add(), wls, {1}, "/ref.so", TimingSpec{});
