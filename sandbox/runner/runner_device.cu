@@ -19,6 +19,12 @@ __device__ inline double unit(std::uint64_t h) {  // [0, 1)
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
+// Element i's hash: one splitmix64 step of the counter key + i (a counter-based generator: the
+// same value for the same key and index on any launch shape).
+__device__ inline std::uint64_t element_hash(std::uint64_t key, std::uint64_t i) {
+  return splitmix64(key + i * 0x9E3779B97F4A7C15ull);
+}
+
 template <class T>
 __device__ inline T convert(double v) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return __double2bfloat16(v);
@@ -27,12 +33,40 @@ __device__ inline T convert(double v) {
 }
 
 template <class T>
+__device__ inline T convert_f(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(v);
+  else if constexpr (std::is_same_v<T, __half>) return __float2half(v);
+  else return static_cast<T>(v);
+}
+
+// Floating outputs narrower than double take single-precision math (both uniforms of the normal
+// from one hash's 24-bit halves): in double the normal's log and cospi made a 768 MiB call's inputs
+// take ~0.9 ms on the H200, and every evaluation makes hundreds of them.
+template <class T>
+constexpr bool kSingle = std::is_same_v<T, float> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+template <class T>
 __global__ void generate_kernel(T* out, std::uint64_t count, int dist, double a, double b,
                                 std::uint64_t key) {
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  const float af = static_cast<float>(a), bf = static_cast<float>(b);
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
-    const std::uint64_t h = splitmix64(key ^ splitmix64(i));
+    const std::uint64_t h = element_hash(key, i);
+    if constexpr (kSingle<T>) {
+      if (dist == 0 || dist == 1) {
+        const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+        float v;
+        if (dist == 0) {
+          v = af + (bf - af) * u;  // uniform
+        } else {                   // normal, Box-Muller
+          const float u2 = static_cast<float>((h >> 16) & 0xFFFFFFull) * (1.0f / 16777216.0f);
+          v = af + bf * sqrtf(-2.0f * logf(1.0f - u)) * cospif(2.0f * u2);
+        }
+        out[i] = convert_f<T>(v);
+        continue;
+      }
+    }
     double v = 0;
     switch (dist) {
       case 0: v = a + (b - a) * unit(h); break;  // uniform
@@ -44,7 +78,9 @@ __global__ void generate_kernel(T* out, std::uint64_t count, int dist, double a,
       }
       case 2: {                                   // randint, inclusive bounds
         const auto span = static_cast<std::uint64_t>(b - a) + 1;
-        v = a + static_cast<double>(h % span);
+        // Below 2^32 a multiply-high (no 64-bit division), else the remainder.
+        const std::uint64_t r = span <= (1ull << 32) ? ((h >> 32) * span) >> 32 : h % span;
+        v = a + static_cast<double>(r);
         break;
       }
       case 3: v = a; break;                       // constant
@@ -64,7 +100,7 @@ __global__ void zipf_kernel(std::uint8_t* out, std::uint64_t count, ZipfTable t,
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
   for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
-    const float u = static_cast<float>(unit(splitmix64(key ^ splitmix64(i))));
+    const float u = static_cast<float>(unit(element_hash(key, i)));
     int lo = 0, hi = 255;  // first rank with cdf > u
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
