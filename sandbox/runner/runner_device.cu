@@ -39,6 +39,8 @@ __device__ inline T convert_f(float v) {
   else return static_cast<T>(v);
 }
 
+// tests/exploits/generator.cuh rebuilds this generator for vector_add (the attacks that hold a key
+// regenerate inputs with it): a change here goes there too, or those attacks fail for the wrong reason.
 // Floating outputs narrower than double take single-precision math (both uniforms of the normal
 // from one hash's 24-bit halves): in double the normal's log and cospi made a 768 MiB call's inputs
 // take ~0.9 ms on the H200, and every evaluation makes hundreds of them.
