@@ -475,8 +475,10 @@ class Runner {
     const double s_per_byte = slots_.size() > 0 ? copy_ms * 1e-3 / static_cast<double>(slots_.size()) : 0;
     emit_.send({{"event", "slots"}, {"bytes", slots_.size()}, {"arena_bytes", arena_.size()}});
     std::string line;
-    // After a fill the next line is that phase's snapshot, whose round trip the parent charges
-    // beyond the copy's own time: read it spinning (no wake-up of a sleeping thread inside it).
+    // After a train's fill the next line is the train's snapshot, milliseconds later, whose round
+    // trip the parent charges beyond the copy's own time: read it spinning (no wake-up of a
+    // sleeping thread inside it). After a phase's fill the snapshot follows all its warm-ups and
+    // samples (up to seconds): a blocking read, not a core burnt.
     bool spin_next = false;
     for (;;) {
       if (!(spin_next ? spin_line(line) : static_cast<bool>(std::getline(std::cin, line))))
@@ -489,8 +491,7 @@ class Runner {
         throw Stop{Outcome::bad_job, std::string("bad line on stdin: ") + e.what()};
       }
       if (snap.contains("fill")) {  // a timed phase is due: its inputs, into the arena
-        fill_arena(snap);
-        spin_next = true;
+        spin_next = fill_arena(snap);
         continue;
       }
       if (!snap.contains("snap")) break;  // the go line
@@ -602,10 +603,12 @@ class Runner {
   // its timing_ready): timed calls 0..n-1 of workload w get their inputs in the arena, each from
   // timed_seed(k, c), a CSR structure once from timed_seed(k, 0), made by the same code as any other
   // runner's; the reply {"filled": w, "error"} goes back on the slots socket once they exist.
-  void fill_arena(const json& line) {
+  // Returns whether it was a train's fill (from its first call, in a workload with a train).
+  bool fill_arena(const json& line) {
     const auto t0 = Clock::now();
     std::string error;
     long long w_out = -1;
+    bool train_fill = false;
     try {
       const auto w = line.at("fill").get<std::size_t>();
       const auto key = line.at("key").get<std::uint64_t>();
@@ -614,6 +617,7 @@ class Runner {
       w_out = static_cast<long long>(w);
       if (w >= arena_phases_.size() || calls < 0 || calls > arena_phases_[w].calls || from < 0 || from > calls)
         throw Stop{Outcome::bad_job, "arena fill out of the layout"};
+      train_fill = from == 0 && job_.workloads[w].train > 0;
       make_arena_inputs(w, key, from, calls);
       RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
     } catch (const json::exception& e) {
@@ -626,6 +630,7 @@ class Runner {
     if (::write(slots_fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
       throw Stop{Outcome::setup_error, "arena fill reply: " + std::string(std::strerror(errno))};
     if (!error.empty()) throw Stop{Outcome::runtime_error, "arena fill: " + error};
+    return train_fill;
   }
 
   // GPU-resident user (agent): maps the owner's slots, and its input arena when the job has one
