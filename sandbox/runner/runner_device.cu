@@ -25,18 +25,19 @@ __device__ inline std::uint64_t element_hash(std::uint64_t key, std::uint64_t i)
   return splitmix64(key + i * 0x9E3779B97F4A7C15ull);
 }
 
-template <class T>
-__device__ inline T convert(double v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __double2bfloat16(v);
-  else if constexpr (std::is_same_v<T, __half>) return __double2half(v);
-  else return static_cast<T>(v);
-}
-
-template <class T>
-__device__ inline T convert_f(float v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(v);
-  else if constexpr (std::is_same_v<T, __half>) return __float2half(v);
-  else return static_cast<T>(v);
+// A generated value (double or float) to the output type, rounding once.
+template <class T, class V>
+__device__ inline T convert(V v) {
+  static_assert(std::is_same_v<V, double> || std::is_same_v<V, float>);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if constexpr (std::is_same_v<V, double>) return __double2bfloat16(v);
+    else return __float2bfloat16(v);
+  } else if constexpr (std::is_same_v<T, __half>) {
+    if constexpr (std::is_same_v<V, double>) return __double2half(v);
+    else return __float2half(v);
+  } else {
+    return static_cast<T>(v);
+  }
 }
 
 // tests/exploits/generator.cuh rebuilds this generator for vector_add (the attacks that hold a key
@@ -65,7 +66,7 @@ __global__ void generate_kernel(T* out, std::uint64_t count, int dist, double a,
           const float u2 = static_cast<float>((h >> 16) & 0xFFFFFFull) * (1.0f / 16777216.0f);
           v = af + bf * sqrtf(-2.0f * logf(1.0f - u)) * cospif(2.0f * u2);
         }
-        out[i] = convert_f<T>(v);
+        out[i] = convert<T>(v);
         continue;
       }
     }
