@@ -79,12 +79,16 @@ struct RunOutcome {
   std::map<std::size_t, int> announced_samples;            // workload → timing_end's count
   std::map<std::size_t, int> warmups;                      // workload → the warm-up count sent with its key
   std::map<std::size_t, int> records;                      // workload → the recorded warm-up (-1: none)
-  // The train (class 3): the parent's train line, the train_end frame (or the freeze after it)
-  // plus its snapshot's charge, and the owner's fill of the train's inputs (the parent's clock).
-  std::map<std::size_t, double> train_begin, train_end, train_fill_s;
-  std::map<std::size_t, int> train_calls;     // workload → the calls its train made (train_end)
-  std::map<std::size_t, double> train_late;   // workload → its train snapshot's charge (inside train_end)
-  std::map<std::size_t, std::pair<double, double>> train_claims;  // the runner's own (self, first): diagnosis only
+  // The train (class 3) of one workload, on the parent's clock unless said otherwise.
+  struct Train {
+    std::optional<double> fill_s;   // the owner's fill of the train's inputs (round trip)
+    std::optional<double> begin;    // the train line's write: the window opens
+    std::optional<double> end;      // train_end's arrival (or the freeze after it) plus the snapshot's charge
+    int calls = 0;                  // the calls the train made (train_end; 0 until then)
+    double late = 0;                // the train snapshot's charge (inside end)
+    double claim_self_s = 0, claim_first_s = 0;  // the runner's own: diagnosis only
+  };
+  std::map<std::size_t, Train> trains;  // workload → its train
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
@@ -275,7 +279,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
   // The train line: the window opens at its write; its end is train_end's arrival, waited for spinning.
   auto open_train = [&](std::size_t w) {
     const int room = job.workloads[w].train;
-    o.train_begin[w] = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
+    o.trains[w].begin = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
     o.proc->set_spin_until(train_spin_until(cfg));
   };
   bool have_result = false;
@@ -349,7 +353,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
           o.proc->kill();
           break;
         }
-        o.train_fill_s[w] = since(t_fill);
+        o.trains[w].fill_s = since(t_fill);
         if (cfg.train_prime) {  // the train line follows the runner's "primed"
           if (o.proc->send_line(prime_line(w)) < 0) o.proc->kill();  // gone: its events tell
           continue;
@@ -376,7 +380,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       // The runner's context is the GPU's current one: the train's window opens with its line.
       const auto w = ev.body.at("workload").get<std::size_t>();  // frames checked it: the train due
       // The prime line went out right after the train's fill (with train_prime): none before it.
-      if (!cfg.train_prime || o.train_fill_s.count(w) == 0 || o.train_begin.count(w) != 0) {
+      if (!cfg.train_prime || !o.trains[w].fill_s || o.trains[w].begin) {
         o.failure = "forged_frame";
         o.detail = "a frame the protocol does not allow on the runner's channel: primed without a prime line";
         o.proc->kill();
@@ -390,7 +394,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       // the phase: its warm-ups' and samples' inputs, and the go line.
       const auto w = ev.body.at("workload").get<std::size_t>();
       const int train = ev.body.at("calls").get<int>();  // frames checked it: in the room
-      o.train_calls[w] = train;
+      o.trains[w].calls = train;
       o.last_work_t = ev.t;
       if (train < std::min(job.workloads[w].train, std::max(1, cfg.train_min_calls))) {
         o.failure = "forged_frame";
@@ -411,13 +415,14 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         o.proc->kill();
         break;
       }
-      o.train_end[w] = (frozen >= 0 ? frozen : ev.t) + late;
-      o.train_late[w] = late;
+      o.trains[w].end = (frozen >= 0 ? frozen : ev.t) + late;
+      o.trains[w].late = late;
       auto claim = [&](const char* k) {  // untrusted: a number or nothing
         const auto it = ev.body.find(k);
         return it != ev.body.end() && it->is_number() ? it->get<double>() : 0.0;
       };
-      o.train_claims[w] = {claim("self_s"), claim("first_s")};
+      o.trains[w].claim_self_s = claim("self_s");
+      o.trains[w].claim_first_s = claim("first_s");
       const int warmup = o.warmups[w];
       const double begin = release_phase(*o.proc, w, o.keys[w], warmup, train + warmup + timed_slots(job, w), fill_phase,
                                          err, o.records[w], train);
@@ -440,7 +445,8 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
         const auto t_snap = Clock::now();
         std::string err;
-        const int train = o.train_calls.count(w) != 0 ? o.train_calls[w] : 0;  // taken at train_end already
+        const auto tr = o.trains.find(w);
+        const int train = tr != o.trains.end() ? tr->second.calls : 0;  // taken at train_end already
         const double late = snap_phase(w, train, train + o.warmups[w] + ev.body.at("samples").get<int>(), err);
         const double thawed = o.proc->thaw();
         o.last_work_t = std::max(o.last_work_t, thawed);
@@ -1037,8 +1043,8 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       const auto n = c.announced_samples.find(w);
       const auto warm = c.warmups.find(w);
       if (key == c.keys.end() || n == c.announced_samples.end() || warm == c.warmups.end()) continue;
-      const auto made = c.train_calls.find(w);
-      const int train = made == c.train_calls.end() ? 0 : made->second;
+      const auto made = c.trains.find(w);
+      const int train = made == c.trains.end() ? 0 : made->second.calls;
       const int calls = train + warm->second + n->second;
       if (calls <= 0) continue;
       ref_job.workloads[w].replay_key = key->second;
@@ -1161,8 +1167,8 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
 
   // The calls the candidate's train made in workload w's phase (0: none).
   auto train_of = [&](std::size_t w) {
-    const auto it = cand.train_calls.find(w);
-    return it == cand.train_calls.end() ? 0 : it->second;
+    const auto it = cand.trains.find(w);
+    return it == cand.trains.end() ? 0 : it->second.calls;
   };
   // Timed calls the candidate made in workload w's phase: the warm-ups its key asked for and the
   // samples it announced (-1: no phase).
@@ -1430,32 +1436,29 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       // With a train (class 3) the workload's time is the train's, on the parent's clock alone: the
       // sampled figures above are the runner's claims (bounded, reported, never the reward's).
       if (const int train = train_of(w); cand_job.workloads[w].train > 0) {
-        const auto tb = cand.train_begin.find(w);
-        const auto te = cand.train_end.find(w);
-        const auto tf = cand.train_fill_s.find(w);
-        if (train <= 0 || tb == cand.train_begin.end() || te == cand.train_end.end() || tf == cand.train_fill_s.end() ||
-            te->second < tb->second) {
+        const auto it = cand.trains.find(w);
+        if (train <= 0 || it == cand.trains.end() || !it->second.begin || !it->second.end || !it->second.fill_s ||
+            *it->second.end < *it->second.begin) {
           res.flags.push_back("forged_result_channel");
           return finish(Outcome::flagged, "the train of workload " + we.name + " does not match what the runner reported while running");
         }
         we.train_calls = train;
-        we.train_window_s = te->second - tb->second;
+        const auto& tr = it->second;
+        we.train_window_s = *tr.end - *tr.begin;
         // The fill charge compares the owner's own time of the train's fill (GPU work by agent code
         // that time-slices with it lengthens it) with its replay of the same fill; the parent's
         // round trip is reported beside (its pipe hops hold no input generation: before them the
         // inputs do not exist, after them the window is open).
         const auto own = owner_train_fill_s.find(w);
-        we.train_fill_s = own != owner_train_fill_s.end() ? own->second : tf->second;
-        we.train_fill_roundtrip_s = tf->second;
+        we.train_fill_s = own != owner_train_fill_s.end() ? own->second : *tr.fill_s;
+        we.train_fill_roundtrip_s = *tr.fill_s;
         we.train_fill_ref_s = ref.result->workloads[w].train_fill_s;
         we.train_s = train_time_s(we.train_window_s, train, we.train_fill_s, we.train_fill_ref_s, bound,
                                   &we.train_fill_charge_s);
         we.timing->median_s = we.train_s;
-        if (const auto tl = cand.train_late.find(w); tl != cand.train_late.end()) we.train_late_s = tl->second;
-        if (const auto tc = cand.train_claims.find(w); tc != cand.train_claims.end()) {
-          we.train_claim_s = tc->second.first;
-          we.train_first_claim_s = tc->second.second;
-        }
+        we.train_late_s = tr.late;
+        we.train_claim_s = tr.claim_self_s;
+        we.train_first_claim_s = tr.claim_first_s;
       }
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
