@@ -282,6 +282,18 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
     o.trains[w].begin = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
     o.proc->set_spin_until(train_spin_until(cfg));
   };
+  // GPU-resident: freeze the agent runner (it queues no more GPU work), have the owner copy workload
+  // w's slots of calls [from, calls) into its own memory, thaw. Returns the freeze's time (-1: it
+  // did not freeze) and the snapshot's charge beyond its copy (-1: it failed, err says why).
+  auto frozen_snapshot = [&](std::size_t w, int from, int calls, std::string& err) {
+    const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
+    const auto t_snap = Clock::now();
+    const double late = snap_phase(w, from, calls, err);
+    const double thawed = o.proc->thaw();
+    o.last_work_t = std::max(o.last_work_t, thawed);
+    o.frozen_s += since(t_snap);
+    return std::pair{frozen, late};
+  };
   bool have_result = false;
   for (;;) {
     // After the result only a short wait for the exit; before it, the inactivity deadline.
@@ -402,13 +414,8 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         o.proc->kill();
         break;
       }
-      const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
-      const auto t_snap = Clock::now();
       std::string err;
-      const double late = snap_phase(w, 0, train, err);
-      const double thawed = o.proc->thaw();
-      o.last_work_t = std::max(o.last_work_t, thawed);
-      o.frozen_s += since(t_snap);
+      const auto [frozen, late] = frozen_snapshot(w, 0, train, err);
       if (late < 0) {
         o.failure = "snapshot";
         o.detail = err;
@@ -442,15 +449,11 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         // GPU work), have the owner copy this phase's timed slots into its own memory, thaw. GPU
         // work the agent queued before the freeze that runs ahead of the owner's copy delays it:
         // that delay (beyond the copy's own time) is charged to the phase's window.
-        const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
-        const auto t_snap = Clock::now();
         std::string err;
         const auto tr = o.trains.find(w);
         const int train = tr != o.trains.end() ? tr->second.calls : 0;  // taken at train_end already
-        const double late = snap_phase(w, train, train + o.warmups[w] + ev.body.at("samples").get<int>(), err);
-        const double thawed = o.proc->thaw();
-        o.last_work_t = std::max(o.last_work_t, thawed);
-        o.frozen_s += since(t_snap);
+        const auto [frozen, late] =
+            frozen_snapshot(w, train, train + o.warmups[w] + ev.body.at("samples").get<int>(), err);
         if (late < 0) {
           o.failure = "snapshot";
           o.detail = err;
