@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_args.hpp"
 #include "sandbox/eval/evaluator.hpp"
 #include "tasks/loader/task.hpp"
 
@@ -26,14 +27,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');)
-    if (!x.empty()) out.push_back(x);
-  return out;
 }
 
 fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& name) {
@@ -51,12 +44,24 @@ int main(int argc, char** argv) {
   int runs = 5, seeds = 3;
   double rel_slack = -1;  // --rel-slack: the tight bound's overhead_rel_slack (default: EvalConfig's)
   std::vector<std::string> modes = {"host", "resident"}, task_names = {"vector_add", "softmax"};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--seeds")) seeds = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--modes")) modes = split(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--tasks")) task_names = split(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--rel-slack")) rel_slack = std::atof(argv[i + 1]);
+  d2k::bench::Args args("bench_eval_phases",
+                        "The phases of one `evaluate` (compile-cache hit) on the host path and the GPU-resident path, for\n"
+                        "tasks' L3 experts, and how tight the parent's bound is per timed workload. Needs a GPU\n"
+                        "(CUDA_VISIBLE_DEVICES=0). Prints figures; asserts nothing.");
+  args.option("--runs", &runs, "evaluations per task and mode (the figures are their medians)");
+  args.option("--seeds", &seeds, "input seeds per workload");
+  args.option("--modes", &modes, "host and/or resident");
+  args.option("--tasks", &task_names, "task ids");
+  args.option("--rel-slack", &rel_slack, "the bound's overhead_rel_slack (negative: EvalConfig's default)");
+  if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
+  for (const auto& m : modes)
+    if (m != "host" && m != "resident") {
+      std::fprintf(stderr, "bench_eval_phases: --modes '%s': host or resident\n", m.c_str());
+      return 2;
+    }
+  if (runs < 1 || seeds < 1) {
+    std::fprintf(stderr, "bench_eval_phases: --runs and --seeds must be at least 1\n");
+    return 2;
   }
   const fs::path state = fs::temp_directory_path() / "d2k-bench-eval-phases";
   std::time_t now = std::time(nullptr);

@@ -32,6 +32,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/bench_args.hpp"
 #include "env/gpu_setup.hpp"
 #include "env/log.hpp"
 #include "env/server.hpp"
@@ -231,33 +232,31 @@ int main(int argc, char** argv) {
   bool no_train = false, no_prime = false;
   std::string sessions_arg = "8,32,64", tasks_arg = "vector_add,softmax", throughput_arg = "vector_add,softmax",
               only = "dabc";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto val = [&]() -> const char* { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--runs")
-      runs = std::atoi(val());
-    else if (a == "--runs-b")
-      runs_b = std::atoi(val());
-    else if (a == "--sessions")
-      sessions_arg = val();
-    else if (a == "--seconds")
-      seconds = std::atof(val());
-    else if (a == "--tasks")
-      tasks_arg = val();
-    else if (a == "--throughput")
-      throughput_arg = val();
-    else if (a == "--only")
-      only = val();
-    else if (a == "--train-gib")
-      train_gib = std::atof(val());
-    else if (a == "--no-train")
-      no_train = true;
-    else if (a == "--no-prime")
-      no_prime = true;
-    else {
-      std::printf("bench_gpu: unknown argument %s (see the comment at the top of bench/gpu_bench.cpp)\n", a.c_str());
-      return 2;
-    }
+  d2k::bench::Args args("bench_gpu",
+                        "GPU evaluation figures on one GPU (CUDA_VISIBLE_DEVICES=0); prints them, asserts nothing:\n"
+                        "  (d) time to ready of a fresh server (trusted builds, calibration), then of one on the same state;\n"
+                        "  (a) timing stability: the vector_add L3 expert evaluated --runs times, each in a fresh runner;\n"
+                        "  (b) one evaluate per task through the server, cold and cached (median of --runs-b hits), in phases;\n"
+                        "  (c) evaluations per hour at each --sessions count, half compile misses, with the GPU's busy fraction.\n"
+                        "bench/README.md has the figures and the commands that made them.");
+  args.option("--only", &only, "the parts to run, any of d, a, b, c");
+  args.option("--runs", &runs, "(a) fresh runners");
+  args.option("--runs-b", &runs_b, "(b) cached evaluations per task");
+  args.option("--sessions", &sessions_arg, "(c) concurrent sessions, comma-separated counts");
+  args.option("--seconds", &seconds, "(c) length of each throughput run");
+  args.option("--tasks", &tasks_arg, "(b, d) task ids, comma-separated, or all");
+  args.option("--throughput", &throughput_arg, "(c) task ids, comma-separated");
+  args.option("--train-gib", &train_gib, "(a) the train's room in GiB (0: EvalConfig's default)");
+  args.flag("--no-train", &no_train, "(a) sampled medians, as without EvalConfig::train");
+  args.flag("--no-prime", &no_prime, "(a) EvalConfig::train_prime off");
+  if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
+  if (only.find_first_not_of("dabc") != std::string::npos || only.empty()) {
+    std::fprintf(stderr, "bench_gpu: --only '%s': letters among d, a, b, c\n", only.c_str());
+    return 2;
+  }
+  if (runs < 1 || runs_b < 1 || seconds <= 0 || train_gib < 0) {
+    std::fprintf(stderr, "bench_gpu: --runs and --runs-b must be at least 1, --seconds above 0, --train-gib at least 0\n");
+    return 2;
   }
   auto want = [&](char part) { return only.find(part) != std::string::npos; };
   d2k::env::set_log_level("warn");

@@ -18,6 +18,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "bench/bench_args.hpp"
+
 #include "env/episode.hpp"
 #include "env/recorder.hpp"
 #include "env/server.hpp"
@@ -130,11 +132,18 @@ std::string bare_endpoint(const std::string& server) {
 int main(int argc, char** argv) {
   std::string endpoint = "tcp://127.0.0.1:5599";
   int samples = 2000, cold = 4, record = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--record")) record = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--endpoint")) endpoint = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--samples")) samples = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--cold")) cold = std::atoi(argv[i + 1]);
+  d2k::bench::Args args("bench_server",
+                        "Round trip of `observe` with 1, 100 and 1000 open sessions against a real server, beside a bare\n"
+                        "ZeroMQ round trip of the same sizes (issue 15 item 5), and compile latency cold and cached.\n"
+                        "Prints a table; asserts nothing. bench/README.md has the figures.");
+  args.option("--endpoint", &endpoint, "the server's ZeroMQ endpoint");
+  args.option("--samples", &samples, "observe samples per row");
+  args.option("--cold", &cold, "cold compiles timed (0 skips the compile rows)");
+  args.option("--record", &record, "1: episode logs and live events (the server's default); 0: no recorder");
+  if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
+  if (samples < 1 || cold < 0) {
+    std::fprintf(stderr, "bench_server: --samples must be at least 1 and --cold at least 0\n");
+    return 2;
   }
   char state[] = "/tmp/d2k-bench-XXXXXX";
   if (!::mkdtemp(state)) return 1;

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_args.hpp"
 #include "env/patch.hpp"
 #include "env/server.hpp"
 #include "protocol/client.hpp"
@@ -178,15 +179,23 @@ int main(int argc, char** argv) {
   double seconds = 10;
   std::string state_in = "/tmp";  // where the server's state (and episode logs) go: its filesystem's fdatasync is measured
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--endpoint")) endpoint = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--attackers")) attackers = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--sections")) sections = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--record")) record = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--victim-record")) victim_record = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--state-in")) state_in = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--flood-sessions")) flood_sessions = std::atoi(argv[i + 1]);
+  d2k::bench::Args args("bench_tenants",
+                        "How long one client's pathological `patch` holds the server loop (issue 22.6): apply_unified_diff\n"
+                        "on hostile diffs over a 256 KiB file, then another client's `observe` round trip while other\n"
+                        "sessions send such patches to a real server, then (--flood-sessions) one client flooding honest\n"
+                        "patches. Prints figures; asserts nothing. bench/README.md has the figures.");
+  args.option("--endpoint", &endpoint, "the server's ZeroMQ endpoint");
+  args.option("--attackers", &attackers, "sessions sending patches back to back (0: only the flood phase)");
+  args.option("--sections", &sections, "file sections of the hostile diff");
+  args.option("--seconds", &seconds, "length of each live phase");
+  args.option("--record", &record, "1: episode logs for every session; 0: none");
+  args.option("--victim-record", &victim_record, "with --record 1, 0 leaves the victim's own session unlogged");
+  args.option("--state-in", &state_in, "folder for the server's state (its filesystem's fdatasync is measured)");
+  args.option("--flood-sessions", &flood_sessions, "sessions of the flooding client (0 skips that phase)");
+  if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
+  if (attackers < 0 || sections < 1 || seconds <= 0 || flood_sessions < 0) {
+    std::fprintf(stderr, "bench_tenants: --attackers and --flood-sessions must be at least 0, --sections at least 1, --seconds above 0\n");
+    return 2;
   }
   const std::string file = hostile_file();
   d2k::FileMap files{{"kernel.cu", file}};
