@@ -949,11 +949,26 @@ class Runner {
         // before it, and a train call's output (the correctness output buffer) is compared straight
         // after it (H200 2026-12-03: a batch of every call's inputs, 45 calls of 768 MiB, made the
         // replay ~0.3 s of allocation and frees).
+        // One allocation carved into every output (2 MiB apart, as separate large cudaMalloc
+        // blocks are): the replay starts while the pools' replacements create their CUDA contexts,
+        // and beside them each cudaMalloc waited (H200 07:30Z: 13 outputs of 256 MiB took 63 ms,
+        // 1.3 ms before the pools were let go that early).
         batch.assign(static_cast<std::size_t>(all), bufs);
+        constexpr std::uint64_t kAlign = 2ull << 20;
+        auto aligned = [&](std::uint64_t b) { return (std::max<std::uint64_t>(b, 1) + kAlign - 1) / kAlign * kAlign; };
+        std::uint64_t total = 0;
         for (std::size_t a = 0; a < n; ++a)
           if (wl.args[a].role == ArgRole::output)
-            for (int c = train; c < all; ++c)
-              batch[static_cast<std::size_t>(c)][a] = alloc(wl.args[a].count * dtype_size(wl.args[a].dtype));
+            total += aligned(wl.args[a].count * dtype_size(wl.args[a].dtype)) * static_cast<std::uint64_t>(std::max(all - train, 0));
+        if (total > 0) {
+          char* block = static_cast<char*>(alloc(total));
+          for (std::size_t a = 0; a < n; ++a)
+            if (wl.args[a].role == ArgRole::output)
+              for (int c = train; c < all; ++c) {
+                batch[static_cast<std::size_t>(c)][a] = block;
+                block += aligned(wl.args[a].count * dtype_size(wl.args[a].dtype));
+              }
+        }
         prefault_timed_slots(w);
         RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
         part("alloc");
