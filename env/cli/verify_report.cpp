@@ -79,13 +79,6 @@ bool memory_bound(const tasks::Task& task) {
   return !task.workloads.empty();
 }
 
-double sol_fixed_s(double call_fixed_s, double train_intercept_s) {
-  const bool call = call_fixed_s > 0 && std::isfinite(call_fixed_s);
-  const bool copies = train_intercept_s > 0 && std::isfinite(train_intercept_s);
-  if (call && copies) return std::min(call_fixed_s, train_intercept_s);
-  return call ? call_fixed_s : copies ? train_intercept_s : 0;
-}
-
 std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,
                                    double large_bytes, double target, double copy_fixed_s) {
   if (!(copy_fixed_s >= 0) || !std::isfinite(copy_fixed_s)) copy_fixed_s = 0;
@@ -437,10 +430,7 @@ std::string render_run(const RunHeader& h, int failed, int partial = 0) {
     << "| the copy timed as a kernel is (the speed of light) | "
     << (h.copy_train_bytes_per_s > 0
             ? fmt("%.2f", h.copy_train_fixed_s * 1e6) + " µs per call + bytes at " + fmt("%.0f", h.copy_train_bytes_per_s / 1e9) +
-                  " GB/s (the bandwidth: trains of 16 copies of 128 MiB to 1 GiB, each with a device sync, host clock, "
-                  "their intercept " + fmt("%.2f", h.copy_train_intercept_s * 1e6) +
-                  " µs; the fixed cost: the lower of that and an empty kernel's launch and sync, " +
-                  (h.copy_call_fixed_s > 0 ? fmt("%.2f", h.copy_call_fixed_s * 1e6) + " µs" : std::string("not measured")) + ")"
+                  " GB/s (trains of 16 copies of 128 MiB to 1 GiB, each with a device sync, host clock)"
             : std::string("not measured: the event-timed bandwidth above is the speed of light"))
     << " |\n"
     << "| peak DRAM bandwidth (clock × bus × 2) | "

@@ -65,9 +65,6 @@ bool memory_bound(const tasks::Task& task);
 // kernel's time (with copy_fixed_s 0: achieved bandwidth over the copy's).
 std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,
                                    double large_bytes = kLargeBytes, double target = -1, double copy_fixed_s = 0);
-// The speed of light's fixed cost per call: the lower of the copies' intercept (trains of
-// cudaMemcpyAsync) and an empty kernel's call (launch and sync), each where measured (> 0); 0 if neither.
-double sol_fixed_s(double call_fixed_s, double train_intercept_s);
 
 // The vendor yardstick: L3 against a vendor implementation timed in the same run, by throughput
 // ratio = t_vendor / t_L3 per workload. Two kinds:
@@ -152,7 +149,6 @@ struct RunHeader {
   std::string cuobjdump;                     // path or "missing"
   double copy_bytes_per_s = 0;               // 0: not measured (copy_error says why)
   double copy_train_bytes_per_s = 0, copy_train_fixed_s = 0;  // the copy timed as a kernel is (0: not)
-  double copy_train_intercept_s = 0, copy_call_fixed_s = 0;    // the copies' intercept, an empty kernel's call
   std::string copy_error;
   std::uint64_t copy_bytes = 0;
   int copy_samples = 0;

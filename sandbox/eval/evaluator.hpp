@@ -297,9 +297,6 @@ struct CopyBandwidth {
   // the host clock): a call moving B bytes takes train_fixed_s + B / train_bytes_per_s. 0: not
   // measured (an older runner).
   double train_bytes_per_s = 0, train_fixed_s = 0;
-  // An empty kernel's call timed alike (launch and device-wide sync): a kernel's own fixed cost
-  // per call, below a copy's (cudaMemcpyAsync costs more host time). 0: not measured.
-  double call_fixed_s = 0;
 };
 
 class Evaluator {

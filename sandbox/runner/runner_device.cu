@@ -161,13 +161,6 @@ cudaError_t generate(void* ptr, Dtype dtype, std::uint64_t count, const Generato
   return cudaErrorInvalidValue;
 }
 
-__global__ void empty_kernel() {}
-
-cudaError_t empty_call(cudaStream_t stream) {
-  empty_kernel<<<1, 1, 0, stream>>>();
-  return cudaGetLastError();
-}
-
 cudaError_t l2_flush(void* buf, std::uint64_t bytes, std::uint32_t salt, cudaStream_t stream) {
   flush_kernel<<<1024, 512, 0, stream>>>(static_cast<std::uint32_t*>(buf), bytes / 4, salt);
   return cudaGetLastError();

@@ -18,7 +18,4 @@ cudaError_t generate(void* ptr, Dtype dtype, std::uint64_t count, const Generato
 // Reads and writes every byte of buf (sized above the L2) so no line of an earlier call survives.
 cudaError_t l2_flush(void* buf, std::uint64_t bytes, std::uint32_t salt, cudaStream_t stream);
 
-// One launch of an empty kernel (one thread): the fixed cost of a call, for --mode bandwidth.
-cudaError_t empty_call(cudaStream_t stream);
-
 }  // namespace d2k::runner

@@ -1339,8 +1339,7 @@ int probe(int result_fd) {
 // --mode bandwidth: the device-to-device copy bandwidth of the one visible GPU (the speed of
 // light of memory-bound kernels): cudaMemcpyAsync of 2 GiB, median of 15 copies timed with events,
 // bytes read + written per second; and the copy timed as a kernel is (trains of copies: a fixed
-// cost per call and a bandwidth, train_fixed_s and train_bytes_per_s), and an empty kernel's call
-// (call_fixed_s).
+// cost per call and a bandwidth, train_fixed_s and train_bytes_per_s).
 int bandwidth(int result_fd) {
   d2k::runner::Emitter emit(result_fd);
   constexpr std::uint64_t kBytes = 2ull << 30;
@@ -1375,7 +1374,7 @@ int bandwidth(int result_fd) {
   // of the previous one in the L2), the fastest of three trains per size; then the line
   // t(S) = fixed + 2 S / bytes_per_s through the four points (least squares).
   nlohmann::json points = nlohmann::json::array();
-  double fixed_s = 0, train_bw = 0, call_s = 0;
+  double fixed_s = 0, train_bw = 0;
   if (error.empty()) {
     std::vector<std::pair<double, double>> xy;  // bytes moved (read + write), seconds per call
     for (const std::uint64_t size : {128ull << 20, 256ull << 20, 512ull << 20, 1ull << 30}) {
@@ -1397,21 +1396,6 @@ int bandwidth(int result_fd) {
       if (!error.empty()) break;
       xy.emplace_back(2.0 * static_cast<double>(size), best);
       points.push_back({{"copy_bytes", size}, {"per_call_s", best}});
-    }
-    // A call's own fixed cost, timed alike: trains of 64 launches of an empty kernel, each followed
-    // by a device-wide synchronisation (the fastest of three). A copy's call (cudaMemcpyAsync) costs
-    // more host time than a kernel's launch, so the copies' intercept alone would excuse a kernel
-    // more than its call costs (H200 07:34Z: 11.0 us, and vector_add's L3 at 102-104 %).
-    for (int rep = 0; rep < 3 && error.empty(); ++rep) {
-      check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      const auto t0 = std::chrono::steady_clock::now();
-      constexpr int kCalls = 64;
-      for (int c = 0; c < kCalls && error.empty(); ++c) {
-        check(d2k::runner::empty_call(stream), "empty kernel launch");
-        check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      }
-      const double per = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kCalls;
-      if (rep == 0 || per < call_s) call_s = per;
     }
     if (error.empty() && xy.size() >= 2) {
       double mx = 0, my = 0;
@@ -1447,7 +1431,6 @@ int bandwidth(int result_fd) {
     if (train_bw > 0) {
       ev["train_bytes_per_s"] = train_bw;
       ev["train_fixed_s"] = fixed_s;
-      ev["call_fixed_s"] = call_s;
     }
   }
   emit.send(ev);
