@@ -80,8 +80,7 @@ bool memory_bound(const tasks::Task& task) {
 }
 
 std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,
-                                   double large_bytes, double target, double copy_fixed_s) {
-  if (!(copy_fixed_s >= 0) || !std::isfinite(copy_fixed_s)) copy_fixed_s = 0;
+                                   double large_bytes, double target) {
   if (target < 0) target = task.speed_of_light_target;
   std::vector<SolRow> out;
   for (const auto& w : task.workloads) {
@@ -93,10 +92,7 @@ std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict&
     if (t != kernel.times.end() && t->second > 0) {
       r.time_s = t->second;
       r.achieved_bytes_per_s = r.bytes / r.time_s;
-      if (copy_bytes_per_s > 0) {
-        r.ideal_s = copy_fixed_s + r.bytes / copy_bytes_per_s;
-        r.fraction = r.ideal_s / r.time_s;
-      }
+      if (copy_bytes_per_s > 0) r.fraction = r.achieved_bytes_per_s / copy_bytes_per_s;
     }
     if (r.large) {
       r.passed = copy_bytes_per_s > 0 && r.time_s > 0 && r.fraction >= target;
@@ -104,7 +100,7 @@ std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict&
       else if (!(r.time_s > 0)) r.why = "L3 not timed on it";
     }
     if (r.time_s > 0 && copy_bytes_per_s > 0 && r.fraction < target) {
-      const double ideal_s = r.ideal_s;
+      const double ideal_s = r.bytes / copy_bytes_per_s;
       const auto th = kernel.throttled.find(w.name);
       if (th != kernel.throttled.end() && th->second)
         r.why = "SM clock throttled while timed";
@@ -426,12 +422,6 @@ std::string render_run(const RunHeader& h, int failed, int partial = 0) {
                                      fmt("%.1f", static_cast<double>(h.copy_bytes) / (1 << 30)) + " GiB, median of " +
                                      std::to_string(h.copy_samples) + ")"
                                : "not measured: " + cell(h.copy_error))
-    << " |\n"
-    << "| the copy timed as a kernel is (the speed of light) | "
-    << (h.copy_train_bytes_per_s > 0
-            ? fmt("%.2f", h.copy_train_fixed_s * 1e6) + " µs per call + bytes at " + fmt("%.0f", h.copy_train_bytes_per_s / 1e9) +
-                  " GB/s (trains of 16 copies of 128 MiB to 1 GiB, each with a device sync, host clock)"
-            : std::string("not measured: the event-timed bandwidth above is the speed of light"))
     << " |\n"
     << "| peak DRAM bandwidth (clock × bus × 2) | "
     << (h.peak_dram_bytes_per_s > 0 ? fmt("%.0f", h.peak_dram_bytes_per_s / 1e9) + " GB/s" : "unknown") << " |\n"

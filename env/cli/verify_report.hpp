@@ -50,8 +50,7 @@ struct SolRow {
   double bytes = 0;                          // task bytes(w): minimum DRAM traffic
   double time_s = 0;
   double achieved_bytes_per_s = 0;
-  double fraction = 0;                       // the copy's time for these bytes over the kernel's
-  double ideal_s = 0;                        // the copy's time for these bytes (fixed cost + bytes / bandwidth)
+  double fraction = 0;                       // of the measured copy bandwidth
   bool large = false;
   bool passed = true;                        // only large workloads can fail
   std::string why;                           // for a shortfall: the likely cause
@@ -60,11 +59,8 @@ struct SolRow {
 // "memory_bound" (then that).
 bool memory_bound(const tasks::Task& task);
 // target < 0: the task's own (task.json speed_of_light_target; 0.75 unless it states one).
-// The speed of light of a call moving B bytes is copy_fixed_s + B / copy_bytes_per_s (the copy
-// timed as the kernel is: a fixed cost per call and a bandwidth); the fraction is that over the
-// kernel's time (with copy_fixed_s 0: achieved bandwidth over the copy's).
 std::vector<SolRow> speed_of_light(const tasks::Task& task, const KernelVerdict& kernel, double copy_bytes_per_s,
-                                   double large_bytes = kLargeBytes, double target = -1, double copy_fixed_s = 0);
+                                   double large_bytes = kLargeBytes, double target = -1);
 
 // The vendor yardstick: L3 against a vendor implementation timed in the same run, by throughput
 // ratio = t_vendor / t_L3 per workload. Two kinds:
@@ -148,7 +144,6 @@ struct RunHeader {
   std::string gpu, driver, cuda_driver, toolchain;
   std::string cuobjdump;                     // path or "missing"
   double copy_bytes_per_s = 0;               // 0: not measured (copy_error says why)
-  double copy_train_bytes_per_s = 0, copy_train_fixed_s = 0;  // the copy timed as a kernel is (0: not)
   std::string copy_error;
   std::uint64_t copy_bytes = 0;
   int copy_samples = 0;

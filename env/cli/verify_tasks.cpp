@@ -74,8 +74,7 @@ struct Tools {
   sandbox::Compiler* compiler = nullptr;
   std::optional<fs::path> cuobjdump;
   runner::DeviceInfo device;
-  double copy_bytes_per_s = 0;  // the speed of light's bandwidth: the copy timed as a kernel is, when measured
-  double copy_fixed_s = 0;      // and its fixed cost per call (0 with the event-timed bandwidth)
+  double copy_bytes_per_s = 0;
   int gpu = 0;
   int seeds = 3;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -440,7 +439,7 @@ TaskVerdict verify_task(const tasks::Task& task, Tools& tools, const std::vector
   for (const auto& k : v.kernels)
     if (k.label == "L3") l3 = &k;
   if (l3 != nullptr) {
-    v.sol = runner::speed_of_light(task, *l3, tools.copy_bytes_per_s, runner::kLargeBytes, -1, tools.copy_fixed_s);
+    v.sol = runner::speed_of_light(task, *l3, tools.copy_bytes_per_s);
     if (const auto y = yardstick_of(task)) {
       if (tools.left_s() <= 0) {
         v.partial += (v.partial.empty() ? "" : "; ") + std::string("time budget spent before the yardstick");
@@ -568,15 +567,6 @@ int verify(const Options& o, const std::string& command) {
   if (bw.ok) {
     tools.copy_bytes_per_s = bw.bytes_per_s;
     h.copy_bytes_per_s = bw.bytes_per_s;
-    if (bw.train_bytes_per_s > 0) {
-      // An L3's time is its train's: held to the copy timed the same way (issue 16's speed of light).
-      tools.copy_bytes_per_s = bw.train_bytes_per_s;
-      tools.copy_fixed_s = bw.train_fixed_s;
-      h.copy_train_bytes_per_s = bw.train_bytes_per_s;
-      h.copy_train_fixed_s = bw.train_fixed_s;
-      std::printf("  the copy timed as a kernel is (trains of copies): %.2f us per call + bytes at %.0f GB/s\n",
-                  bw.train_fixed_s * 1e6, bw.train_bytes_per_s / 1e9);
-    }
     h.copy_bytes = bw.copy_bytes;
     h.copy_samples = bw.samples;
     std::printf("  copy bandwidth: %.0f GB/s (read + write; %.2f GiB copies, median of %d: %.3f ms); peak (clock × bus × 2): %.0f GB/s\n",

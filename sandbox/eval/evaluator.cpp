@@ -1506,11 +1506,6 @@ CopyBandwidth Evaluator::measure_copy_bandwidth(int gpu) {
       bw.median_s = answer->at("median_s").get<double>();
       bw.min_s = answer->value("min_s", 0.0);
       bw.samples = answer->at("samples").get<int>();
-      bw.train_bytes_per_s = answer->value("train_bytes_per_s", 0.0);
-      bw.train_fixed_s = answer->value("train_fixed_s", 0.0);
-      if (!std::isfinite(bw.train_bytes_per_s) || bw.train_bytes_per_s < 0 || !std::isfinite(bw.train_fixed_s) ||
-          bw.train_fixed_s < 0 || bw.train_fixed_s > 0.01)
-        bw.train_bytes_per_s = bw.train_fixed_s = 0;  // out of range: the event-timed figure alone
       bw.ok = std::isfinite(bw.bytes_per_s) && bw.bytes_per_s > 0;
       if (!bw.ok) bw.error = "bandwidth out of range";
     } catch (const json::exception& e) {

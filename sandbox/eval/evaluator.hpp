@@ -293,10 +293,6 @@ struct CopyBandwidth {
   std::uint64_t copy_bytes = 0;    // size of one copy
   double median_s = 0, min_s = 0;
   int samples = 0;
-  // The copy timed as a kernel is (trains of copies: each call a copy and a device-wide sync, over
-  // the host clock): a call moving B bytes takes train_fixed_s + B / train_bytes_per_s. 0: not
-  // measured (an older runner).
-  double train_bytes_per_s = 0, train_fixed_s = 0;
 };
 
 class Evaluator {

@@ -1338,8 +1338,7 @@ int probe(int result_fd) {
 
 // --mode bandwidth: the device-to-device copy bandwidth of the one visible GPU (the speed of
 // light of memory-bound kernels): cudaMemcpyAsync of 2 GiB, median of 15 copies timed with events,
-// bytes read + written per second; and the copy timed as a kernel is (trains of copies: a fixed
-// cost per call and a bandwidth, train_fixed_s and train_bytes_per_s).
+// bytes read + written per second.
 int bandwidth(int result_fd) {
   d2k::runner::Emitter emit(result_fd);
   constexpr std::uint64_t kBytes = 2ull << 30;
@@ -1368,55 +1367,6 @@ int bandwidth(int result_fd) {
       if (i >= 2) times.push_back(ms * 1e-3);  // two warm-up copies
     }
   }
-  // The copy timed as a kernel is (an agent's kernel's time is its train's: calls back to back,
-  // each followed by a device-wide synchronisation, over the host clock): trains of 16 copies of
-  // S bytes, S from 128 MiB to 1 GiB, each copy at another place of the 2 GiB buffers (nothing
-  // of the previous one in the L2), the fastest of three trains per size; then the line
-  // t(S) = fixed + 2 S / bytes_per_s through the four points (least squares).
-  nlohmann::json points = nlohmann::json::array();
-  double fixed_s = 0, train_bw = 0;
-  if (error.empty()) {
-    std::vector<std::pair<double, double>> xy;  // bytes moved (read + write), seconds per call
-    for (const std::uint64_t size : {128ull << 20, 256ull << 20, 512ull << 20, 1ull << 30}) {
-      const std::uint64_t places = kBytes / size;
-      double best = 0;
-      for (int rep = 0; rep < 3 && error.empty(); ++rep) {
-        check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-        const auto t0 = std::chrono::steady_clock::now();
-        constexpr int kCalls = 16;
-        for (int c = 0; c < kCalls && error.empty(); ++c) {
-          const std::uint64_t at = (static_cast<std::uint64_t>(c + rep) % places) * size;
-          check(cudaMemcpyAsync(static_cast<char*>(dst) + at, static_cast<char*>(src) + at, size,
-                                cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
-          check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-        }
-        const double per = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kCalls;
-        if (rep == 0 || per < best) best = per;
-      }
-      if (!error.empty()) break;
-      xy.emplace_back(2.0 * static_cast<double>(size), best);
-      points.push_back({{"copy_bytes", size}, {"per_call_s", best}});
-    }
-    if (error.empty() && xy.size() >= 2) {
-      double mx = 0, my = 0;
-      for (const auto& [x, y] : xy) {
-        mx += x;
-        my += y;
-      }
-      mx /= static_cast<double>(xy.size());
-      my /= static_cast<double>(xy.size());
-      double sxx = 0, sxy = 0;
-      for (const auto& [x, y] : xy) {
-        sxx += (x - mx) * (x - mx);
-        sxy += (x - mx) * (y - my);
-      }
-      const double slope = sxx > 0 ? sxy / sxx : 0;  // seconds per byte moved
-      if (slope > 0) {
-        train_bw = 1.0 / slope;
-        fixed_s = std::max(0.0, my - slope * mx);
-      }
-    }
-  }
   nlohmann::json ev = {{"event", "bandwidth"}, {"copy_bytes", kBytes}};
   if (!error.empty() || times.empty()) {
     ev["error"] = error.empty() ? "no samples" : error;
@@ -1427,11 +1377,6 @@ int bandwidth(int result_fd) {
     ev["median_s"] = med;
     ev["min_s"] = times.front();
     ev["bytes_per_s"] = 2.0 * static_cast<double>(kBytes) / med;
-    ev["train_points"] = points;
-    if (train_bw > 0) {
-      ev["train_bytes_per_s"] = train_bw;
-      ev["train_fixed_s"] = fixed_s;
-    }
   }
   emit.send(ev);
   return error.empty() ? 0 : 1;

@@ -242,38 +242,6 @@ TEST_CASE("ladder steps are geometric means over shared workloads", "[verify][la
   CHECK(s.detail.find("L2 incorrect") != std::string::npos);
 }
 
-TEST_CASE("speed of light against the copy timed as a kernel is: a fixed cost per call plus bytes at its bandwidth",
-          "[verify][sol]") {
-  const auto& task = vector_add();
-  runner::KernelVerdict l3;
-  l3.label = "L3";
-  l3.status = "ok";
-  const double bw = 4.0e12, fixed = 8e-6;
-  // pow2_64m moves 805306368 B: the copy takes 8 + 201.3 us; a kernel at 259 us is at 80.8 %.
-  // odd_48m (603979812 B): the copy 8 + 151.0 us; at 210 us the kernel is at 75.7 %: short of 80 %.
-  l3.times = {{"pow2_64m", 259e-6}, {"odd_48m", 210e-6}};
-  const auto rows = runner::speed_of_light(task, l3, bw, runner::kLargeBytes, 0.8, fixed);
-  const auto without = runner::speed_of_light(task, l3, bw, runner::kLargeBytes, 0.8);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& r = rows[i];
-    if (r.workload == "pow2_64m") {
-      CHECK(near(r.ideal_s, fixed + 805306368.0 / bw));
-      CHECK(near(r.fraction, (fixed + 805306368.0 / bw) / 259e-6));
-      CHECK(r.passed);
-      // Without the fixed cost the same kernel is held to bytes over bandwidth alone: short.
-      CHECK(near(without[i].fraction, 805306368.0 / bw / 259e-6));
-      CHECK_FALSE(without[i].passed);
-    } else if (r.workload == "odd_48m") {
-      CHECK(near(r.fraction, (fixed + 603979812.0 / bw) / 210e-6));
-      CHECK_FALSE(r.passed);
-      CHECK_FALSE(r.why.empty());
-    }
-  }
-  // A fixed cost that is not a number counts as none.
-  const auto bad = runner::speed_of_light(task, l3, bw, runner::kLargeBytes, 0.8, std::nan(""));
-  for (std::size_t i = 0; i < bad.size(); ++i) CHECK(bad[i].fraction == without[i].fraction);
-}
-
 TEST_CASE("speed of light against the copy bandwidth, large workloads only", "[verify][sol]") {
   const auto& task = vector_add();
   CHECK(runner::memory_bound(task));
