@@ -12,6 +12,7 @@
 //   CUDA_VISIBLE_DEVICES=0 build/bin/bench_gpu [--runs 20] [--runs-b 5] [--sessions 8,32,64]
 //       [--seconds 30] [--tasks vector_add,softmax|all] [--throughput vector_add,softmax] [--only dabc]
 //       [--train-gib G] (a: the train's room in GiB, EvalConfig::train_bytes)
+//       [--train-calls N] [--train-max-gib G] (a: EvalConfig::train_window_calls, train_max_bytes)
 //       [--no-train] (a: sampled medians, as without EvalConfig::train) [--no-prime] (a: EvalConfig::train_prime off)
 #include <fcntl.h>
 #include <signal.h>
@@ -228,7 +229,8 @@ std::string phases_text(const Value& last) {
 
 int main(int argc, char** argv) {
   int runs = 20, runs_b = 5;
-  double seconds = 30, train_gib = 0;
+  double seconds = 30, train_gib = 0, train_max_gib = 0;
+  int train_calls_arg = 0;
   bool no_train = false, no_prime = false;
   std::string sessions_arg = "8,32,64", tasks_arg = "vector_add,softmax", throughput_arg = "vector_add,softmax",
               only = "dabc";
@@ -247,6 +249,8 @@ int main(int argc, char** argv) {
   args.option("--tasks", &tasks_arg, "(b, d) task ids, comma-separated, or all");
   args.option("--throughput", &throughput_arg, "(c) task ids, comma-separated");
   args.option("--train-gib", &train_gib, "(a) the train's room in GiB (0: EvalConfig's default)");
+  args.option("--train-calls", &train_calls_arg, "(a) calls of a train while they fit in its cap (EvalConfig::train_window_calls; 0: the default)");
+  args.option("--train-max-gib", &train_max_gib, "(a) the train's cap in GiB (EvalConfig::train_max_bytes; 0: the default)");
   args.flag("--no-train", &no_train, "(a) sampled medians, as without EvalConfig::train");
   args.flag("--no-prime", &no_prime, "(a) EvalConfig::train_prime off");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
@@ -254,8 +258,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gpu: --only '%s': letters among d, a, b, c\n", only.c_str());
     return 2;
   }
-  if (runs < 1 || runs_b < 1 || seconds <= 0 || train_gib < 0) {
-    std::fprintf(stderr, "bench_gpu: --runs and --runs-b must be at least 1, --seconds above 0, --train-gib at least 0\n");
+  if (runs < 1 || runs_b < 1 || seconds <= 0 || train_gib < 0 || train_max_gib < 0 || train_calls_arg < 0) {
+    std::fprintf(stderr, "bench_gpu: --runs and --runs-b must be at least 1, --seconds above 0, --train-gib, --train-max-gib and --train-calls at least 0\n");
     return 2;
   }
   auto want = [&](char part) { return only.find(part) != std::string::npos; };
@@ -299,6 +303,8 @@ int main(int argc, char** argv) {
     ec.compiler.scratch_dir = state / "a" / "scratch";
     fs::create_directories(ec.state_dir);
     if (train_gib > 0) ec.train_bytes = static_cast<std::uint64_t>(train_gib * double(1ull << 30));
+    if (train_max_gib > 0) ec.train_max_bytes = static_cast<std::uint64_t>(train_max_gib * double(1ull << 30));
+    if (train_calls_arg > 0) ec.train_window_calls = train_calls_arg;
     if (no_train) ec.train = false;
     if (no_prime) ec.train_prime = false;
     std::printf("(a) vector_add L3, %d fresh runners, train %s%s (room %.1f GiB, batch cap %.1f GiB)\n", runs,

@@ -1,0 +1,258 @@
+// Where a train's spread comes from (issue 23's "CV of medians across fresh runners <= 1 %"; prints
+// figures, asserts nothing). A plain CUDA program, outside the harness, that does what the runner's
+// train does (docs/timing-protocol.md "The train"): a room of fresh input sets is filled, then
+// --calls calls of a vector_add kernel run one after another, each on its own inputs and output,
+// each followed by a device-wide synchronisation, timed by the host clock from the first launch to
+// the last synchronisation. Each of --procs fresh processes (fork before CUDA: a fresh context and
+// fresh allocations) makes --trains trains with --gap-ms of idle GPU before each (the harness's
+// gaps between evaluations are process start-ups). Printed: every train (its per-call mean, median,
+// min, max, first call, SM clock and temperature), then the spread split into its parts: across
+// processes (the CV of the processes' means), within a process (the pooled CV of a process's
+// trains), across every train, and the same for the trains' median calls.
+//   build/bin/bench_train_noise [--procs 6] [--trains 8] [--calls 32] [--elements 67108864]
+//                               [--gap-ms 100] [--realloc] [--device 0]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "bench/bench_args.hpp"
+#include "sandbox/runner/nvml.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+__global__ void __launch_bounds__(1024) add_vec4(const float4* __restrict__ a, const float4* __restrict__ b,
+                                                 float4* __restrict__ y, int64_t n4) {
+  constexpr int kVec = 4;
+  const int64_t tile = int64_t{1024} * kVec;
+  for (int64_t base = int64_t{blockIdx.x} * tile; base < n4; base += int64_t{gridDim.x} * tile) {
+    float4 va[kVec], vb[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const int64_t i = base + k * 1024 + threadIdx.x;
+      if (i < n4) va[k] = a[i], vb[k] = b[i];
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const int64_t i = base + k * 1024 + threadIdx.x;
+      if (i < n4) y[i] = make_float4(va[k].x + vb[k].x, va[k].y + vb[k].y, va[k].z + vb[k].z, va[k].w + vb[k].w);
+    }
+  }
+}
+
+// Inputs from a hash of (seed, index); the output poisoned (NaN).
+__global__ void fill(float* p, int64_t n, uint32_t seed, bool poison) {
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = poison ? __int_as_float(0x7fc00000) : static_cast<float>(h & 0xffffff) * (1.0f / 16777216.0f);
+  }
+}
+
+#define CHECK(x)                                                                   \
+  do {                                                                             \
+    const cudaError_t e_ = (x);                                                    \
+    if (e_ != cudaSuccess) {                                                       \
+      std::fprintf(stderr, "bench_train_noise: %s: %s\n", #x, cudaGetErrorString(e_)); \
+      _exit(3);                                                                    \
+    }                                                                              \
+  } while (0)
+
+struct Train {
+  int proc = 0, index = 0;
+  double total_us = 0, mean_us = 0, median_us = 0, min_us = 0, max_us = 0, first_us = 0;
+  unsigned clock_before = 0, clock_after = 0, temp = 0;
+};
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+double cv_of(const std::vector<double>& v) {
+  const double m = mean_of(v);
+  double q = 0;
+  for (double x : v) q += (x - m) * (x - m);
+  return v.size() > 1 && m > 0 ? 100 * std::sqrt(q / static_cast<double>(v.size() - 1)) / m : 0;
+}
+
+// One fresh process's trains, written to fd as text lines.
+void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool realloc, int device) {
+  CHECK(cudaSetDevice(device));
+  char bus[32] = {};
+  CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device));
+  d2k::runner::Nvml nvml;
+  nvml.open(bus);
+  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
+  std::vector<float*> a(calls), b(calls), y(calls);
+  auto alloc = [&] {
+    for (int c = 0; c < calls; ++c) {
+      CHECK(cudaMalloc(&a[c], bytes));
+      CHECK(cudaMalloc(&b[c], bytes));
+      CHECK(cudaMalloc(&y[c], bytes));
+    }
+  };
+  auto release = [&] {
+    for (int c = 0; c < calls; ++c) {
+      CHECK(cudaFree(a[c]));
+      CHECK(cudaFree(b[c]));
+      CHECK(cudaFree(y[c]));
+    }
+  };
+  alloc();
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t n4 = n / 4;
+  const int grid = static_cast<int>(std::min<int64_t>((n4 + 4095) / 4096, int64_t{sms} * 32));
+  for (int t = 0; t < trains; ++t) {
+    if (realloc && t > 0) {
+      release();
+      alloc();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
+    for (int c = 0; c < calls; ++c) {  // the room: fresh inputs, poisoned outputs
+      fill<<<sms * 8, 256>>>(a[c], n, static_cast<uint32_t>(t * 7919 + c * 2 + 1), false);
+      fill<<<sms * 8, 256>>>(b[c], n, static_cast<uint32_t>(t * 7919 + c * 2 + 2), false);
+      fill<<<sms * 8, 256>>>(y[c], n, 0, true);
+    }
+    CHECK(cudaDeviceSynchronize());
+    Train tr;
+    tr.proc = proc;
+    tr.index = t;
+    tr.clock_before = nvml.sm_clock_mhz();
+    std::vector<double> each(calls);
+    const auto t0 = Clock::now();
+    auto prev = t0;
+    for (int c = 0; c < calls; ++c) {
+      add_vec4<<<grid, 1024>>>(reinterpret_cast<const float4*>(a[c]), reinterpret_cast<const float4*>(b[c]),
+                               reinterpret_cast<float4*>(y[c]), n4);
+      CHECK(cudaDeviceSynchronize());
+      const auto now = Clock::now();
+      each[c] = std::chrono::duration<double, std::micro>(now - prev).count();
+      prev = now;
+    }
+    tr.total_us = std::chrono::duration<double, std::micro>(prev - t0).count();
+    CHECK(cudaGetLastError());
+    tr.clock_after = nvml.sm_clock_mhz();
+    tr.temp = nvml.condition().temperature_c;
+    tr.mean_us = tr.total_us / calls;
+    tr.median_us = median_of(each);
+    tr.min_us = *std::min_element(each.begin(), each.end());
+    tr.max_us = *std::max_element(each.begin(), each.end());
+    tr.first_us = each[0];
+    char line[256];
+    const int len = std::snprintf(line, sizeof line, "%d %d %.3f %.3f %.3f %.3f %.3f %.3f %u %u %u\n", tr.proc, tr.index,
+                                  tr.total_us, tr.mean_us, tr.median_us, tr.min_us, tr.max_us, tr.first_us,
+                                  tr.clock_before, tr.clock_after, tr.temp);
+    if (write(fd, line, static_cast<std::size_t>(len)) != len) _exit(4);
+  }
+  release();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int procs = 6, trains = 8, calls = 32, gap_ms = 100, device = 0, elements = 67108864;
+  bool realloc = false;
+  d2k::bench::Args args("bench_train_noise",
+                        "Where a train's spread comes from: --procs fresh processes, each making --trains trains of "
+                        "--calls vector_add calls (fresh inputs per call, a device sync after each, timed by the host "
+                        "clock), as the runner's train does. Prints every train and the spread across processes, within "
+                        "a process and across all trains. Needs a GPU; asserts nothing.");
+  args.option("--procs", &procs, "fresh processes (each a new CUDA context and new allocations)");
+  args.option("--trains", &trains, "trains per process");
+  args.option("--calls", &calls, "calls per train (the room holds one input set per call)");
+  args.option("--elements", &elements, "floats per array (3 arrays per call)");
+  args.option("--gap-ms", &gap_ms, "idle milliseconds before each train's fill");
+  args.option("--device", &device, "CUDA device ordinal");
+  args.flag("--realloc", &realloc, "free and allocate the room again before every train of a process");
+  if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
+  const auto n = static_cast<int64_t>(elements);
+  if (procs < 1 || trains < 1 || calls < 1 || n < 4 || gap_ms < 0) {
+    std::fprintf(stderr, "bench_train_noise: --procs, --trains, --calls must be >= 1, --elements >= 4, --gap-ms >= 0\n");
+    return 2;
+  }
+  std::printf("bench_train_noise: %d processes x %d trains x %d calls of vector_add on %lld floats (%.0f MiB per call), "
+              "gap %d ms%s\n",
+              procs, trains, calls, static_cast<long long>(n), 3.0 * static_cast<double>(n) * 4 / (1 << 20), gap_ms,
+              realloc ? ", room allocated again per train" : "");
+  std::printf("  proc train   total_us  mean_us  median   min      max      first    sm_MHz before/after  temp_C\n");
+  std::fflush(stdout);
+  std::vector<Train> all;
+  for (int p = 0; p < procs; ++p) {
+    int fds[2];
+    if (pipe(fds) != 0) return 3;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      child(fds[1], p, trains, calls, n, gap_ms, realloc, device);
+      _exit(0);
+    }
+    close(fds[1]);
+    std::string text;
+    char buf[4096];
+    for (ssize_t r; (r = read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(r));
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) std::printf("  process %d ended with status %d\n", p, status);
+    std::size_t at = 0;
+    for (std::size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+      Train t;
+      if (std::sscanf(text.c_str() + at, "%d %d %lf %lf %lf %lf %lf %lf %u %u %u", &t.proc, &t.index, &t.total_us,
+                      &t.mean_us, &t.median_us, &t.min_us, &t.max_us, &t.first_us, &t.clock_before, &t.clock_after,
+                      &t.temp) == 11) {
+        all.push_back(t);
+        std::printf("  %4d %5d %10.1f %8.2f %8.2f %8.2f %8.2f %8.2f %6u / %-6u %6u\n", t.proc, t.index, t.total_us,
+                    t.mean_us, t.median_us, t.min_us, t.max_us, t.first_us, t.clock_before, t.clock_after, t.temp);
+      }
+    }
+    std::fflush(stdout);
+  }
+  if (all.empty()) return 1;
+  // The spread in parts, for the trains' per-call means (what the parent's clock sees) and for
+  // their median calls (robust to a slow call, which the parent cannot see).
+  for (const bool by_median : {false, true}) {
+    std::map<int, std::vector<double>> per_proc;
+    std::vector<double> every, firsts;
+    for (const auto& t : all) {
+      const double v = by_median ? t.median_us : t.mean_us;
+      per_proc[t.proc].push_back(v);
+      every.push_back(v);
+      if (t.index == 0) firsts.push_back(v);
+    }
+    std::vector<double> proc_means;
+    double pooled = 0;
+    int dof = 0;
+    for (auto& [p, v] : per_proc) {
+      proc_means.push_back(mean_of(v));
+      const double m = mean_of(v);
+      for (double x : v) pooled += (x - m) * (x - m);
+      dof += static_cast<int>(v.size()) - 1;
+    }
+    const double within = dof > 0 ? 100 * std::sqrt(pooled / dof) / mean_of(every) : 0;
+    std::printf("%s: mean %.2f us; CV across all %zu trains %.2f%%; across processes (their means) %.2f%%; within a "
+                "process (pooled) %.2f%%; the processes' first trains %.2f%%\n",
+                by_median ? "median call" : "train mean ", mean_of(every), every.size(), cv_of(every), cv_of(proc_means),
+                within, cv_of(firsts));
+  }
+  return 0;
+}
