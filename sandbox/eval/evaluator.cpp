@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <tuple>
 #include <atomic>
 #include <chrono>
@@ -652,6 +653,27 @@ int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl) {
   return static_cast<int>(std::min({std::max(want, lo), hi, most}));
 }
 
+std::uint64_t resident_job_bytes(const Job& job) { return 2 * output_layout(job).total_bytes + input_arena_bytes(job); }
+
+bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget) {
+  const int least = std::max(cfg.train_min_calls, 2);
+  while (resident_job_bytes(job) > budget) {
+    // The workload whose train holds the most output bytes, shortened by an eighth (at least one call).
+    WireWorkload* longest = nullptr;
+    std::uint64_t most = 0;
+    for (auto& wl : job.workloads) {
+      const std::uint64_t bytes = static_cast<std::uint64_t>(std::max(wl.train, 0)) * std::max<std::uint64_t>(output_bytes(wl), 1);
+      if (wl.train > least && bytes > most) {
+        most = bytes;
+        longest = &wl;
+      }
+    }
+    if (longest == nullptr) return false;
+    longest->train = std::max(least, longest->train - std::max(1, longest->train / 8));
+  }
+  return true;
+}
+
 double train_time_s(double window_s, int calls, double fill_took_s, double fill_ref_s, const ParentBound& bound,
                     double* charge_s) {
   double charge = 0;
@@ -835,8 +857,14 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     cand_job = make_job(task, workloads, seeds, req.so_path.string(), timing);
     // The train (class 3): GPU-resident agent-mode evaluations only; the owner's job keeps the
     // count too (the same slot layout and arena).
-    if (config_.gpu_resident && !req.trusted && req.timing)
+    if (config_.gpu_resident && !req.trusted && req.timing) {
       for (auto& wl : cand_job.workloads) wl.train = train_calls_for(config_, wl);
+      const std::uint64_t memory = gpus_[static_cast<std::size_t>(req.gpu)].memory_bytes;
+      const std::uint64_t budget = config_.train_job_bytes > 0 ? config_.train_job_bytes
+                                   : memory > 0 ? static_cast<std::uint64_t>(config_.train_job_fraction * static_cast<double>(memory))
+                                                : std::numeric_limits<std::uint64_t>::max();
+      fit_trains(config_, cand_job, budget);  // what still does not fit fails at the owner's allocation, as before
+    }
     ref_so = build_trusted(task, task.reference_path());
     ref_job = cand_job;
     ref_job.so_path = ref_so.string();

@@ -165,6 +165,16 @@ struct EvalConfig {
   int train_min_calls = 3;
   int train_max_calls = 2048;
   double train_cap_s = 0.03;
+  // The job's GPU memory with its trains: the owner's output slots (every workload's timed calls
+  // at once, sandbox/runner/wire.cpp output_layout), the owner's copy of them (the phase
+  // snapshots) and the input arena. When that passes train_job_fraction of the GPU's memory (or
+  // train_job_bytes when set), the longest trains are shortened until it fits or every train is at
+  // train_min_calls (fit_trains). Without it, output-heavy tasks (moe_permute: about 260 GiB by the
+  // layout with every workload) cannot be evaluated at all with the train. 0.7 leaves the rest of
+  // an H200 (about 40 GiB) to the processes' contexts, the owner's replay and the agent kernel's own
+  // allocations; vector_add with every workload (92 GiB) keeps its trains.
+  double train_job_fraction = 0.7;
+  std::uint64_t train_job_bytes = 0;
   // Before the train line, a prime line: the agent runner makes its context the GPU's current one
   // with work of its own (after the owner's fill) and answers "primed"; the window opens after it.
   bool train_prime = true;
@@ -391,6 +401,13 @@ double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, in
                      const FillPhase& fill, std::string& error, int record = -1, int from = 0);
 // The train's room for a workload (EvalConfig::train; 0 when off).
 int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl);
+// The GPU memory a job's timed calls take on the GPU-resident path: twice the output layout (the
+// owner's slots and its snapshot copy) plus the input arena.
+std::uint64_t resident_job_bytes(const Job& job);
+// Shortens the longest trains of `job` (by their output bytes, one step at a time, never below
+// cfg.train_min_calls) until resident_job_bytes(job) <= budget or none can be shortened. Returns
+// whether it fits.
+bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget);
 // The train's per-call time: (window_s + charge) / calls, the charge being the owner's own time of
 // the train's fill (fill_took_s) beyond (1 + bound.fill_rel_slack) × its replay of the same fill
 // (fill_ref_s) + bound.fill_allow_s; `charge_s` receives it. 0 when calls <= 0 or the window is not finite.

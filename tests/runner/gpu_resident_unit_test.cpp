@@ -605,6 +605,42 @@ TEST_CASE("class 3, the train: train_end with a count in the train's room is due
   }
 }
 
+TEST_CASE("class 3, the train: a job whose trains do not fit the GPU's memory has its longest trains shortened",
+          "[runner][resident][threat]") {
+  EvalConfig cfg;
+  const auto task = d2k::tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "moe_permute");
+  Job job = make_job(task, all_workloads(task), {1}, "/x.so", TimingSpec{});
+  for (auto& wl : job.workloads) wl.train = train_calls_for(cfg, wl);
+  const std::uint64_t gib = 1ull << 30;
+  // Output-heavy: the slots, their owner copy and the arena by the layout, far beyond an H200.
+  REQUIRE(resident_job_bytes(job) > 140 * gib);
+  const Job before = job;
+  // A budget no train length meets: every train at its least, and the answer says so.
+  Job tiny = before;
+  CHECK_FALSE(fit_trains(cfg, tiny, gib));
+  for (const auto& wl : tiny.workloads)
+    if (wl.train > 0) CHECK(wl.train == cfg.train_min_calls);
+  const std::uint64_t least = resident_job_bytes(tiny);
+  // A budget between that and the full trains: met, by shortening some trains, none below its least.
+  const std::uint64_t budget = least + (resident_job_bytes(before) - least) / 2;
+  CHECK(fit_trains(cfg, job, budget));
+  CHECK(resident_job_bytes(job) <= budget);
+  bool shorter = false;
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) {
+    CHECK(job.workloads[w].train <= before.workloads[w].train);
+    if (before.workloads[w].train > 0) CHECK(job.workloads[w].train >= cfg.train_min_calls);
+    else CHECK(job.workloads[w].train == 0);  // an untimed workload gets no train
+    shorter = shorter || job.workloads[w].train < before.workloads[w].train;
+  }
+  CHECK(shorter);
+  // vector_add with every workload fits in 0.7 of an H200 (139 GiB): its trains stay as they were.
+  Job va = make_job(vector_add(), all_workloads(vector_add()), {1}, "/x.so", TimingSpec{});
+  for (auto& wl : va.workloads) wl.train = train_calls_for(cfg, wl);
+  const Job va_before = va;
+  CHECK(fit_trains(cfg, va, static_cast<std::uint64_t>(cfg.train_job_fraction * 139.0 * static_cast<double>(gib))));
+  for (std::size_t w = 0; w < va.workloads.size(); ++w) CHECK(va.workloads[w].train == va_before.workloads[w].train);
+}
+
 TEST_CASE("class 3, the train: its count follows the call's bytes within limits; its time is the parent's window per call plus the fill's excess",
           "[runner][resident][threat]") {
   EvalConfig cfg;
