@@ -42,8 +42,9 @@ fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& 
 
 int main(int argc, char** argv) {
   int runs = 5, seeds = 3;
-  double rel_slack = -1;  // --rel-slack: the tight bound's overhead_rel_slack (default: EvalConfig's)
+  double rel_slack = -1, train_job_gib = 0;  // --rel-slack: the tight bound's overhead_rel_slack (default: EvalConfig's)
   std::vector<std::string> modes = {"host", "resident"}, task_names = {"vector_add", "softmax"};
+  bool all_workloads = false, no_train = false;
   d2k::bench::Args args("bench_eval_phases",
                         "The phases of one `evaluate` (compile-cache hit) on the host path and the GPU-resident path, for\n"
                         "tasks' L3 experts, and how tight the parent's bound is per timed workload. Needs a GPU\n"
@@ -53,6 +54,9 @@ int main(int argc, char** argv) {
   args.option("--modes", &modes, "host and/or resident");
   args.option("--tasks", &task_names, "task ids");
   args.option("--rel-slack", &rel_slack, "the bound's overhead_rel_slack (negative: EvalConfig's default)");
+  args.option("--train-job-gib", &train_job_gib, "the job's GPU memory for its trains (EvalConfig::train_job_bytes; 0: train_job_fraction of the GPU's)");
+  args.flag("--no-train", &no_train, "the runner's sampled medians, as without EvalConfig::train (verify-tasks' measure)");
+  args.flag("--all-workloads", &all_workloads, "every workload, hidden ones too (as `submit` and calibration), not only the visible");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
   for (const auto& m : modes)
     if (m != "host" && m != "resident") {
@@ -76,13 +80,15 @@ int main(int argc, char** argv) {
     cfg.toolchain = "nvcc-bench";
     cfg.gpu_resident = mode == "resident";
     if (rel_slack >= 0) cfg.bound.overhead_rel_slack = rel_slack;
+    if (no_train) cfg.train = false;
+    if (train_job_gib > 0) cfg.train_job_bytes = static_cast<std::uint64_t>(train_job_gib * double(1ull << 30));
     d2k::runner::Evaluator ev(cfg);
     if (ev.gpu_count() == 0) {
       std::printf("bench_eval_phases: no GPU (%s); nothing measured\n", ev.probe_error().c_str());
       return 0;
     }
-    std::printf("bench_eval_phases %s on %s (%s path, visible workloads, %d seeds, L3 expert, %d runs, bound slack %.2f x overhead)\n",
-                date, ev.gpus()[0].name.c_str(), mode.c_str(), seeds, runs, cfg.bound.overhead_rel_slack);
+    std::printf("bench_eval_phases %s on %s (%s path, %s workloads, %d seeds, L3 expert, %d runs, bound slack %.2f x overhead)\n",
+                date, ev.gpus()[0].name.c_str(), mode.c_str(), all_workloads ? "all" : "visible", seeds, runs, cfg.bound.overhead_rel_slack);
     for (const std::string& name : task_names) {
       const d2k::tasks::Task task = d2k::tasks::load_task(fs::path(D2K_TASKS_DIR) / name);
       const fs::path so = nvcc_build(task.expert_path(3), state / "candidate", name + "_L3");
@@ -96,6 +102,7 @@ int main(int argc, char** argv) {
         req.task = &task;
         req.so_path = so;
         req.seeds = seeds;
+        if (all_workloads) req.workloads = d2k::runner::WorkloadSet::all;
         const auto t0 = std::chrono::steady_clock::now();
         const d2k::runner::EvalResult e = ev.evaluate(req);
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
