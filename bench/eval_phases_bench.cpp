@@ -29,11 +29,21 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& name) {
+// The task's own compile flags (validated by the loader) as the server's compiler passes them:
+// conv2d and the other Hopper tasks need -arch=sm_90a (wgmma, TMA), which a plain sm_90 build
+// turns into kernels that fail at launch.
+fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& name,
+                    const std::vector<std::string>& task_flags) {
   fs::create_directories(dir);
   const fs::path so = dir / (name + ".so");
-  const std::string cmd = "/usr/local/cuda/bin/nvcc -O3 -arch=sm_90 -shared -Xcompiler -fPIC -lineinfo -o '" + so.string() +
-                          "' '" + cu.string() + "' 2>&1";
+  std::string flags;
+  bool arch = false;
+  for (const auto& f : task_flags) {
+    flags += " '" + f + "'";
+    arch = arch || f.rfind("-arch", 0) == 0 || f.rfind("--gpu-architecture", 0) == 0;
+  }
+  const std::string cmd = "/usr/local/cuda/bin/nvcc -O3" + std::string(arch ? "" : " -arch=sm_90") + flags +
+                          " -shared -Xcompiler -fPIC -lineinfo -o '" + so.string() + "' '" + cu.string() + "' 2>&1";
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("nvcc failed: " + cmd);
   return so;
 }
@@ -75,7 +85,7 @@ int main(int argc, char** argv) {
     d2k::runner::EvalConfig cfg;
     cfg.state_dir = state / mode;
     cfg.build_trusted = [&](const d2k::tasks::Task& t, const fs::path& cu) {
-      return nvcc_build(cu, state / "trusted", t.id + "_" + cu.stem().string());
+      return nvcc_build(cu, state / "trusted", t.id + "_" + cu.stem().string(), t.compile_flags);
     };
     cfg.toolchain = "nvcc-bench";
     cfg.gpu_resident = mode == "resident";
@@ -91,7 +101,7 @@ int main(int argc, char** argv) {
                 date, ev.gpus()[0].name.c_str(), mode.c_str(), all_workloads ? "all" : "visible", seeds, runs, cfg.bound.overhead_rel_slack);
     for (const std::string& name : task_names) {
       const d2k::tasks::Task task = d2k::tasks::load_task(fs::path(D2K_TASKS_DIR) / name);
-      const fs::path so = nvcc_build(task.expert_path(3), state / "candidate", name + "_L3");
+      const fs::path so = nvcc_build(task.expert_path(3), state / "candidate", name + "_L3", task.compile_flags);
       std::map<std::string, std::vector<double>> ph;
       std::map<std::string, std::vector<double>> med, outside, over, frac, samples, batch, window, own_batch, cmed;
       std::map<std::string, std::map<std::string, std::vector<double>>> replay;  // the owner replay's parts
