@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "bench/bench_args.hpp"
+#include "bench/bench_stats.hpp"
+#include "sandbox/compiler.hpp"
 #include "sandbox/eval/evaluator.hpp"
 #include "tasks/loader/task.hpp"
 
@@ -23,27 +25,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
+using d2k::bench::median;
 
-// The task's own compile flags (validated by the loader) as the server's compiler passes them:
-// conv2d and the other Hopper tasks need -arch=sm_90a (wgmma, TMA), which a plain sm_90 build
-// turns into kernels that fail at launch.
+// The server's fixed nvcc flags and the task's own after them (sandbox/compiler's rule: conv2d and
+// the other Hopper tasks name -arch=sm_90a, which replaces the base sm_90; an sm_90 build of their
+// experts traps at launch).
 fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& name,
                     const std::vector<std::string>& task_flags) {
   fs::create_directories(dir);
   const fs::path so = dir / (name + ".so");
-  std::string flags;
-  bool arch = false;
-  for (const auto& f : task_flags) {
-    flags += " '" + f + "'";
-    arch = arch || f.rfind("-arch", 0) == 0 || f.rfind("--gpu-architecture", 0) == 0;
-  }
-  const std::string cmd = "/usr/local/cuda/bin/nvcc -O3" + std::string(arch ? "" : " -arch=sm_90") + flags +
-                          " -shared -Xcompiler -fPIC -lineinfo -o '" + so.string() + "' '" + cu.string() + "' 2>&1";
+  std::string cmd = "/usr/local/cuda/bin/nvcc";
+  for (const auto& f : d2k::sandbox::base_flags_for(d2k::sandbox::CompilerConfig{}.base_flags, task_flags)) cmd += " '" + f + "'";
+  for (const auto& f : task_flags) cmd += " '" + f + "'";
+  cmd += " -o '" + so.string() + "' '" + cu.string() + "' 2>&1";
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("nvcc failed: " + cmd);
   return so;
 }

@@ -268,6 +268,16 @@ CompileOutcome rejected(std::string why, std::chrono::steady_clock::time_point t
 
 }  // namespace
 
+std::vector<std::string> base_flags_for(std::vector<std::string> base, const std::vector<std::string>& flags) {
+  const bool own_arch = std::any_of(flags.begin(), flags.end(), [](const std::string& f) {
+    return f.rfind("-arch=", 0) == 0 || f.rfind("-gencode=", 0) == 0;
+  });
+  if (own_arch)
+    base.erase(std::remove_if(base.begin(), base.end(), [](const std::string& f) { return f.rfind("-arch=", 0) == 0; }),
+               base.end());
+  return base;
+}
+
 std::string check_flags(const std::vector<std::string>& flags) {
   for (std::size_t i = 0; i < flags.size(); ++i) {
     if (flags[i] == "-Xptxas") {
@@ -458,15 +468,7 @@ CompileOutcome Compiler::compile(const CompileRequest& request) {
     return rejected("main file must be a .cu file: " + request.main_file, t0);
   if (auto why = check_flags(request.flags); !why.empty()) return rejected(why, t0);
 
-  // A request that names its own architecture (-arch=, -gencode=) replaces the base -arch (two
-  // -arch flags make nvcc fail): e.g. a task's -arch=sm_90a for wgmma and TMA.
-  std::vector<std::string> base = config_.base_flags;
-  const bool own_arch = std::any_of(request.flags.begin(), request.flags.end(), [](const std::string& f) {
-    return f.rfind("-arch=", 0) == 0 || f.rfind("-gencode=", 0) == 0;
-  });
-  if (own_arch)
-    base.erase(std::remove_if(base.begin(), base.end(), [](const std::string& f) { return f.rfind("-arch=", 0) == 0; }),
-               base.end());
+  const std::vector<std::string> base = base_flags_for(config_.base_flags, request.flags);
 
   // 2. Key and cache.
   std::vector<std::string> parts = {"d2k-compile-v1", toolchain_, config_.nvcc.string(), config_.host_compiler.string()};

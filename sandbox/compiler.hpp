@@ -151,6 +151,9 @@ std::vector<Diagnostic> parse_diagnostics(const std::string& log);
 // Allowed: -arch=, -gencode=, -O0..-O3, -lineinfo, -DNAME[=value], -std=c++17|c++20,
 // -maxrregcount=N, --use_fast_math, -Xptxas -v.
 std::string check_flags(const std::vector<std::string>& flags);
+// The fixed flags of a build with `flags` after them: `base` less its -arch when `flags` name their
+// own architecture (-arch=, -gencode=; two -arch flags make nvcc fail), e.g. a task's -arch=sm_90a.
+std::vector<std::string> base_flags_for(std::vector<std::string> base, const std::vector<std::string>& flags);
 
 // Empty when `path` is a safe workspace-relative path, otherwise why not.
 std::string check_workspace_path(const std::string& path);

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <future>
 
+#include <algorithm>
+
 #include "catch.hpp"
 #include "helpers.hpp"
 #include "sandbox/compile_cache.hpp"
@@ -78,6 +80,18 @@ TEST_CASE("parse_diagnostics survives hostile input", "[diagnostics]") {
   CHECK(parse_diagnostics("k.cu:99999999999999999:1: error: big\n").size() == 1);
   std::string binary("\0\xff\xfe:1:1: error: \x01\n", 18);
   CHECK(parse_diagnostics(binary).size() == 1);
+}
+
+TEST_CASE("base_flags_for: a request's own architecture replaces the base -arch, nothing else", "[flags]") {
+  const std::vector<std::string> base = CompilerConfig{}.base_flags;
+  REQUIRE(std::count(base.begin(), base.end(), std::string("-arch=sm_90")) == 1);
+  CHECK(base_flags_for(base, {}) == base);
+  CHECK(base_flags_for(base, {"-O2", "-DX=1"}) == base);
+  for (const std::string own : {"-arch=sm_90a", "-gencode=arch=compute_90a,code=sm_90a"}) {
+    const auto got = base_flags_for(base, {"-lineinfo", own});
+    CHECK(std::none_of(got.begin(), got.end(), [](const std::string& f) { return f.rfind("-arch=", 0) == 0; }));
+    CHECK(got.size() == base.size() - 1);  // the other fixed flags stay
+  }
 }
 
 TEST_CASE("check_flags: allowlist", "[flags]") {
