@@ -34,6 +34,7 @@
 #include <thread>
 
 #include "bench/bench_args.hpp"
+#include "bench/bench_stats.hpp"
 #include "env/gpu_setup.hpp"
 #include "env/log.hpp"
 #include "env/server.hpp"
@@ -49,11 +50,7 @@ using d2k::protocol::Value;
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using d2k::bench::median;
 
 std::string read(const fs::path& p) {
   std::ifstream in(p);
@@ -355,28 +352,17 @@ int main(int argc, char** argv) {
       }
       total.push_back(r.phases.total_s);
     }
-    auto sd_of = [](const std::vector<double>& v) {
-      double m = 0, q = 0;
-      for (double x : v) m += x;
-      m /= static_cast<double>(std::max<std::size_t>(1, v.size()));
-      for (double x : v) q += (x - m) * (x - m);
-      return v.size() > 1 ? std::sqrt(q / static_cast<double>(v.size() - 1)) : 0.0;
-    };
-    auto cv_of = [&](const std::vector<double>& v) {
-      double m = 0;
-      for (double x : v) m += x;
-      m /= static_cast<double>(std::max<std::size_t>(1, v.size()));
-      return m > 0 ? 100 * sd_of(v) / m : 0.0;
-    };
+    using d2k::bench::sd;
+    const auto cv_of = d2k::bench::cv_percent;
     for (auto& [name, v] : per)
       std::printf("    %-12s time %9.2f us (CV %.2f%%, train %d calls) | runner's sampled median %9.2f us (CV %.2f%%)\n",
                   name.c_str(), median(v.first), cv_of(v.first), train_calls[name], median(v.second), cv_of(v.second));
     for (auto& [name, p] : parts)
       std::printf("      %-12s train window %.1f us (sd %.1f) = runner's calls %.1f (sd %.1f; first call %.1f, sd %.1f) "
                   "+ snapshot charge %.1f (sd %.1f) + hops %.1f (sd %.1f); fill charge %.1f (sd %.1f)\n",
-                  name.c_str(), median(p.window), sd_of(p.window), median(p.claim), sd_of(p.claim), median(p.first),
-                  sd_of(p.first), median(p.late), sd_of(p.late), median(p.hops), sd_of(p.hops), median(p.charge),
-                  sd_of(p.charge));
+                  name.c_str(), median(p.window), sd(p.window), median(p.claim), sd(p.claim), median(p.first),
+                  sd(p.first), median(p.late), sd(p.late), median(p.hops), sd(p.hops), median(p.charge),
+                  sd(p.charge));
     const std::vector<double>& medians = per["pow2_64m"].first;  // the summary line's workload
     std::printf(
         "(a) timing stability, vector_add L3 on pow2_64m, %s path, %zu fresh runners: median of times %.1f us, "

@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include "bench/bench_args.hpp"
+#include "bench/bench_stats.hpp"
 #include "sandbox/runner/nvml.hpp"
 
 namespace {
@@ -78,21 +79,9 @@ struct Train {
   unsigned clock_before = 0, clock_after = 0, temp = 0;
 };
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-double mean_of(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
-double cv_of(const std::vector<double>& v) {
-  const double m = mean_of(v);
-  double q = 0;
-  for (double x : v) q += (x - m) * (x - m);
-  return v.size() > 1 && m > 0 ? 100 * std::sqrt(q / static_cast<double>(v.size() - 1)) / m : 0;
-}
+using d2k::bench::cv_percent;
+using d2k::bench::mean;
+using d2k::bench::median;
 
 // One fresh process's trains, written to fd as text lines.
 void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool realloc, int device) {
@@ -154,7 +143,7 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
     tr.clock_after = nvml.sm_clock_mhz();
     tr.temp = nvml.condition().temperature_c;
     tr.mean_us = tr.total_us / calls;
-    tr.median_us = median_of(each);
+    tr.median_us = median(each);
     tr.min_us = *std::min_element(each.begin(), each.end());
     tr.max_us = *std::max_element(each.begin(), each.end());
     tr.first_us = each[0];
@@ -243,16 +232,16 @@ int main(int argc, char** argv) {
     double pooled = 0;
     int dof = 0;
     for (auto& [p, v] : per_proc) {
-      proc_means.push_back(mean_of(v));
-      const double m = mean_of(v);
+      proc_means.push_back(mean(v));
+      const double m = mean(v);
       for (double x : v) pooled += (x - m) * (x - m);
       dof += static_cast<int>(v.size()) - 1;
     }
-    const double within = dof > 0 ? 100 * std::sqrt(pooled / dof) / mean_of(every) : 0;
+    const double within = dof > 0 ? 100 * std::sqrt(pooled / dof) / mean(every) : 0;
     std::printf("%s: mean %.2f us; CV across all %zu trains %.2f%%; across processes (their means) %.2f%%; within a "
                 "process (pooled) %.2f%%; the processes' first trains %.2f%%\n",
-                by_median ? "median call" : "train mean ", mean_of(every), every.size(), cv_of(every), cv_of(proc_means),
-                within, cv_of(firsts));
+                by_median ? "median call" : "train mean ", mean(every), every.size(), cv_percent(every), cv_percent(proc_means),
+                within, cv_percent(firsts));
   }
   return 0;
 }
