@@ -653,10 +653,7 @@ int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl) {
   return static_cast<int>(std::min({std::max(want, lo), hi, most}));
 }
 
-std::uint64_t resident_job_bytes(const Job& job) {
-  const Layout layout = output_layout(job, true);  // the owner's slots (one shared room) and its snapshot
-  return layout.total_bytes + layout.snap_bytes + input_arena_bytes(job);
-}
+std::uint64_t resident_job_bytes(const Job& job) { return 2 * output_layout(job).total_bytes + input_arena_bytes(job); }
 
 bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget) {
   const int least = std::max(cfg.train_min_calls, 2);

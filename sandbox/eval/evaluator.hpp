@@ -155,26 +155,24 @@ struct EvalConfig {
   // verified; the time is the window over them). Off: the claimed median raised to the parent's
   // floor (as before; verify-tasks, the host path).
   // H200, 2026-12-03, bench_gpu (a), vector_add's 768 MiB calls: 16 calls (12 GiB) gave a CV of the
-  // time across fresh runners of 1.0-1.2 %, 32 calls (24 GiB) 0.5-1.3 % (about 0.75 % over sixteen
-  // runs); 64 calls (48 GiB) fit once the workloads share one room (output_layout). 30 ms: the window's
+  // time across fresh runners of 1.0-1.2 %, 32 calls (24 GiB) 0.5-0.7 %. 30 ms: the window's
   // fixed part (the train line's and train_end's hops, the first call's cold start, ~100 us on the
   // H200) stays under 0.5 % of it; a longer cap only lengthens the evaluation.
   bool train = true;
   std::uint64_t train_bytes = 12ull << 30;
-  int train_window_calls = 64;
-  std::uint64_t train_max_bytes = 48ull << 30;
+  int train_window_calls = 32;
+  std::uint64_t train_max_bytes = 24ull << 30;
   int train_min_calls = 3;
   int train_max_calls = 2048;
   double train_cap_s = 0.03;
-  // The job's GPU memory with its trains: the owner's output slots (the correctness slots and one
-  // room that every workload's timed calls share, one phase after another: sandbox/runner/wire.cpp
-  // output_layout), the owner's snapshot of every workload's timed calls, and the input arena
-  // (one, for the largest phase). When that passes train_job_fraction of the GPU's memory (or
+  // The job's GPU memory with its trains: the owner's output slots (every workload's timed calls
+  // at once, sandbox/runner/wire.cpp output_layout), the owner's copy of them (the phase
+  // snapshots) and the input arena. When that passes train_job_fraction of the GPU's memory (or
   // train_job_bytes when set), the longest trains are shortened until it fits or every train is at
-  // train_min_calls (fit_trains). Without it, output-heavy tasks (moe_permute: about 280 GiB by the
-  // layout with every workload and 64-call trains) cannot be evaluated at all with the train. 0.7
-  // leaves the rest of an H200 (about 40 GiB) to the processes' contexts, the owner's replay and the
-  // agent kernel's own allocations; vector_add's visible workloads (81 GiB) keep their 64-call trains.
+  // train_min_calls (fit_trains). Without it, output-heavy tasks (moe_permute: about 260 GiB by the
+  // layout with every workload) cannot be evaluated at all with the train. 0.7 leaves the rest of
+  // an H200 (about 40 GiB) to the processes' contexts, the owner's replay and the agent kernel's own
+  // allocations; vector_add with every workload (92 GiB) keeps its trains.
   double train_job_fraction = 0.7;
   std::uint64_t train_job_bytes = 0;
   // Before the train line, a prime line: the agent runner makes its context the GPU's current one
@@ -403,9 +401,8 @@ double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, in
                      const FillPhase& fill, std::string& error, int record = -1, int from = 0);
 // The train's room for a workload (EvalConfig::train; 0 when off).
 int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl);
-// The GPU memory a job's timed calls take on the GPU-resident path: the owner's slots (the
-// correctness slots and one shared room for the timed calls: output_layout), its snapshot of every
-// workload's timed calls, and the input arena.
+// The GPU memory a job's timed calls take on the GPU-resident path: twice the output layout (the
+// owner's slots and its snapshot copy) plus the input arena.
 std::uint64_t resident_job_bytes(const Job& job);
 // Shortens the longest trains of `job` (by their output bytes, one step at a time, never below
 // cfg.train_min_calls) until resident_job_bytes(job) <= budget or none can be shortened. Returns

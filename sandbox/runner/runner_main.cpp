@@ -366,10 +366,9 @@ class Runner {
       throw Stop{Outcome::setup_error, std::string("sizing the output file: ") + std::strerror(errno)};
     if (!gpu_slots && out_fd_ < 0 && layout_.total_bytes > 0) throw Stop{Outcome::setup_error, "no output file"};
     // What an earlier job left behind (the owner's slots of this evaluation are expected).
-    // (The owner holds its slots, its copy of every timed call for the phase snapshots and its
-    // input arena.)
-    const std::uint64_t owned =
-        job_.gpu_slots == SlotsRole::user ? job_.gpu_slots_bytes + layout_.snap_bytes + job_.input_arena_bytes : 0;
+    // (The owner holds its slots and, as large, its own copy of them for the phase snapshots.)
+    // (and, on the resident path, its input arena).
+    const std::uint64_t owned = job_.gpu_slots == SlotsRole::user ? 2 * job_.gpu_slots_bytes + job_.input_arena_bytes : 0;
     confine_step([&] { check_clean_device(owned); });
     confine_step([&] {  // a GPU left hot or slowed down is waited out (heartbeats) or refused
       wait_until_cool([&] { return nvml_.condition(); }, kMaxCoolWaitS, [&] { emit_.send({{"event", "heartbeat"}}); });
@@ -456,28 +455,24 @@ class Runner {
       if (!asent.empty()) throw Stop{Outcome::setup_error, "input arena: " + asent};
       for (std::size_t w = 0; w < job_.workloads.size(); ++w) arena_phases_.push_back(input_arena_phase(job_, w));
     }
-    // The phase snapshots (the output-rewrite defence on this path): the owner's own copy of every
-    // workload's timed calls, poisoned, into which each timed phase's slots are copied when the
-    // parent asks (the phase's timing_end has arrived and the agent runner is frozen); the timed
-    // calls are compared from this copy, so what agent code writes into its slots after the phase
-    // (the next workload's phase reuses the same room: output_layout's shared room) is never
+    // The phase snapshots (the output-rewrite defence on this path): the owner's own copy of the
+    // slots, poisoned like them, into which each timed phase's slots are copied when the parent
+    // asks (the phase's timing_end has arrived and the agent runner is frozen); the timed calls
+    // are compared from this copy, so what agent code writes into its slots after the phase is never
     // compared. The copy rate is measured here, before the candidate runs (no other context
     // competes), so that the parent can tell a snapshot delayed by agent GPU work from the copy's
     // own time. The replies go back on the slots socket (the parent's own channel to this runner).
-    const std::size_t snap_bytes = std::max<std::uint64_t>(layout_.snap_bytes, 1);
-    RUNNER_CUDA(cudaMalloc(&snap_, snap_bytes), setup_error);
-    const std::size_t rate_bytes = std::min(snap_bytes, slots_.size());
+    RUNNER_CUDA(cudaMalloc(&snap_, slots_.size()), setup_error);
     cudaEvent_t c0 = nullptr, c1 = nullptr;
     RUNNER_CUDA(cudaEventCreate(&c0), setup_error);
     RUNNER_CUDA(cudaEventCreate(&c1), setup_error);
     RUNNER_CUDA(cudaEventRecord(c0, gpu_.stream), setup_error);
-    RUNNER_CUDA(cudaMemcpyAsync(snap_, slots_.data(), rate_bytes, cudaMemcpyDeviceToDevice, gpu_.stream), setup_error);
+    RUNNER_CUDA(cudaMemcpyAsync(snap_, slots_.data(), slots_.size(), cudaMemcpyDeviceToDevice, gpu_.stream), setup_error);
     RUNNER_CUDA(cudaEventRecord(c1, gpu_.stream), setup_error);
-    RUNNER_CUDA(cudaMemsetAsync(snap_, 0xFF, snap_bytes, gpu_.stream), setup_error);
     RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), setup_error);
     float copy_ms = 0;
     RUNNER_CUDA(cudaEventElapsedTime(&copy_ms, c0, c1), setup_error);
-    const double s_per_byte = rate_bytes > 0 ? copy_ms * 1e-3 / static_cast<double>(rate_bytes) : 0;
+    const double s_per_byte = slots_.size() > 0 ? copy_ms * 1e-3 / static_cast<double>(slots_.size()) : 0;
     emit_.send({{"event", "slots"}, {"bytes", slots_.size()}, {"arena_bytes", arena_.size()}});
     std::string line;
     // After a train's fill the next line is the train's snapshot, milliseconds later, whose round
@@ -513,7 +508,7 @@ class Runner {
           throw Stop{Outcome::bad_job, "snapshot out of the layout"};
         for (const Slot& sl : layout_.slots) {
           if (sl.workload != w || sl.seed_index >= 0 || -1 - sl.seed_index >= calls || -1 - sl.seed_index < from) continue;
-          const cudaError_t rc = cudaMemcpyAsync(static_cast<char*>(snap_) + sl.snap_offset, slots_.data() + sl.offset, sl.bytes,
+          const cudaError_t rc = cudaMemcpyAsync(static_cast<char*>(snap_) + sl.offset, slots_.data() + sl.offset, sl.bytes,
                                                  cudaMemcpyDeviceToDevice, gpu_.stream);
           if (rc != cudaSuccess && error.empty()) error = cudaGetErrorString(rc);
           bytes += sl.bytes;
@@ -873,13 +868,10 @@ class Runner {
           if (auto it = job_.tolerances.find(std::string(dtype_name(slot->dtype))); it != job_.tolerances.end())
             tol = it->second;
           TensorCheck check;
-          // A timed call's slot is compared from the phase's snapshot, which the parent takes for
-          // every phase on this path: the room itself stays writable by agent code until it exits,
-          // and the next workload's phase reuses it (output_layout's shared room).
-          if (slot->seed_index < 0 && snapped_.count(w) == 0)
-            throw Stop{Outcome::bad_job, "a timed call's outputs without their phase's snapshot"};
-          const char* got = slot->seed_index < 0 ? static_cast<const char*>(snap_) + slot->snap_offset
-                                                 : slots_.data() + slot->offset;
+          // A timed call's slot is compared from the phase's snapshot when the parent took one
+          // (always, on this path: the slot itself stays writable by agent code until it exits).
+          const char* got = (slot->seed_index < 0 && snapped_.count(w) != 0 ? static_cast<const char*>(snap_)
+                                                                             : slots_.data()) + slot->offset;
           RUNNER_CUDA(compare_on_gpu(got, ptrs[a], slot->dtype, slot->count, tol.atol, tol.rtol,
                                      gpu_.stream, check), runtime_error);
           check.seed_index = seed_index;

@@ -368,39 +368,24 @@ TrainStart parse_train_line(const std::string& line, std::size_t w, int room) {
   return t;
 }
 
-Layout output_layout(const Job& job, bool shared_room) {
+Layout output_layout(const Job& job) {
   Layout layout;
-  auto aligned = [](std::uint64_t b) { return (b + 255) / 256 * 256; };  // the train's calls write slots directly: cudaMalloc's alignment
-  auto add = [&](std::size_t w, int seed, std::size_t a, std::uint64_t& at) {
+  auto add = [&](std::size_t w, int seed, std::size_t a) {
     const WireArg& arg = job.workloads[w].args[a];
-    Slot s{w, seed, a, arg.dtype, arg.count, at, arg.count * dtype_size(arg.dtype), at};
-    at += aligned(s.bytes);
+    Slot s{w, seed, a, arg.dtype, arg.count, layout.total_bytes, arg.count * dtype_size(arg.dtype)};
+    layout.total_bytes += (s.bytes + 255) / 256 * 256;  // the train's calls write slots directly: cudaMalloc's alignment
     layout.slots.push_back(s);
   };
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
     for (int seed = 0; seed < static_cast<int>(job.seeds.size()); ++seed)
       for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
-        if (job.workloads[w].args[a].role == ArgRole::output) add(w, seed, a, layout.total_bytes);
-  const std::uint64_t room = layout.total_bytes;  // where the timed calls start
-  std::uint64_t end = room;
-  for (std::size_t w = 0; w < job.workloads.size(); ++w) {
-    std::uint64_t at = shared_room ? room : end;
+        if (job.workloads[w].args[a].role == ArgRole::output) add(w, seed, a);
+  for (std::size_t w = 0; w < job.workloads.size(); ++w)
     for (int i = 0; i < timed_call_slots(job, w); ++i)
       for (std::size_t a = 0; a < job.workloads[w].args.size(); ++a)
-        if (job.workloads[w].args[a].role == ArgRole::output) {
-          add(w, -1 - i, a, at);
-          Slot& s = layout.slots.back();
-          if (shared_room) s.snap_offset = layout.snap_bytes;
-          layout.snap_bytes += aligned(s.bytes);
-        }
-    end = std::max(end, at);
-  }
-  layout.total_bytes = end;
-  if (!shared_room) layout.snap_bytes = end;  // each slot at its own offset (the correctness slots' place unused)
+        if (job.workloads[w].args[a].role == ArgRole::output) add(w, -1 - i, a);
   return layout;
 }
-
-Layout output_layout(const Job& job) { return output_layout(job, job.gpu_slots != SlotsRole::none); }
 
 json to_json(const TimingResult& t) {
   return {{"samples", t.samples}, {"median_s", t.median_s}, {"min_s", t.min_s}, {"mean_s", t.mean_s},

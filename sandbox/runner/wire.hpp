@@ -216,33 +216,22 @@ int timed_slots(const Job& job, std::size_t w);
 // workload of a timing job, the most warm-ups + timed_slots; for a replay, its replay_samples.
 int timed_call_slots(const Job& job, std::size_t w);
 
-// Where each output tensor lies in the output file (or the owner's GPU slots): for every workload,
-// every seed, every output argument in order; then, for every timed workload, the outputs of each
-// timed call (warm-ups, then samples).
-// With a shared room (GPU-resident jobs: gpu_slots user or owner) the timed calls of every workload
-// start at the same offset, right after the correctness slots: workloads are timed one after
-// another, and each phase's slots are copied into the owner's snapshot (at snap_offset, every
-// workload's own place) before the next phase starts, so the room holds one workload's timed calls
-// at a time and the snapshot all of them. Without it (the output file) every slot has its own
-// offset and snap_offset equals it.
+// Where each output tensor lies in the output file: for every workload, every seed, every output
+// argument in order; then, for every timed workload, the outputs of each timed sample.
 struct Slot {
   std::size_t workload = 0;
   int seed_index = 0;            // >= 0: correctness seed; -1 - i: timed call i (warm-ups, then samples)
   std::size_t arg = 0;
   Dtype dtype = Dtype::f32;
   std::uint64_t count = 0;
-  std::uint64_t offset = 0;      // bytes, 256-byte aligned
+  std::uint64_t offset = 0;      // bytes, 64-byte aligned
   std::uint64_t bytes = 0;
-  std::uint64_t snap_offset = 0; // a timed call's place in the owner's snapshot (256-byte aligned; else the offset)
 };
 struct Layout {
   std::vector<Slot> slots;
-  std::uint64_t total_bytes = 0;  // the output file's or the GPU slots' size
-  std::uint64_t snap_bytes = 0;   // the snapshot's size: every timed call of every workload
+  std::uint64_t total_bytes = 0;
   const Slot* find(std::size_t workload, int seed_index, std::size_t arg) const;
 };
-// shared_room: as above; the one-argument form shares it exactly for GPU-resident jobs.
-Layout output_layout(const Job& job, bool shared_room);
 Layout output_layout(const Job& job);
 
 // ---- runner → parent -------------------------------------------------------------------------

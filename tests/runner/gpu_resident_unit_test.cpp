@@ -605,79 +605,6 @@ TEST_CASE("class 3, the train: train_end with a count in the train's room is due
   }
 }
 
-TEST_CASE("class 3, the train: resident workloads share one room for their timed calls; the snapshot keeps each its own place",
-          "[runner][resident][threat]") {
-  EvalConfig cfg;
-  Job job = make_job(vector_add(), all_workloads(vector_add()), {1, 2}, "/x.so", TimingSpec{});
-  for (auto& wl : job.workloads) wl.train = train_calls_for(cfg, wl);
-  Job host = job;  // the output file: every slot its own offset, as before
-  job.gpu_slots = SlotsRole::owner;
-  Job user = job;
-  user.gpu_slots = SlotsRole::user;
-  const Layout l = output_layout(job);
-  const Layout u = output_layout(user);
-  const Layout h = output_layout(host);
-  // Both ends of the resident path agree slot by slot.
-  REQUIRE(u.slots.size() == l.slots.size());
-  CHECK(u.total_bytes == l.total_bytes);
-  CHECK(u.snap_bytes == l.snap_bytes);
-  for (std::size_t i = 0; i < l.slots.size(); ++i) {
-    CHECK(u.slots[i].offset == l.slots[i].offset);
-    CHECK(u.slots[i].snap_offset == l.slots[i].snap_offset);
-  }
-  auto aligned = [](std::uint64_t b) { return (b + 255) / 256 * 256; };
-  std::uint64_t correctness = 0, snap = 0, most = 0;
-  std::vector<std::uint64_t> per_workload(job.workloads.size(), 0);
-  for (const Slot& s : l.slots) {
-    if (s.seed_index >= 0) correctness += aligned(s.bytes);
-    else {
-      snap += aligned(s.bytes);
-      per_workload[s.workload] += aligned(s.bytes);
-    }
-  }
-  int timed = 0;
-  for (std::size_t w = 0; w < job.workloads.size(); ++w) {
-    most = std::max(most, per_workload[w]);
-    timed += per_workload[w] > 0 ? 1 : 0;
-  }
-  REQUIRE(timed >= 2);
-  // The room is the largest workload's timed calls, after every correctness slot; the snapshot, all of them.
-  CHECK(l.total_bytes == correctness + most);
-  CHECK(l.snap_bytes == snap);
-  CHECK(h.total_bytes == correctness + snap);
-  CHECK(l.total_bytes < h.total_bytes);
-  for (const Slot& s : l.slots) {
-    CHECK(s.offset % 256 == 0);
-    CHECK(s.offset + s.bytes <= l.total_bytes);
-    if (s.seed_index >= 0) CHECK(s.offset + s.bytes <= correctness);  // never in the room
-    else {
-      CHECK(s.offset >= correctness);
-      CHECK(s.snap_offset % 256 == 0);
-      CHECK(s.snap_offset + s.bytes <= l.snap_bytes);
-    }
-  }
-  // Each workload's first timed call starts the room; within a workload no two timed slots meet,
-  // nor do any two in the snapshot (whatever their workloads).
-  for (std::size_t w = 0; w < job.workloads.size(); ++w) {
-    if (per_workload[w] == 0) continue;
-    const Slot* first = l.find(w, -1, 2);  // vector_add's y
-    REQUIRE(first != nullptr);
-    CHECK(first->offset == correctness);
-  }
-  for (std::size_t i = 0; i < l.slots.size(); ++i)
-    for (std::size_t j = i + 1; j < l.slots.size(); ++j) {
-      const Slot& a = l.slots[i];
-      const Slot& b = l.slots[j];
-      if (a.seed_index >= 0 || b.seed_index >= 0) continue;
-      CHECK((a.snap_offset + a.bytes <= b.snap_offset || b.snap_offset + b.bytes <= a.snap_offset));
-      if (a.workload == b.workload) CHECK((a.offset + a.bytes <= b.offset || b.offset + b.bytes <= a.offset));
-    }
-  // The host path's layout is the old one: each slot its own offset, the snapshot offsets the same.
-  for (const Slot& s : h.slots) CHECK(s.snap_offset == s.offset);
-  // The budget counts the room once and the snapshot in full.
-  CHECK(resident_job_bytes(host) == l.total_bytes + l.snap_bytes + input_arena_bytes(host));
-}
-
 TEST_CASE("class 3, the train: a job whose trains do not fit the GPU's memory has its longest trains shortened",
           "[runner][resident][threat]") {
   EvalConfig cfg;
@@ -706,12 +633,8 @@ TEST_CASE("class 3, the train: a job whose trains do not fit the GPU's memory ha
     shorter = shorter || job.workloads[w].train < before.workloads[w].train;
   }
   CHECK(shorter);
-  // vector_add's visible workloads (an agent's evaluate) fit in 0.7 of an H200 (139 GiB): its trains
-  // stay as they were.
-  std::vector<const d2k::tasks::Workload*> visible;
-  for (const auto& wl : vector_add().workloads)
-    if (wl.visible) visible.push_back(&wl);
-  Job va = make_job(vector_add(), visible, {1}, "/x.so", TimingSpec{});
+  // vector_add with every workload fits in 0.7 of an H200 (139 GiB): its trains stay as they were.
+  Job va = make_job(vector_add(), all_workloads(vector_add()), {1}, "/x.so", TimingSpec{});
   for (auto& wl : va.workloads) wl.train = train_calls_for(cfg, wl);
   const Job va_before = va;
   CHECK(fit_trains(cfg, va, static_cast<std::uint64_t>(cfg.train_job_fraction * 139.0 * static_cast<double>(gib))));
@@ -748,16 +671,16 @@ TEST_CASE("class 3, the train: its count follows the call's bytes within limits;
   CHECK(train_calls_for(cfg, one) == 1024);
   for (auto& a : one.args) a.count = 4 << 20;  // 48 MiB per call: 256
   CHECK(train_calls_for(cfg, one) == 256);
-  for (auto& a : one.args) a.count = 64 << 20;  // 768 MiB per call: 16 by the bytes, raised to 64 (48 GiB)
-  CHECK(train_calls_for(cfg, one) == 64);
+  for (auto& a : one.args) a.count = 64 << 20;  // 768 MiB per call: 16 by the bytes, raised to 32 (24 GiB)
+  CHECK(train_calls_for(cfg, one) == 32);
   cfg.train_max_bytes = 12ull << 30;  // a smaller cap: the batch's 16 GiB then, 21 calls
   CHECK(train_calls_for(cfg, one) == 21);
   cfg.train_window_calls = 0;  // none asked beyond the bytes: 16
   CHECK(train_calls_for(cfg, one) == 16);
-  cfg.train_window_calls = EvalConfig{}.train_window_calls;
-  cfg.train_max_bytes = EvalConfig{}.train_max_bytes;
-  for (auto& a : one.args) a.count = 128 << 20;  // 1.5 GiB per call: 32, the most that fit in 48 GiB
-  CHECK(train_calls_for(cfg, one) == 32);
+  cfg.train_window_calls = 32;
+  cfg.train_max_bytes = 24ull << 30;
+  for (auto& a : one.args) a.count = 128 << 20;  // 1.5 GiB per call: 16, the most that fit in 24 GiB
+  CHECK(train_calls_for(cfg, one) == 16);
   for (auto& a : one.args) a.count = 1ull << 31;  // 24 GiB per call: the least a train may have
   CHECK(train_calls_for(cfg, one) == 2);
   for (auto& a : one.args) a.count = 1 << 10;  // 12 KiB per call: the most
