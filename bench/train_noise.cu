@@ -10,7 +10,7 @@
 // processes (the CV of the processes' means), within a process (the pooled CV of a process's
 // trains), across every train, and the same for the trains' median calls.
 //   build/bin/bench_train_noise [--procs 6] [--trains 8] [--calls 32] [--elements 67108864]
-//                               [--gap-ms 100] [--realloc] [--device 0]
+//                               [--gap-ms 100] [--realloc] [--pad-gib 0] [--device 0]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,8 +84,16 @@ using d2k::bench::mean;
 using d2k::bench::median;
 
 // One fresh process's trains, written to fd as text lines.
-void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool realloc, int device) {
+void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool realloc, int device, double pad_gib) {
   CHECK(cudaSetDevice(device));
+  // Device memory taken (and written) before the room: the room's arrays then lie elsewhere in the
+  // GPU's memory (does where they lie change their speed?).
+  void* pad = nullptr;
+  if (pad_gib > 0) {
+    const auto pad_bytes = static_cast<std::size_t>(pad_gib * double(1ull << 30));
+    CHECK(cudaMalloc(&pad, pad_bytes));
+    CHECK(cudaMemset(pad, 0, pad_bytes));
+  }
   char bus[32] = {};
   CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device));
   d2k::runner::Nvml nvml;
@@ -154,6 +162,7 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
     if (write(fd, line, static_cast<std::size_t>(len)) != len) _exit(4);
   }
   release();
+  if (pad != nullptr) CHECK(cudaFree(pad));
 }
 
 }  // namespace
@@ -161,6 +170,7 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
 int main(int argc, char** argv) {
   int procs = 6, trains = 8, calls = 32, gap_ms = 100, device = 0, elements = 67108864;
   bool realloc = false;
+  double pad_gib = 0;
   d2k::bench::Args args("bench_train_noise",
                         "Where a train's spread comes from: --procs fresh processes, each making --trains trains of "
                         "--calls vector_add calls (fresh inputs per call, a device sync after each, timed by the host "
@@ -173,15 +183,16 @@ int main(int argc, char** argv) {
   args.option("--gap-ms", &gap_ms, "idle milliseconds before each train's fill");
   args.option("--device", &device, "CUDA device ordinal");
   args.flag("--realloc", &realloc, "free and allocate the room again before every train of a process");
+  args.option("--pad-gib", &pad_gib, "GiB of device memory each process takes (and writes) before its room");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
   const auto n = static_cast<int64_t>(elements);
-  if (procs < 1 || trains < 1 || calls < 1 || n < 4 || gap_ms < 0) {
-    std::fprintf(stderr, "bench_train_noise: --procs, --trains, --calls must be >= 1, --elements >= 4, --gap-ms >= 0\n");
+  if (procs < 1 || trains < 1 || calls < 1 || n < 4 || gap_ms < 0 || !(pad_gib >= 0)) {
+    std::fprintf(stderr, "bench_train_noise: --procs, --trains, --calls must be >= 1, --elements >= 4, --gap-ms and --pad-gib >= 0\n");
     return 2;
   }
   std::printf("bench_train_noise: %d processes x %d trains x %d calls of vector_add on %lld floats (%.0f MiB per call), "
-              "gap %d ms%s\n",
-              procs, trains, calls, static_cast<long long>(n), 3.0 * static_cast<double>(n) * 4 / (1 << 20), gap_ms,
+              "gap %d ms, pad %.1f GiB%s\n",
+              procs, trains, calls, static_cast<long long>(n), 3.0 * static_cast<double>(n) * 4 / (1 << 20), gap_ms, pad_gib,
               realloc ? ", room allocated again per train" : "");
   std::printf("  proc train   total_us  mean_us  median   min      max      first    sm_MHz before/after  temp_C\n");
   std::fflush(stdout);
@@ -192,7 +203,7 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      child(fds[1], p, trains, calls, n, gap_ms, realloc, device);
+      child(fds[1], p, trains, calls, n, gap_ms, realloc, device, pad_gib);
       _exit(0);
     }
     close(fds[1]);
