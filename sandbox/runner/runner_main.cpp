@@ -955,19 +955,20 @@ class Runner {
         // 1.3 ms before the pools were let go that early).
         batch.assign(static_cast<std::size_t>(all), bufs);
         constexpr std::uint64_t kAlign = 2ull << 20;
-        auto aligned = [&](std::uint64_t b) { return (std::max<std::uint64_t>(b, 1) + kAlign - 1) / kAlign * kAlign; };
+        std::vector<std::uint64_t> stride(n, 0);  // each output's room in the block (0: not an output)
         std::uint64_t total = 0;
         for (std::size_t a = 0; a < n; ++a)
-          if (wl.args[a].role == ArgRole::output)
-            total += aligned(wl.args[a].count * dtype_size(wl.args[a].dtype)) * static_cast<std::uint64_t>(std::max(all - train, 0));
+          if (wl.args[a].role == ArgRole::output) {
+            stride[a] = (std::max<std::uint64_t>(wl.args[a].count * dtype_size(wl.args[a].dtype), 1) + kAlign - 1) / kAlign * kAlign;
+            total += stride[a] * static_cast<std::uint64_t>(std::max(all - train, 0));
+          }
         if (total > 0) {
           char* block = static_cast<char*>(alloc(total));
           for (std::size_t a = 0; a < n; ++a)
-            if (wl.args[a].role == ArgRole::output)
-              for (int c = train; c < all; ++c) {
-                batch[static_cast<std::size_t>(c)][a] = block;
-                block += aligned(wl.args[a].count * dtype_size(wl.args[a].dtype));
-              }
+            for (int c = train; c < all && stride[a] > 0; ++c) {
+              batch[static_cast<std::size_t>(c)][a] = block;
+              block += stride[a];
+            }
         }
         prefault_timed_slots(w);
         RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
