@@ -352,11 +352,11 @@ int main(int argc, char** argv) {
       }
       total.push_back(r.phases.total_s);
     }
+    using d2k::bench::cv_percent;
     using d2k::bench::sd;
-    const auto cv_of = d2k::bench::cv_percent;
     for (auto& [name, v] : per)
       std::printf("    %-12s time %9.2f us (CV %.2f%%, train %d calls) | runner's sampled median %9.2f us (CV %.2f%%)\n",
-                  name.c_str(), median(v.first), cv_of(v.first), train_calls[name], median(v.second), cv_of(v.second));
+                  name.c_str(), median(v.first), cv_percent(v.first), train_calls[name], median(v.second), cv_percent(v.second));
     for (auto& [name, p] : parts)
       std::printf("      %-12s train window %.1f us (sd %.1f) = runner's calls %.1f (sd %.1f; first call %.1f, sd %.1f) "
                   "+ snapshot charge %.1f (sd %.1f) + hops %.1f (sd %.1f); fill charge %.1f (sd %.1f)\n",
@@ -368,7 +368,7 @@ int main(int argc, char** argv) {
         "(a) timing stability, vector_add L3 on pow2_64m, %s path, %zu fresh runners: median of times %.1f us, "
         "min %.1f, max %.1f, CV of the times %.2f%%; evaluator total median %.3f s\n",
         ec.gpu_resident ? "GPU-resident" : "host", medians.size(), median(medians), medians.empty() ? 0 : *std::min_element(medians.begin(), medians.end()),
-        medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), cv_of(medians), median(total));
+        medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), cv_percent(medians), median(total));
     std::printf("    ncu: not run by this bench (bench/README.md has the kernel duration by ncu beside the train)\n");
     std::fflush(stdout);
   }

@@ -243,8 +243,8 @@ int main(int argc, char** argv) {
     double pooled = 0;
     int dof = 0;
     for (auto& [p, v] : per_proc) {
-      proc_means.push_back(mean(v));
       const double m = mean(v);
+      proc_means.push_back(m);
       for (double x : v) pooled += (x - m) * (x - m);
       dof += static_cast<int>(v.size()) - 1;
     }
