@@ -227,8 +227,8 @@ std::string phases_text(const Value& last) {
 int main(int argc, char** argv) {
   int runs = 20, runs_b = 5;
   double seconds = 30, train_gib = 0, train_max_gib = 0;
-  int train_calls_arg = 0;
-  bool no_train = false, no_prime = false;
+  int train_calls_arg = 0, trains_arg = 0;
+  bool no_train = false, no_prime = false, visible_a = false;
   std::string sessions_arg = "8,32,64", tasks_arg = "vector_add,softmax", throughput_arg = "vector_add,softmax",
               only = "dabc";
   d2k::bench::Args args("bench_gpu",
@@ -248,6 +248,8 @@ int main(int argc, char** argv) {
   args.option("--train-gib", &train_gib, "(a) the train's room in GiB (0: EvalConfig's default)");
   args.option("--train-calls", &train_calls_arg, "(a) calls of a train while they fit in its cap (EvalConfig::train_window_calls; 0: the default)");
   args.option("--train-max-gib", &train_max_gib, "(a) the train's cap in GiB (EvalConfig::train_max_bytes; 0: the default)");
+  args.option("--trains", &trains_arg, "(a) trains per timed phase, their median the time (EvalConfig::train_count; 0: the default)");
+  args.flag("--visible", &visible_a, "(a) the visible workloads only (as an agent's evaluate), not every workload");
   args.flag("--no-train", &no_train, "(a) sampled medians, as without EvalConfig::train");
   args.flag("--no-prime", &no_prime, "(a) EvalConfig::train_prime off");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
@@ -255,8 +257,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gpu: --only '%s': letters among d, a, b, c\n", only.c_str());
     return 2;
   }
-  if (runs < 1 || runs_b < 1 || seconds <= 0 || train_gib < 0 || train_max_gib < 0 || train_calls_arg < 0) {
-    std::fprintf(stderr, "bench_gpu: --runs and --runs-b must be at least 1, --seconds above 0, --train-gib, --train-max-gib and --train-calls at least 0\n");
+  if (runs < 1 || runs_b < 1 || seconds <= 0 || train_gib < 0 || train_max_gib < 0 || train_calls_arg < 0 ||
+      trains_arg < 0 || trains_arg > 16) {
+    std::fprintf(stderr, "bench_gpu: --runs and --runs-b must be at least 1, --seconds above 0, --train-gib, --train-max-gib and --train-calls at least 0, --trains in 0..16\n");
     return 2;
   }
   auto want = [&](char part) { return only.find(part) != std::string::npos; };
@@ -302,18 +305,19 @@ int main(int argc, char** argv) {
     if (train_gib > 0) ec.train_bytes = static_cast<std::uint64_t>(train_gib * double(1ull << 30));
     if (train_max_gib > 0) ec.train_max_bytes = static_cast<std::uint64_t>(train_max_gib * double(1ull << 30));
     if (train_calls_arg > 0) ec.train_window_calls = train_calls_arg;
+    if (trains_arg > 0) ec.train_count = trains_arg;
     if (no_train) ec.train = false;
     if (no_prime) ec.train_prime = false;
-    std::printf("(a) vector_add L3, %d fresh runners, train %s%s (room %.1f GiB, batch cap %.1f GiB)\n", runs,
-                ec.train ? "on" : "off", ec.train && !ec.train_prime ? " without its prime" : "", double(ec.train_bytes) / double(1ull << 30),
-                double(ec.timing.batch_bytes) / double(1ull << 30));
+    std::printf("(a) vector_add L3, %d fresh runners, %s workloads, train %s%s (up to %d per phase, room %.1f GiB, batch cap %.1f GiB)\n",
+                runs, visible_a ? "visible" : "every", ec.train ? "on" : "off", ec.train && !ec.train_prime ? " without its prime" : "",
+                ec.train_count, double(ec.train_bytes) / double(1ull << 30), double(ec.timing.batch_bytes) / double(1ull << 30));
     d2k::runner::Evaluator evaluator(ec);
     fs::path so = evaluator.build_trusted(*task, task->expert_path(3));
     std::vector<double> total;
     // Every timed workload: the workload's time (the train's, on the parent's clock, when
     // EvalConfig::train is on) and the runner's sampled median beside it, across the fresh runners.
     std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> per;
-    std::map<std::string, int> train_calls;
+    std::map<std::string, int> train_calls, train_count;
     // The train's window in parts (diagnosis): the snapshot's charge, the runner's own claim of its
     // calls (untrusted), its first call, and the rest (the hops: train line, train_end, freeze).
     struct Parts {
@@ -325,7 +329,7 @@ int main(int argc, char** argv) {
       req.task = task;
       req.so_path = so;
       req.seeds = 1;
-      req.workloads = d2k::runner::WorkloadSet::all;
+      req.workloads = visible_a ? d2k::runner::WorkloadSet::visible : d2k::runner::WorkloadSet::all;
       d2k::runner::EvalResult r = evaluator.evaluate(req);
       if (!r.ok()) {
         std::printf("  run %d: %s %s\n", i, std::string(d2k::sandbox::to_string(r.status)).c_str(), r.message.c_str());
@@ -336,6 +340,7 @@ int main(int argc, char** argv) {
         per[w.name].first.push_back(w.timing->median_s * 1e6);
         per[w.name].second.push_back(w.claimed_median_s * 1e6);
         train_calls[w.name] = w.train_calls;
+        train_count[w.name] = static_cast<int>(w.trains.size());
         if (w.train_calls > 0) {
           Parts& p = parts[w.name];
           p.window.push_back(w.train_window_s * 1e6);
@@ -344,10 +349,13 @@ int main(int argc, char** argv) {
           p.first.push_back(w.train_first_claim_s * 1e6);
           p.hops.push_back((w.train_window_s - w.train_late_s - w.train_claim_s) * 1e6);
           p.charge.push_back(w.train_fill_charge_s * 1e6);
-          if (w.name == "pow2_64m")
-            std::printf("      run %2d %s: %d calls, window %.1f us = calls %.1f (first %.1f) + snapshot %.1f + hops %.1f; fill charge %.1f\n",
-                        i, w.name.c_str(), w.train_calls, p.window.back(), p.claim.back(), p.first.back(), p.late.back(),
+          if (w.name == "pow2_64m") {
+            std::string each;  // each train's time per call (the workload's time is their median)
+            for (const auto& t : w.trains) each += (each.empty() ? "" : " ") + std::to_string(t.calls) + "@" + std::to_string(t.s * 1e6).substr(0, 6);
+            std::printf("      run %2d %s: %d calls in %zu trains (calls@us: %s), windows %.1f us = calls %.1f (first %.1f) + snapshot %.1f + hops %.1f; fill charge %.1f\n",
+                        i, w.name.c_str(), w.train_calls, w.trains.size(), each.c_str(), p.window.back(), p.claim.back(), p.first.back(), p.late.back(),
                         p.hops.back(), p.charge.back());
+          }
         }
       }
       total.push_back(r.phases.total_s);
@@ -355,8 +363,9 @@ int main(int argc, char** argv) {
     using d2k::bench::cv_percent;
     using d2k::bench::sd;
     for (auto& [name, v] : per)
-      std::printf("    %-12s time %9.2f us (CV %.2f%%, train %d calls) | runner's sampled median %9.2f us (CV %.2f%%)\n",
-                  name.c_str(), median(v.first), cv_percent(v.first), train_calls[name], median(v.second), cv_percent(v.second));
+      std::printf("    %-12s time %9.2f us (CV %.2f%%, %d train calls in %d trains) | runner's sampled median %9.2f us (CV %.2f%%)\n",
+                  name.c_str(), median(v.first), cv_percent(v.first), train_calls[name], train_count[name], median(v.second),
+                  cv_percent(v.second));
     for (auto& [name, p] : parts)
       std::printf("      %-12s train window %.1f us (sd %.1f) = runner's calls %.1f (sd %.1f; first call %.1f, sd %.1f) "
                   "+ snapshot charge %.1f (sd %.1f) + hops %.1f (sd %.1f); fill charge %.1f (sd %.1f)\n",

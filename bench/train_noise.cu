@@ -8,7 +8,9 @@
 // gaps between evaluations are process start-ups). Printed: every train (its per-call mean, median,
 // min, max, first call, SM clock and temperature), then the spread split into its parts: across
 // processes (the CV of the processes' means), within a process (the pooled CV of a process's
-// trains), across every train, and the same for the trains' median calls.
+// trains), across every train, and the same for the trains' median calls; then the CV of groups of
+// 2-4 consecutive trains of a process, by their mean and by their median (several trains as one
+// time: EvalConfig::train_count).
 //   build/bin/bench_train_noise [--procs 6] [--trains 8] [--calls 32] [--elements 67108864]
 //                               [--gap-ms 100] [--realloc] [--pad-gib 0] [--device 0]
 #include <sys/wait.h>
@@ -253,6 +255,23 @@ int main(int argc, char** argv) {
                 "process (pooled) %.2f%%; the processes' first trains %.2f%%\n",
                 by_median ? "median call" : "train mean ", mean(every), every.size(), cv_percent(every), cv_percent(proc_means),
                 within, cv_percent(firsts));
+  }
+  // Several trains as one time (EvalConfig::train_count): each process's trains taken K at a time
+  // (consecutive, whole groups only), the group's time the mean or the median of its trains' means;
+  // the CV across the groups, against that of single trains.
+  for (int k = 2; k <= std::min(trains, 4); ++k) {
+    std::map<int, std::vector<double>> per_proc;
+    for (const auto& t : all) per_proc[t.proc].push_back(t.mean_us);
+    std::vector<double> by_mean, by_median;
+    for (auto& [p, v] : per_proc)
+      for (std::size_t i = 0; i + static_cast<std::size_t>(k) <= v.size(); i += static_cast<std::size_t>(k)) {
+        std::vector<double> g(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(i) + k);
+        by_mean.push_back(mean(g));
+        std::sort(g.begin(), g.end());
+        by_median.push_back(k % 2 == 1 ? g[static_cast<std::size_t>(k / 2)] : 0.5 * (g[static_cast<std::size_t>(k / 2 - 1)] + g[static_cast<std::size_t>(k / 2)]));
+      }
+    std::printf("groups of %d trains (%zu groups): CV of their mean %.2f%%, of their median %.2f%%\n", k, by_mean.size(),
+                cv_percent(by_mean), cv_percent(by_median));
   }
   return 0;
 }

@@ -80,8 +80,9 @@ struct RunOutcome {
   std::map<std::size_t, int> announced_samples;            // workload → timing_end's count
   std::map<std::size_t, int> warmups;                      // workload → the warm-up count sent with its key
   std::map<std::size_t, int> records;                      // workload → the recorded warm-up (-1: none)
-  // The train (class 3) of one workload, on the parent's clock unless said otherwise.
+  // One train (class 3) of one workload, on the parent's clock unless said otherwise.
   struct Train {
+    std::uint64_t key = 0;          // its inputs' key (the last train's is the phase's)
     std::optional<double> fill_s;   // the owner's fill of the train's inputs (round trip)
     std::optional<double> begin;    // the train line's write: the window opens
     std::optional<double> end;      // train_end's arrival (or the freeze after it) plus the snapshot's charge
@@ -89,7 +90,7 @@ struct RunOutcome {
     double late = 0;                // the train snapshot's charge (inside end)
     double claim_self_s = 0, claim_first_s = 0;  // the runner's own: diagnosis only
   };
-  std::map<std::size_t, Train> trains;  // workload → its train
+  std::map<std::size_t, std::vector<Train>> trains;  // workload → its trains, in order (the last one: the current)
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
@@ -216,7 +217,7 @@ bool recv_line(int sock, int timeout_ms, std::string& line, std::string& error, 
 // GPU-resident path: takes workload w's first `calls` timed slots into the owner's own memory (the
 // agent runner is frozen meanwhile); returns the seconds by which the snapshot was later than its
 // own copy time allows (agent GPU work still running after timing_end), or -1 with `error`.
-using SnapPhase = std::function<double(std::size_t w, int from, int calls, std::string& error)>;
+using SnapPhase = std::function<double(std::size_t w, int from, int calls, int train, std::string& error)>;
 
 // Called once when the runner's result frame has arrived, before its exit is awaited (the process,
 // its CUDA context and any GPU work it left may still exist): announced samples are filled in.
@@ -280,16 +281,39 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
   // The train line: the window opens at its write; its end is train_end's arrival, waited for spinning.
   auto open_train = [&](std::size_t w) {
     const int room = job.workloads[w].train;
-    o.trains[w].begin = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
+    o.trains[w].back().begin = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
     o.proc->set_spin_until(train_spin_until(cfg));
+  };
+  // The next train of workload w: the owner makes the inputs of the whole room (from the train's
+  // own key: the last train's is the phase's, so that the phase's calls follow it) and poisons its
+  // slots; then the prime line (the train line follows "primed") or the train line. The train stops
+  // at the room or at the time cap (after its least calls) and says how many it made.
+  auto start_train = [&](std::size_t w, std::string& err) -> bool {
+    auto& runs = o.trains[w];
+    const bool last = static_cast<int>(runs.size()) + 1 >= std::max(1, job.workloads[w].trains);
+    RunOutcome::Train t;
+    t.key = last ? o.keys[w] : fresh_secret();
+    runs.push_back(t);
+    const auto t_fill = Clock::now();
+    if (!fill_phase(w, t.key, job.workloads[w].train, 0, err)) {
+      if (err.empty()) err = "the owner did not make the train's inputs";
+      return false;
+    }
+    runs.back().fill_s = since(t_fill);
+    if (cfg.train_prime) {
+      if (o.proc->send_line(prime_line(w)) < 0) o.proc->kill();  // gone: its events tell
+      return true;
+    }
+    open_train(w);
+    return true;
   };
   // GPU-resident: freeze the agent runner (it queues no more GPU work), have the owner copy workload
   // w's slots of calls [from, calls) into its own memory, thaw. Returns the freeze's time (-1: it
   // did not freeze) and the snapshot's charge beyond its copy (-1: it failed, err says why).
-  auto frozen_snapshot = [&](std::size_t w, int from, int calls, std::string& err) {
+  auto frozen_snapshot = [&](std::size_t w, int from, int calls, std::string& err, int train = -1) {
     const double frozen = o.proc->freeze(std::chrono::milliseconds(2000));
     const auto t_snap = Clock::now();
-    const double late = snap_phase(w, from, calls, err);
+    const double late = snap_phase(w, from, calls, train, err);
     const double thawed = o.proc->thaw();
     o.last_work_t = std::max(o.last_work_t, thawed);
     o.frozen_s += since(t_snap);
@@ -355,23 +379,15 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       const int room = job.workloads[w].train;
       std::string err;
       if (room > 0 && fill_phase && snap_phase) {
-        // The owner makes the inputs of the whole room and poisons its slots: the train stops at
-        // the room or at the time cap (after its least calls) and says how many it made.
-        // The train (class 3): the owner makes its calls' inputs and poisons their slots; the
-        // window opens at the train line; the warm-ups' and samples' inputs come after train_end.
-        const auto t_fill = Clock::now();
-        if (!fill_phase(w, key, room, 0, err)) {
+        // The trains (class 3): the window of each opens at its train line; the warm-ups' and
+        // samples' inputs come after the last one's train_end.
+        o.trains[w].clear();
+        if (!start_train(w, err)) {
           o.failure = "arena";
-          o.detail = err.empty() ? "the owner did not make the train's inputs" : err;
+          o.detail = err;
           o.proc->kill();
           break;
         }
-        o.trains[w].fill_s = since(t_fill);
-        if (cfg.train_prime) {  // the train line follows the runner's "primed"
-          if (o.proc->send_line(prime_line(w)) < 0) o.proc->kill();  // gone: its events tell
-          continue;
-        }
-        open_train(w);
         continue;
       }
       if (room > 0) {
@@ -393,7 +409,8 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       // The runner's context is the GPU's current one: the train's window opens with its line.
       const auto w = ev.body.at("workload").get<std::size_t>();  // frames checked it: the train due
       // The prime line went out right after the train's fill (with train_prime): none before it.
-      if (!cfg.train_prime || !o.trains[w].fill_s || o.trains[w].begin) {
+      const auto& runs = o.trains[w];
+      if (!cfg.train_prime || runs.empty() || !runs.back().fill_s || runs.back().begin) {
         o.failure = "forged_frame";
         o.detail = "a frame the protocol does not allow on the runner's channel: primed without a prime line";
         o.proc->kill();
@@ -407,7 +424,17 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       // the phase: its warm-ups' and samples' inputs, and the go line.
       const auto w = ev.body.at("workload").get<std::size_t>();
       const int train = ev.body.at("calls").get<int>();  // frames checked it: in the room
-      o.trains[w].calls = train;
+      auto& runs = o.trains[w];
+      if (runs.empty() || !runs.back().begin) {  // a train_end before its train line
+        o.failure = "forged_frame";
+        o.detail = "a frame the protocol does not allow on the runner's channel: train_end before its train line";
+        o.proc->kill();
+        break;
+      }
+      RunOutcome::Train& cur = runs.back();
+      const int due = std::max(1, job.workloads[w].trains);
+      const bool last = static_cast<int>(runs.size()) >= due;
+      cur.calls = train;
       o.last_work_t = ev.t;
       if (train < std::min(job.workloads[w].train, std::max(1, cfg.train_min_calls))) {
         o.failure = "forged_frame";
@@ -416,21 +443,31 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         break;
       }
       std::string err;
-      const auto [frozen, late] = frozen_snapshot(w, 0, train, err);
+      // An earlier train's snapshot goes to its own place (the next train's fill poisons the room).
+      const auto [frozen, late] = frozen_snapshot(w, 0, train, err, last ? -1 : static_cast<int>(runs.size()) - 1);
       if (late < 0) {
         o.failure = "snapshot";
         o.detail = err;
         o.proc->kill();
         break;
       }
-      o.trains[w].end = (frozen >= 0 ? frozen : ev.t) + late;
-      o.trains[w].late = late;
+      cur.end = (frozen >= 0 ? frozen : ev.t) + late;
+      cur.late = late;
       auto claim = [&](const char* k) {  // untrusted: a number or nothing
         const auto it = ev.body.find(k);
         return it != ev.body.end() && it->is_number() ? it->get<double>() : 0.0;
       };
-      o.trains[w].claim_self_s = claim("self_s");
-      o.trains[w].claim_first_s = claim("first_s");
+      cur.claim_self_s = claim("self_s");
+      cur.claim_first_s = claim("first_s");
+      if (!last) {  // the next train: fresh inputs from a key of its own
+        if (!start_train(w, err)) {
+          o.failure = "arena";
+          o.detail = err;
+          o.proc->kill();
+          break;
+        }
+        continue;
+      }
       const int warmup = o.warmups[w];
       const double begin = release_phase(*o.proc, w, o.keys[w], warmup, train + warmup + timed_slots(job, w), fill_phase,
                                          err, o.records[w], train);
@@ -452,7 +489,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         // that delay (beyond the copy's own time) is charged to the phase's window.
         std::string err;
         const auto tr = o.trains.find(w);
-        const int train = tr != o.trains.end() ? tr->second.calls : 0;  // taken at train_end already
+        const int train = tr != o.trains.end() && !tr->second.empty() ? tr->second.back().calls : 0;  // taken at train_end already
         const auto [frozen, late] =
             frozen_snapshot(w, train, train + o.warmups[w] + ev.body.at("samples").get<int>(), err);
         if (late < 0) {
@@ -653,24 +690,54 @@ int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl) {
   return static_cast<int>(std::min({std::max(want, lo), hi, most}));
 }
 
-std::uint64_t resident_job_bytes(const Job& job) { return 2 * output_layout(job).total_bytes + input_arena_bytes(job); }
+std::uint64_t resident_job_bytes(const Job& job) {
+  const Layout layout = output_layout(job);
+  return 2 * layout.total_bytes + train_snaps(job, layout).extra + input_arena_bytes(job);
+}
 
 bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget) {
   const int least = std::max(cfg.train_min_calls, 2);
-  while (resident_job_bytes(job) > budget) {
-    // The workload whose train holds the most output bytes, shortened by an eighth (at least one call).
+  // The workload whose train holds the most output bytes (all its trains' copies counted),
+  // shortened by a sixteenth (at least one call), not below `floor`; false when none can be.
+  auto shorten = [&](int floor) {
     WireWorkload* longest = nullptr;
     std::uint64_t most = 0;
     for (auto& wl : job.workloads) {
-      const std::uint64_t bytes = static_cast<std::uint64_t>(std::max(wl.train, 0)) * std::max<std::uint64_t>(output_bytes(wl), 1);
-      if (wl.train > least && bytes > most) {
+      const std::uint64_t bytes = static_cast<std::uint64_t>(std::max(wl.train, 0)) * static_cast<std::uint64_t>(std::max(wl.trains, 1)) *
+                                  std::max<std::uint64_t>(output_bytes(wl), 1);
+      if (wl.train > floor && bytes > most) {
         most = bytes;
         longest = &wl;
       }
     }
     if (longest == nullptr) return false;
-    longest->train = std::max(least, longest->train - std::max(1, longest->train / 8));
+    longest->train = std::max(floor, longest->train - std::max(1, longest->train / 16));
+    return true;
+  };
+  // 1. Shorter rooms, down to train_keep_calls (several trains of fewer calls spread less than one
+  // long train: EvalConfig::train_count).
+  const int keep = std::max(least, cfg.train_keep_calls);
+  while (resident_job_bytes(job) > budget)
+    if (!shorten(keep)) break;
+  // 2. Fewer trains (each earlier train holds a copy of its room): the workload whose copies hold
+  // the most bytes loses one, until the job fits or every workload has one train.
+  while (resident_job_bytes(job) > budget) {
+    WireWorkload* most_copies = nullptr;
+    std::uint64_t most = 0;
+    for (auto& wl : job.workloads) {
+      const std::uint64_t bytes = static_cast<std::uint64_t>(std::max(wl.trains - 1, 0)) *
+                                  static_cast<std::uint64_t>(std::max(wl.train, 0)) * std::max<std::uint64_t>(output_bytes(wl), 1);
+      if (wl.trains > 1 && bytes > most) {
+        most = bytes;
+        most_copies = &wl;
+      }
+    }
+    if (most_copies == nullptr) break;
+    --most_copies->trains;
   }
+  // 3. Shorter rooms, down to train_min_calls.
+  while (resident_job_bytes(job) > budget)
+    if (!shorten(least)) return false;
   return true;
 }
 
@@ -858,7 +925,10 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     // The train (class 3): GPU-resident agent-mode evaluations only; the owner's job keeps the
     // count too (the same slot layout and arena).
     if (config_.gpu_resident && !req.trusted && req.timing) {
-      for (auto& wl : cand_job.workloads) wl.train = train_calls_for(config_, wl);
+      for (auto& wl : cand_job.workloads) {
+        wl.train = train_calls_for(config_, wl);
+        wl.trains = wl.train > 0 ? std::clamp(config_.train_count, 1, 16) : 1;
+      }
       const std::uint64_t memory = gpus_[static_cast<std::size_t>(req.gpu)].memory_bytes;
       const std::uint64_t budget = config_.train_job_bytes > 0 ? config_.train_job_bytes
                                    : memory > 0 ? static_cast<std::uint64_t>(config_.train_job_fraction * static_cast<double>(memory))
@@ -1037,10 +1107,9 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   };
 
   // GPU-resident: each timed phase's snapshot, taken by the owner.
-  const SnapPhase snap_phase = [&](std::size_t w, int from, int calls, std::string& error) -> double {
+  const SnapPhase snap_phase = [&](std::size_t w, int from, int calls, int train, std::string& error) -> double {
     const auto t0 = Clock::now();
-    const auto r = ask_owner(json{{"snap", w}, {"from", from}, {"calls", calls}}.dump(), "snapped", w, 10000, "snapshot",
-                             error, true);
+    const auto r = ask_owner(snap_line(w, from, calls, train), "snapped", w, 10000, "snapshot", error, true);
     if (!r) return -1;
     const double took = since(t0);
     res.phases.snap_s += took;
@@ -1055,13 +1124,13 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   // GPU-resident: each timed phase's inputs, made by the owner in its arena from the phase's key
   // (never sent to the agent runner), before the parent's go line opens the phase's window. A CSR
   // structure is host-built (about a second per 50 M nonzeros): a generous wait.
-  std::map<std::size_t, double> owner_train_fill_s;  // the owner's own time of each train fill (its reply)
+  std::map<std::size_t, std::vector<double>> owner_train_fill_s;  // the owner's own time of each train's fill (its reply)
   const FillPhase fill_phase = [&](std::size_t w, std::uint64_t key, int calls, int from, std::string& error) -> bool {
     const auto t0 = Clock::now();
     const auto r = ask_owner(arena_fill_line(w, key, calls, from), "filled", w,
                              static_cast<int>(config_.job_timeout_s * 1000), "fill", error);
     res.phases.fill_s += since(t0);
-    if (r && from == 0) owner_train_fill_s[w] = r->value("took_s", since(t0));
+    if (r && from == 0) owner_train_fill_s[w].push_back(r->value("took_s", since(t0)));
     return r.has_value();
   };
 
@@ -1075,14 +1144,22 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       const auto warm = c.warmups.find(w);
       if (key == c.keys.end() || n == c.announced_samples.end() || warm == c.warmups.end()) continue;
       const auto made = c.trains.find(w);
-      const int train = made == c.trains.end() ? 0 : made->second.calls;
+      const int train = made == c.trains.end() || made->second.empty() ? 0 : made->second.back().calls;
       const int calls = train + warm->second + n->second;
       if (calls <= 0) continue;
       ref_job.workloads[w].replay_key = key->second;
       ref_job.workloads[w].replay_samples = calls;  // the train, warm-ups and samples: every timed call is verified
       ref_job.workloads[w].replay_batch = train + warm->second + timed_slots(cand_job, w);  // the candidate's batch
-      replay.push_back({{"workload", w}, {"key", key->second}, {"samples", calls},
-                        {"batch", ref_job.workloads[w].replay_batch}, {"train", train}});
+      json entry = {{"workload", w}, {"key", key->second}, {"samples", calls},
+                    {"batch", ref_job.workloads[w].replay_batch}, {"train", train}};
+      // The earlier trains (trains > 1): each its own key and the calls it made.
+      if (made != c.trains.end() && made->second.size() > 1) {
+        json early = json::array();
+        for (std::size_t t = 0; t + 1 < made->second.size(); ++t)
+          early.push_back({{"key", made->second[t].key}, {"calls", made->second[t].calls}});
+        entry["early_trains"] = early;
+      }
+      replay.push_back(entry);
     }
     return json{{"replay", replay}};
   };
@@ -1199,7 +1276,15 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   // The calls the candidate's train made in workload w's phase (0: none).
   auto train_of = [&](std::size_t w) {
     const auto it = cand.trains.find(w);
-    return it == cand.trains.end() ? 0 : it->second.calls;
+    return it == cand.trains.end() || it->second.empty() ? 0 : it->second.back().calls;
+  };
+  // The calls of workload w's earlier trains (all but the last): compared by the owner too.
+  auto early_train_calls = [&](std::size_t w) {
+    int n = 0;
+    const auto it = cand.trains.find(w);
+    if (it != cand.trains.end())
+      for (std::size_t t = 0; t + 1 < it->second.size(); ++t) n += it->second[t].calls;
+    return n;
   };
   // Timed calls the candidate made in workload w's phase: the warm-ups its key asked for and the
   // samples it announced (-1: no phase).
@@ -1254,12 +1339,14 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     bool all_ok = true;
     for (std::size_t w = 0; w < workloads.size(); ++w) {
       // The owner must have compared every slot the candidate filled: its seeds and announced samples.
-      std::size_t expected = 0;
+      std::size_t expected = 0, per_call = 0;
       for (const Slot& s : cand_layout.slots) {
         if (s.workload != w) continue;
+        if (s.seed_index == -1) ++per_call;
         if (s.seed_index < 0 && -1 - s.seed_index >= timed_calls(w)) continue;
         ++expected;
       }
+      expected += per_call * static_cast<std::size_t>(early_train_calls(w));  // the earlier trains' calls
       const auto& rchecks = ref.result->workloads[w].checks;
       std::size_t compared = 0;  // the owner merges runs of timed slots' checks (TensorCheck::span)
       for (const TensorCheck& c : rchecks) compared += c.span;
@@ -1466,30 +1553,50 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       we.timing->median_s = std::max(we.timing->median_s, we.median_floor_s);
       // With a train (class 3) the workload's time is the train's, on the parent's clock alone: the
       // sampled figures above are the runner's claims (bounded, reported, never the reward's).
-      if (const int train = train_of(w); cand_job.workloads[w].train > 0) {
+      if (cand_job.workloads[w].train > 0) {
         const auto it = cand.trains.find(w);
-        if (train <= 0 || it == cand.trains.end() || !it->second.begin || !it->second.end || !it->second.fill_s ||
-            *it->second.end < *it->second.begin) {
-          res.flags.push_back("forged_result_channel");
-          return finish(Outcome::flagged, "the train of workload " + we.name + " does not match what the runner reported while running");
-        }
-        we.train_calls = train;
-        const auto& tr = it->second;
-        we.train_window_s = *tr.end - *tr.begin;
-        // The fill charge compares the owner's own time of the train's fill (GPU work by agent code
-        // that time-slices with it lengthens it) with its replay of the same fill; the parent's
-        // round trip is reported beside (its pipe hops hold no input generation: before them the
-        // inputs do not exist, after them the window is open).
         const auto own = owner_train_fill_s.find(w);
-        we.train_fill_s = own != owner_train_fill_s.end() ? own->second : *tr.fill_s;
-        we.train_fill_roundtrip_s = *tr.fill_s;
+        const std::size_t due = static_cast<std::size_t>(std::max(1, cand_job.workloads[w].trains));
+        bool matches = it != cand.trains.end() && it->second.size() == due;
+        for (std::size_t t = 0; matches && t < it->second.size(); ++t) {
+          const auto& tr = it->second[t];
+          matches = tr.calls > 0 && tr.begin && tr.end && tr.fill_s && *tr.end >= *tr.begin;
+        }
+        if (!matches) {
+          res.flags.push_back("forged_result_channel");
+          return finish(Outcome::flagged, "the trains of workload " + we.name + " do not match what the runner reported while running");
+        }
         we.train_fill_ref_s = ref.result->workloads[w].train_fill_s;
-        we.train_s = train_time_s(we.train_window_s, train, we.train_fill_s, we.train_fill_ref_s, bound,
-                                  &we.train_fill_charge_s);
+        std::vector<double> times;
+        for (std::size_t t = 0; t < it->second.size(); ++t) {
+          const auto& tr = it->second[t];
+          WorkloadEval::TrainEval te;
+          te.calls = tr.calls;
+          te.window_s = *tr.end - *tr.begin;
+          // The fill charge compares the owner's own time of the train's fill (GPU work by agent
+          // code that time-slices with it lengthens it) with its replay of the same fill; the
+          // parent's round trip is reported beside (its pipe hops hold no input generation: before
+          // them the inputs do not exist, after them the window is open).
+          te.fill_s = own != owner_train_fill_s.end() && t < own->second.size() ? own->second[t] : *tr.fill_s;
+          te.late_s = tr.late;
+          te.s = train_time_s(te.window_s, tr.calls, te.fill_s, we.train_fill_ref_s, bound, &te.fill_charge_s);
+          times.push_back(te.s);
+          we.train_calls += te.calls;
+          we.train_window_s += te.window_s;
+          we.train_fill_s += te.fill_s;
+          we.train_fill_roundtrip_s += *tr.fill_s;
+          we.train_fill_charge_s += te.fill_charge_s;
+          we.train_late_s += tr.late;
+          we.train_claim_s += tr.claim_self_s;
+          we.train_first_claim_s += tr.claim_first_s;
+          we.trains.push_back(te);
+        }
+        // The median of the trains' times (each a window of its own work alone: fresh inputs that
+        // did not exist before its fill, its outputs taken at its end and every one compared).
+        std::sort(times.begin(), times.end());
+        const std::size_t k = times.size();
+        we.train_s = k % 2 == 1 ? times[k / 2] : 0.5 * (times[k / 2 - 1] + times[k / 2]);
         we.timing->median_s = we.train_s;
-        we.train_late_s = tr.late;
-        we.train_claim_s = tr.claim_self_s;
-        we.train_first_claim_s = tr.claim_first_s;
       }
       log_sum += std::log(std::max(we.timing->median_s, 1e-12));
       ++timed;
@@ -1566,7 +1673,9 @@ CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu,
   // With the train (class 3) the experts are measured as an agent's kernel is (the GPU-resident
   // path, the train's time): the reward compares like with like. The key says which measure.
   const bool by_train = config_.train && config_.gpu_resident;
-  const std::string measure = by_train ? "|train" : "";
+  // (Several trains per phase, their median: "|trainsN", so that a cache of single trains is not taken.)
+  const int trains = std::clamp(config_.train_count, 1, 16);
+  const std::string measure = !by_train ? "" : trains == 1 ? "|train" : "|trains" + std::to_string(trains);
   const std::string key = CalibrationCache::key(d.name, driver, toolchain, task.content_hash + measure);
   if (auto hit = calibration_->find(key)) return *hit;
 
@@ -1629,6 +1738,11 @@ json WorkloadEval::to_json() const {
       j["train_late_s"] = train_late_s;
       j["train_claim_s"] = train_claim_s;
       j["train_first_claim_s"] = train_first_claim_s;
+      json ts = json::array();
+      for (const auto& t : trains)
+        ts.push_back({{"calls", t.calls}, {"window_s", t.window_s}, {"fill_s", t.fill_s},
+                      {"fill_charge_s", t.fill_charge_s}, {"late_s", t.late_s}, {"s", t.s}});
+      j["trains"] = ts;
     }
   }
   if (launches) {

@@ -159,6 +159,17 @@ struct EvalConfig {
   // fixed part (the train line's and train_end's hops, the first call's cold start, ~100 us on the
   // H200) stays under 0.5 % of it; a longer cap only lengthens the evaluation.
   bool train = true;
+  // Trains per timed phase, each with its own fresh fill (a key of its own), window and snapshot;
+  // the workload's time is their median. Separate trains average out the GPU's slow stretches,
+  // which a longer train does not (H200 2026-12-03, bench_train_noise: the CV of one 32-call
+  // train's mean across processes 0.50-0.91 %, of the mean of three 0.27-0.59 %; one 64-call train
+  // 0.96 %). The room's slots are reused; the owner keeps each earlier train's snapshot
+  // (train_snaps), and fit_trains drops trains before it shortens them.
+  int train_count = 3;
+  // When a job's trains do not fit (train_job_fraction), rooms are first shortened down to this
+  // many calls, then trains dropped, then rooms shortened further (fit_trains). vector_add with
+  // every workload: three trains of 20-21 calls (one of 32 takes 93 GiB by the layout).
+  int train_keep_calls = 16;
   std::uint64_t train_bytes = 12ull << 30;
   int train_window_calls = 32;
   std::uint64_t train_max_bytes = 24ull << 30;
@@ -229,9 +240,16 @@ struct WorkloadEval {
   // GPU-resident: how much later than its own copy time the owner's snapshot of this phase's
   // outputs finished (charged to window_s: agent GPU work that ran after timing_end).
   double snapshot_late_s = 0;
-  // The train (EvalConfig::train; 0 calls: none). train_s is the workload's time then
-  // (timing->median_s): (train_window_s + train_fill_charge_s) / train_calls, where the window runs
-  // from the parent's train line to train_end (or the freeze after it) plus its snapshot's charge.
+  // The train (EvalConfig::train; 0 calls: none). Each train's time is (its window + its fill
+  // charge) / its calls, where the window runs from the parent's train line to train_end (or the
+  // freeze after it) plus its snapshot's charge; train_s, the workload's time then
+  // (timing->median_s), is the median of the trains' times (EvalConfig::train_count of them, each
+  // with fresh inputs). The fields below add the trains up (train_s and train_fill_ref_s excepted).
+  struct TrainEval {
+    int calls = 0;
+    double window_s = 0, fill_s = 0, fill_charge_s = 0, late_s = 0, s = 0;
+  };
+  std::vector<TrainEval> trains;
   int train_calls = 0;
   double train_window_s = 0;
   double train_fill_charge_s = 0;
@@ -402,10 +420,12 @@ double release_phase(RunnerProcess& runner, std::size_t w, std::uint64_t key, in
 // The train's room for a workload (EvalConfig::train; 0 when off).
 int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl);
 // The GPU memory a job's timed calls take on the GPU-resident path: twice the output layout (the
-// owner's slots and its snapshot copy) plus the input arena.
+// owner's slots and its snapshot copy), the owner's copies of the earlier trains (train_snaps) and
+// the input arena.
 std::uint64_t resident_job_bytes(const Job& job);
-// Shortens the longest trains of `job` (by their output bytes, one step at a time, never below
-// cfg.train_min_calls) until resident_job_bytes(job) <= budget or none can be shortened. Returns
+// Until resident_job_bytes(job) <= budget: shortens the longest trains (by their output bytes, a
+// sixteenth at a time) down to cfg.train_keep_calls, then drops trains (the most copied bytes first)
+// down to one per workload, then shortens further, never below cfg.train_min_calls. Returns
 // whether it fits.
 bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget);
 // The train's per-call time: (window_s + charge) / calls, the charge being the owner's own time of

@@ -1,5 +1,7 @@
 #include "sandbox/eval/frames.hpp"
 
+#include <algorithm>
+
 namespace d2k::runner {
 
 using nlohmann::json;
@@ -21,7 +23,8 @@ FrameChecker::FrameChecker(const Job& job)
   // that both ends compute the same slot layout.
   const bool owner = job.gpu_slots == SlotsRole::owner;
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
-    workloads_.push_back({!owner && job.timing.enabled && job.workloads[w].time, timed_slots(job, w), job.workloads[w].train});
+    workloads_.push_back({!owner && job.timing.enabled && job.workloads[w].time, timed_slots(job, w), job.workloads[w].train,
+                          std::max(1, job.workloads[w].trains)});
 }
 
 void FrameChecker::next_workload() {
@@ -83,6 +86,7 @@ std::string FrameChecker::accept(const json& frame) {
     if (phase_ != Phase::after_calls) return "timing_ready before the workload's calls, twice, or for an untimed workload";
     phase_ = workloads_[w_].train > 0 ? Phase::train : Phase::timing;
     primed_ = false;
+    trains_done_ = 0;
     return "";
   }
   if (ev == "primed") {  // the runner's answer to the parent's prime line (the parent checks it asked)
@@ -94,7 +98,8 @@ std::string FrameChecker::accept(const json& frame) {
     if (phase_ != Phase::train) return "train_end without timing_ready, twice, or for a workload without a train";
     const long long n = index_field(frame, "calls");
     if (n < 1 || n > workloads_[w_].train) return "train_end without a call count in the train's room";
-    phase_ = Phase::timing;
+    primed_ = false;  // the next train (trains > 1) has its own prime
+    if (++trains_done_ >= workloads_[w_].trains) phase_ = Phase::timing;
     return "";
   }
   if (ev == "timing_end") {

@@ -368,7 +368,10 @@ class Runner {
     // What an earlier job left behind (the owner's slots of this evaluation are expected).
     // (The owner holds its slots and, as large, its own copy of them for the phase snapshots.)
     // (and, on the resident path, its input arena).
-    const std::uint64_t owned = job_.gpu_slots == SlotsRole::user ? 2 * job_.gpu_slots_bytes + job_.input_arena_bytes : 0;
+    // (With trains > 1, the owner's copies of the earlier trains besides: train_snaps.)
+    const std::uint64_t owned = job_.gpu_slots == SlotsRole::user
+                                    ? 2 * job_.gpu_slots_bytes + job_.input_arena_bytes + train_snaps(job_, layout_).extra
+                                    : 0;
     confine_step([&] { check_clean_device(owned); });
     confine_step([&] {  // a GPU left hot or slowed down is waited out (heartbeats) or refused
       wait_until_cool([&] { return nvml_.condition(); }, kMaxCoolWaitS, [&] { emit_.send({{"event", "heartbeat"}}); });
@@ -463,6 +466,12 @@ class Runner {
     // competes), so that the parent can tell a snapshot delayed by agent GPU work from the copy's
     // own time. The replies go back on the slots socket (the parent's own channel to this runner).
     RUNNER_CUDA(cudaMalloc(&snap_, slots_.size()), setup_error);
+    // The earlier trains' snapshots (trains > 1): an area of their own, poisoned.
+    train_snaps_ = train_snaps(job_, layout_);
+    if (train_snaps_.extra > 0) {
+      RUNNER_CUDA(cudaMalloc(&snap_trains_, train_snaps_.extra), setup_error);
+      RUNNER_CUDA(cudaMemsetAsync(snap_trains_, 0xFF, train_snaps_.extra, gpu_.stream), setup_error);
+    }
     cudaEvent_t c0 = nullptr, c1 = nullptr;
     RUNNER_CUDA(cudaEventCreate(&c0), setup_error);
     RUNNER_CUDA(cudaEventCreate(&c1), setup_error);
@@ -504,11 +513,21 @@ class Runner {
         // From the first call not yet taken: a train's calls are taken at its train_end, the rest
         // at the phase's timing_end (what agent code wrote into a train slot since is never taken).
         const int from = snap.value("from", 0);
-        if (w >= job_.workloads.size() || calls < 0 || calls > timed_call_slots(job_, w) || from < 0 || from > calls)
+        // An earlier train (of trains > 1) goes to its own place (train_snaps); the last train and
+        // the phase to the slots' own offsets.
+        const int train = snap.value("train", -1);
+        if (w >= job_.workloads.size() || calls < 0 || calls > timed_call_slots(job_, w) || from < 0 || from > calls ||
+            train < -1 || (train >= 0 && (train >= job_.workloads[w].trains - 1 || from != 0 || calls > job_.workloads[w].train)))
           throw Stop{Outcome::bad_job, "snapshot out of the layout"};
         for (const Slot& sl : layout_.slots) {
           if (sl.workload != w || sl.seed_index >= 0 || -1 - sl.seed_index >= calls || -1 - sl.seed_index < from) continue;
-          const cudaError_t rc = cudaMemcpyAsync(static_cast<char*>(snap_) + sl.offset, slots_.data() + sl.offset, sl.bytes,
+          char* into = static_cast<char*>(snap_) + sl.offset;
+          if (train >= 0) {
+            const std::int64_t at = train_snaps_.offset(job_, sl, train);
+            if (at < 0 || snap_trains_ == nullptr) throw Stop{Outcome::bad_job, "a train's snapshot out of its place"};
+            into = static_cast<char*>(snap_trains_) + at;
+          }
+          const cudaError_t rc = cudaMemcpyAsync(into, slots_.data() + sl.offset, sl.bytes,
                                                  cudaMemcpyDeviceToDevice, gpu_.stream);
           if (rc != cudaSuccess && error.empty()) error = cudaGetErrorString(rc);
           bytes += sl.bytes;
@@ -549,6 +568,18 @@ class Runner {
         const int train = r.value("train", 0);
         if (train < 0 || train > job_.workloads[w].train || train > n) throw Stop{Outcome::bad_job, "replay train out of the layout"};
         job_.workloads[w].replay_train = train;
+        // The earlier trains (trains > 1): each its own key and calls, compared from its own snapshot.
+        job_.workloads[w].replay_early_trains.clear();
+        if (r.contains("early_trains")) {
+          for (const auto& e : r.at("early_trains")) {
+            const auto key = e.at("key").get<std::uint64_t>();
+            const int calls = e.at("calls").get<int>();
+            if (calls < 1 || calls > job_.workloads[w].train) throw Stop{Outcome::bad_job, "replay of a train out of the layout"};
+            job_.workloads[w].replay_early_trains.emplace_back(key, calls);
+          }
+          if (static_cast<int>(job_.workloads[w].replay_early_trains.size()) > job_.workloads[w].trains - 1)
+            throw Stop{Outcome::bad_job, "more trains replayed than the job has"};
+        }
         // The fill charge's reference (class 3): the train's fill again, the same work into the
         // same memory (the room's inputs, its slots poisoned, the L2 flushed), now that the
         // candidate has exited and nothing else runs on the GPU. The slots it poisons are the
@@ -851,6 +882,7 @@ class Runner {
     };
     std::vector<char> host;  // pageable fallback when no pinned staging buffer could be made
     WorkloadResult wr;
+    int snap_train = -1;  // owner: compare from this earlier train's snapshot (-1: the slots' own offsets)
     auto hand_over = [&](int seed_index) {
       for (std::size_t a = 0; a < n; ++a) {
         if (wl.args[a].role != ArgRole::output) continue;
@@ -872,6 +904,11 @@ class Runner {
           // (always, on this path: the slot itself stays writable by agent code until it exits).
           const char* got = (slot->seed_index < 0 && snapped_.count(w) != 0 ? static_cast<const char*>(snap_)
                                                                              : slots_.data()) + slot->offset;
+          if (snap_train >= 0) {  // an earlier train's call: from that train's own snapshot
+            const std::int64_t at = train_snaps_.offset(job_, *slot, snap_train);
+            if (at < 0 || snap_trains_ == nullptr) throw Stop{Outcome::bad_job, "a train's snapshot out of its place"};
+            got = static_cast<const char*>(snap_trains_) + at;
+          }
           RUNNER_CUDA(compare_on_gpu(got, ptrs[a], slot->dtype, slot->count, tol.atol, tol.rtol,
                                      gpu_.stream, check), runtime_error);
           check.seed_index = seed_index;
@@ -990,6 +1027,35 @@ class Runner {
         wr.batch_in_s = seconds_since(t0);
         part("fill");
       }
+      // The earlier trains (trains > 1), before the last train and the phase: each call's inputs
+      // from its train's key, its output compared with that train's own snapshot (outside any
+      // timed part: none of it is the candidate's batch).
+      if (inputs_outside && !wl.replay_early_trains.empty()) {
+        auto tbeat = Clock::now();
+        for (std::size_t t = 0; t < wl.replay_early_trains.size(); ++t) {
+          const auto [tkey, tcalls] = wl.replay_early_trains[t];
+          for (std::size_t a = 0; a < n; ++a)
+            if (wl.args[a].role == ArgRole::input && is_csr(a)) upload_csr(bufs[a], a, timed_seed(tkey, 0));
+          snap_train = static_cast<int>(t);
+          for (int i = 0; i < tcalls; ++i) {
+            fill(bufs, timed_seed(tkey, static_cast<std::uint64_t>(i)), true, true);
+            RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+            use(bufs);
+            call();
+            RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+            check_ret();
+            hand_over(-1 - i);
+            if (seconds_since(tbeat) > 0.5) {
+              emit_.send({{"event", "heartbeat"}});
+              tbeat = Clock::now();
+            }
+          }
+          snap_train = -1;
+        }
+        for (std::size_t a = 0; a < n; ++a)
+          if (wl.args[a].role == ArgRole::input && is_csr(a)) upload_csr(bufs[a], a, timed_seed(wl.replay_key, 0));
+        part("early_trains");
+      }
       auto beat = Clock::now();
       for (int i = 0; i < calls; ++i) {
         if (inputs_outside) {  // this call's inputs (and a train call's output poisoned), just before it
@@ -1054,7 +1120,11 @@ class Runner {
       prefault_timed_slots(w);
       RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
       emit_.send({{"event", "timing_ready"}, {"workload", w}});
-      if (wl.train > 0) {
+      // With trains > 1 the same again per train: the owner fills the room anew (fresh inputs from a
+      // key of the train's own, the slots poisoned) before each; the phase follows the last one and
+      // numbers its calls from the last train's count.
+      for (int tr = 0; wl.train > 0 && tr < std::max(1, wl.trains); ++tr) {
+        train = 0;
         // The train (issue 23, class 3): the owner has made its calls' inputs and poisoned their
         // slots; from the parent's train line to the train_end frame its clock runs, and that is the
         // workload's time. The calls go one after another with nothing between them but a
@@ -1245,6 +1315,8 @@ class Runner {
   std::vector<ArenaPhase> arena_phases_;  // per workload: where its timed calls' inputs lie in it
   bool arena_used_ = false;            // owner: the candidate's inputs came from its arena
   void* snap_ = nullptr;               // owner: its own copy of the phase snapshots (own_slots)
+  void* snap_trains_ = nullptr;        // owner: the earlier trains' snapshots (trains > 1)
+  TrainSnaps train_snaps_;             // owner: where each earlier train's snapshot lies in snap_trains_
   std::set<std::size_t> snapped_;      // owner: workloads whose timed slots were snapshotted
   std::vector<std::pair<std::string, double>> go_parts_;  // owner: its go line's handling (diagnosis)
   std::map<std::size_t, double> train_fill_ref_;  // owner: the train fill's reference time (class 3)

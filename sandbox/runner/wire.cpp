@@ -54,6 +54,7 @@ json to_json(const Job& job) {
                       {"scalar", a.scalar}});
     json wj = {{"name", w.name}, {"args", args}, {"time", w.time}};
     if (w.train > 0) wj["train"] = w.train;
+    if (w.trains != 1) wj["trains"] = w.trains;
     if (w.replay_samples > 0) {
       wj["replay_key"] = w.replay_key;
       wj["replay_samples"] = w.replay_samples;
@@ -109,6 +110,8 @@ Job job_from_json(const json& j) {
     w.replay_key = get_or<std::uint64_t>(wj, "replay_key", 0, c);
     w.train = get_or<int>(wj, "train", 0, c);
     if (w.train < 0 || w.train > 100000) bad(c, "bad train call count");
+    w.trains = get_or<int>(wj, "trains", 1, c);
+    if (w.trains < 1 || w.trains > 16) bad(c, "bad train count (1..16)");
     w.replay_samples = get_or<int>(wj, "replay_samples", 0, c);
     if (w.replay_samples < 0 || w.replay_samples > 100000) bad(c, "bad replay sample count");
     w.replay_batch = get_or<int>(wj, "replay_batch", 0, c);
@@ -334,6 +337,46 @@ PhaseStart parse_phase_line(const std::string& line, std::size_t w, bool keyless
 
 std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls, int from) {
   return json{{"fill", w}, {"key", key}, {"from", from}, {"calls", calls}}.dump();
+}
+
+std::string snap_line(std::size_t w, int from, int calls, int train) {
+  json j{{"snap", w}, {"from", from}, {"calls", calls}};
+  if (train >= 0) j["train"] = train;
+  return j.dump();
+}
+
+TrainSnaps train_snaps(const Job& job, const Layout& layout) {
+  TrainSnaps t;
+  const std::size_t n = job.workloads.size();
+  t.room_start.assign(n, 0);
+  t.room_bytes.assign(n, 0);
+  t.base.assign(n, 0);
+  std::vector<bool> seen(n, false);
+  std::vector<std::uint64_t> end(n, 0);
+  for (const Slot& s : layout.slots) {  // a workload's timed slots: call 0's outputs first, in order
+    const WireWorkload& wl = job.workloads[s.workload];
+    if (s.seed_index >= 0 || -1 - s.seed_index >= wl.train || wl.trains <= 1) continue;
+    if (!seen[s.workload]) t.room_start[s.workload] = s.offset;
+    seen[s.workload] = true;
+    end[s.workload] = s.offset + (s.bytes + 255) / 256 * 256;
+  }
+  for (std::size_t w = 0; w < n; ++w) {
+    if (!seen[w]) continue;
+    t.room_bytes[w] = end[w] - t.room_start[w];
+    t.base[w] = t.extra;
+    t.extra += static_cast<std::uint64_t>(job.workloads[w].trains - 1) * t.room_bytes[w];
+  }
+  return t;
+}
+
+std::int64_t TrainSnaps::offset(const Job& job, const Slot& s, int t) const {
+  if (s.workload >= job.workloads.size() || s.workload >= room_bytes.size()) return -1;
+  const WireWorkload& wl = job.workloads[s.workload];
+  if (s.seed_index >= 0 || -1 - s.seed_index >= wl.train || t < 0 || t >= wl.trains - 1 || room_bytes[s.workload] == 0)
+    return -1;
+  return static_cast<std::int64_t>(base[s.workload] +
+                                   static_cast<std::uint64_t>(t) * room_bytes[s.workload] +
+                                   (s.offset - room_start[s.workload]));
 }
 
 std::string train_line(std::size_t w, int least, double cap_s) {

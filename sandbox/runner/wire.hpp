@@ -63,7 +63,14 @@ struct WireWorkload {
   // many it made; the warm-ups follow right after them.
   // 0: no train (the host path, trusted runs, verify-tasks). Not secret: the runner must know it.
   int train = 0;
+  // Trains per phase (with a train): each its own fill from its own key, its own window, its own
+  // snapshot; the room's slots are reused, the owner keeps each earlier train's snapshot in a place
+  // of its own (train_snaps). The workload's time is the median of the trains' times.
+  int trains = 1;
   int replay_train = 0;          // owner replay only (its go line): the calls the candidate's train made
+  // Owner replay only (its go line): the earlier trains (all but the last), each its key and the
+  // calls it made; the last train is replayed with replay_key, as the phase.
+  std::vector<std::pair<std::uint64_t, int>> replay_early_trains;
   // Trusted runners only (the reference, after the candidate): recompute the outputs of the
   // candidate's timed calls 0..replay_samples-1 (its warm-ups and samples) from the key the parent
   // released to it, so that every timed call is verified (issue 23, classes 1 and 2). 0: none.
@@ -187,6 +194,9 @@ PhaseStart parse_phase_line(const std::string& line, std::size_t w, bool keyless
 // The owner's fill of timed calls [from, calls) of workload w (from 0 with a train: the train's
 // calls only, their output slots poisoned and the L2 flushed after; then the rest).
 std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls, int from = 0);
+// The parent's request to the owner: copy workload w's timed slots [from, calls) into its snapshot
+// (train -1: at the slots' own offsets; t >= 0: earlier train t's place, train_snaps).
+std::string snap_line(std::size_t w, int from, int calls, int train = -1);
 // The train's go line (keyless; the owner has filled the train's inputs) and its check.
 std::string train_line(std::size_t w, int least, double cap_s);
 struct TrainStart {
@@ -233,6 +243,17 @@ struct Layout {
   const Slot* find(std::size_t workload, int seed_index, std::size_t arg) const;
 };
 Layout output_layout(const Job& job);
+
+// Where the owner keeps the snapshots of each workload's earlier trains (all but its last, whose
+// snapshot stays at the slots' own offsets): an area of its own, per workload with trains > 1,
+// (trains - 1) copies of the room (its timed calls 0..train-1, contiguous in the layout).
+struct TrainSnaps {
+  std::vector<std::uint64_t> room_start, room_bytes, base;  // per workload: the room in the layout; its first copy
+  std::uint64_t extra = 0;                                    // the area's bytes
+  // The offset in that area of slot s in earlier train t (0 <= t < trains - 1); -1 outside the room.
+  std::int64_t offset(const Job& job, const Slot& s, int t) const;
+};
+TrainSnaps train_snaps(const Job& job, const Layout& layout);
 
 // ---- runner → parent -------------------------------------------------------------------------
 // Frames, in order, each with the next sequence number "seq" (ready is 0): ready (CUDA initialised;

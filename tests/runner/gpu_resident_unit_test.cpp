@@ -641,6 +641,191 @@ TEST_CASE("class 3, the train: a job whose trains do not fit the GPU's memory ha
   for (std::size_t w = 0; w < va.workloads.size(); ++w) CHECK(va.workloads[w].train == va_before.workloads[w].train);
 }
 
+TEST_CASE("class 3, several trains: the count travels, each earlier train's snapshot has a place of its own, "
+          "the frames want every train_end, and memory drops trains before it shortens them",
+          "[runner][resident][threat][frames]") {
+  Job job = make_job(vector_add(), all_workloads(vector_add()), {1}, "/x.so", TimingSpec{});
+  job.gpu_slots = SlotsRole::user;
+  job.gpu_slots_bytes = 1 << 21;
+  for (auto& wl : job.workloads)
+    if (wl.time) {
+      wl.train = 5;
+      wl.trains = 3;
+    }
+  // The count travels in the job; out of 1..16 it is refused.
+  const Job back = job_from_json(to_json(job));
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) CHECK(back.workloads[w].trains == job.workloads[w].trains);
+  for (const int bad_count : {0, 17, -1}) {
+    nlohmann::json bad = to_json(job);
+    bad["workloads"][1]["trains"] = bad_count;
+    CHECK(code([&] { job_from_json(bad); }) == "bad_job");
+  }
+  // The places: (trains - 1) copies of each room, in an area of their own, none overlapping another
+  // and each as large as its slot; nothing outside the room or for the last train.
+  const Layout layout = output_layout(job);
+  const TrainSnaps snaps = train_snaps(job, layout);
+  std::uint64_t want_extra = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+  for (std::size_t w = 0; w < job.workloads.size(); ++w) {
+    const WireWorkload& wl = job.workloads[w];
+    if (!wl.time) continue;
+    std::uint64_t room = 0;
+    for (const Slot& s : layout.slots)
+      if (s.workload == w && s.seed_index < 0 && -1 - s.seed_index < wl.train) room += (s.bytes + 255) / 256 * 256;
+    CHECK(snaps.room_bytes[w] == room);
+    want_extra += 2 * room;
+  }
+  CHECK(snaps.extra == want_extra);
+  for (const Slot& s : layout.slots) {
+    const WireWorkload& wl = job.workloads[s.workload];
+    const bool in_room = s.seed_index < 0 && -1 - s.seed_index < wl.train;
+    for (int t = 0; t < 3; ++t) {
+      const std::int64_t at = snaps.offset(job, s, t);
+      if (!in_room || t == 2) {
+        CHECK(at == -1);
+        continue;
+      }
+      REQUIRE(at >= 0);
+      CHECK(at % 256 == 0);
+      CHECK(static_cast<std::uint64_t>(at) + s.bytes <= snaps.extra);
+      spans.emplace_back(at, at + static_cast<std::int64_t>(s.bytes));
+    }
+  }
+  std::sort(spans.begin(), spans.end());
+  for (std::size_t i = 1; i < spans.size(); ++i) CHECK(spans[i].first >= spans[i - 1].second);
+  // One train: no area at all, and the job's memory counts the area.
+  Job one = job;
+  for (auto& wl : one.workloads) wl.trains = 1;
+  CHECK(train_snaps(one, output_layout(one)).extra == 0);
+  CHECK(resident_job_bytes(job) == resident_job_bytes(one) + snaps.extra);
+  // The owner's snapshot line names an earlier train; the last train's and the phase's name none.
+  CHECK(nlohmann::json::parse(snap_line(1, 0, 5, 0)).at("train") == 0);
+  CHECK_FALSE(nlohmann::json::parse(snap_line(1, 5, 20)).contains("train"));
+
+  // Frames: three trains (each with its primed), then timing_end; fewer or more are refused.
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[0], &vector_add().workloads[1]};
+  Job fj = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  fj.gpu_slots = SlotsRole::user;
+  REQUIRE(fj.workloads[1].time);
+  for (auto& wl : fj.workloads)
+    if (wl.time) {
+      wl.train = 5;
+      wl.trains = 3;
+    }
+  auto to_timing = [&](FrameChecker& c) {
+    REQUIRE(c.ready({{"event", "ready"}, {"seq", 0}}) == "");
+    std::uint64_t seq = 1;
+    REQUIRE_FALSE(fj.workloads[0].time);
+    REQUIRE(c.accept({{"event", "call"}, {"workload", 0}, {"seed", 0}, {"seq", seq++}}) == "");
+    REQUIRE(c.accept({{"event", "call"}, {"workload", 1}, {"seed", 0}, {"seq", seq++}}) == "");
+    REQUIRE(c.accept({{"event", "timing_ready"}, {"workload", 1}, {"seq", seq++}}) == "");
+    return seq;
+  };
+  {  // honest: primed and train_end three times
+    FrameChecker c(fj);
+    std::uint64_t seq = to_timing(c);
+    for (int t = 0; t < 3; ++t) {
+      CHECK(c.accept({{"event", "primed"}, {"workload", 1}, {"seq", seq++}}) == "");
+      CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq++}}) == "");
+    }
+    CHECK(c.accept({{"event", "timing_end"}, {"workload", 1}, {"samples", 3}, {"seq", seq++}}) == "");
+    CHECK(c.all_done());
+  }
+  {  // a train skipped: timing_end after two
+    FrameChecker c(fj);
+    std::uint64_t seq = to_timing(c);
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "timing_end"}, {"workload", 1}, {"samples", 3}, {"seq", seq}}) != "");
+  }
+  {  // a fourth train, or two primes in one train
+    FrameChecker c(fj);
+    std::uint64_t seq = to_timing(c);
+    for (int t = 0; t < 3; ++t) CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 1}, {"calls", 5}, {"seq", seq}}) != "");
+    FrameChecker d(fj);
+    seq = to_timing(d);
+    CHECK(d.accept({{"event", "primed"}, {"workload", 1}, {"seq", seq++}}) == "");
+    CHECK(d.accept({{"event", "primed"}, {"workload", 1}, {"seq", seq}}) != "");
+  }
+
+  // Memory: rooms are shortened to train_keep_calls first, then trains dropped (the largest copies
+  // first), then rooms shortened further.
+  EvalConfig cfg;
+  const std::uint64_t gib = 1ull << 30;
+  Job va = make_job(vector_add(), all_workloads(vector_add()), {1}, "/x.so", TimingSpec{});
+  for (auto& wl : va.workloads) {
+    wl.train = train_calls_for(cfg, wl);
+    wl.trains = wl.train > 0 ? cfg.train_count : 1;
+  }
+  const Job va_before = va;
+  Job va_one = va;
+  for (auto& wl : va_one.workloads) wl.trains = 1;
+  // Rooms at train_keep_calls with every train: the least a budget can be met with before trains go.
+  Job kept = va_before;
+  for (auto& wl : kept.workloads)
+    if (wl.train > 0) wl.train = std::min(wl.train, cfg.train_keep_calls);
+  {  // a budget just above it: rooms shortened, not below the floor, every train kept
+    Job j = va_before;
+    const std::uint64_t budget = resident_job_bytes(kept) + (1ull << 20);
+    CHECK(fit_trains(cfg, j, budget));
+    CHECK(resident_job_bytes(j) <= budget);
+    for (std::size_t w = 0; w < j.workloads.size(); ++w) {
+      CHECK(j.workloads[w].trains == va_before.workloads[w].trains);
+      if (va_before.workloads[w].train > 0) CHECK(j.workloads[w].train >= cfg.train_keep_calls);
+    }
+  }
+  {  // below it: trains dropped, rooms at the floor, none below it while a train can still go
+    Job j = va_before;
+    Job kept_one = kept;
+    for (auto& wl : kept_one.workloads) wl.trains = 1;
+    const std::uint64_t budget = resident_job_bytes(kept_one) + (resident_job_bytes(kept) - resident_job_bytes(kept_one)) / 2;
+    CHECK(fit_trains(cfg, j, budget));
+    CHECK(resident_job_bytes(j) <= budget);
+    int dropped = 0;
+    for (std::size_t w = 0; w < j.workloads.size(); ++w) {
+      if (va_before.workloads[w].train > 0) CHECK(j.workloads[w].train == cfg.train_keep_calls);
+      CHECK(j.workloads[w].trains >= 1);
+      dropped += va_before.workloads[w].trains - j.workloads[w].trains;
+    }
+    CHECK(dropped > 0);
+  }
+  {  // below one train each at the floor: rooms shortened further, one train each
+    Job j = va_before;
+    Job kept_one = kept;
+    for (auto& wl : kept_one.workloads) wl.trains = 1;
+    const std::uint64_t budget = resident_job_bytes(kept_one) - (1ull << 30);
+    CHECK(fit_trains(cfg, j, budget));
+    for (std::size_t w = 0; w < j.workloads.size(); ++w)
+      if (va_before.workloads[w].train > 0) {
+        CHECK(j.workloads[w].trains == 1);
+        CHECK(j.workloads[w].train >= cfg.train_min_calls);
+      }
+  }
+  // vector_add's visible workloads with three trains each fit in 0.7 of an H200 (139 GiB) as they are.
+  Job vis = make_job(vector_add(), {&vector_add().workloads[0], &vector_add().workloads[1]}, {1}, "/x.so", TimingSpec{});
+  for (auto& wl : vis.workloads) {
+    wl.train = train_calls_for(cfg, wl);
+    wl.trains = wl.train > 0 ? cfg.train_count : 1;
+  }
+  const Job vis_before = vis;
+  const std::uint64_t h200 = static_cast<std::uint64_t>(cfg.train_job_fraction * 139.0 * static_cast<double>(gib));
+  CHECK(fit_trains(cfg, vis, h200));
+  for (std::size_t w = 0; w < vis.workloads.size(); ++w) {
+    CHECK(vis.workloads[w].trains == vis_before.workloads[w].trains);
+    CHECK(vis.workloads[w].train == vis_before.workloads[w].train);
+  }
+  // With every workload (93 GiB with one train of 32 calls each): every train kept, shorter rooms.
+  Job all = va_before;
+  CHECK(fit_trains(cfg, all, h200));
+  for (std::size_t w = 0; w < all.workloads.size(); ++w) {
+    INFO(all.workloads[w].name << ": " << all.workloads[w].trains << " trains of " << all.workloads[w].train);
+    CHECK(all.workloads[w].trains == va_before.workloads[w].trains);
+    WARN(all.workloads[w].name << ": " << all.workloads[w].trains << " trains of " << all.workloads[w].train);
+    if (all.workloads[w].train > 0) CHECK(all.workloads[w].train >= cfg.train_keep_calls);
+  }
+}
+
 TEST_CASE("class 3, the train: its count follows the call's bytes within limits; its time is the parent's window per call plus the fill's excess",
           "[runner][resident][threat]") {
   EvalConfig cfg;
