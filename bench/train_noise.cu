@@ -12,7 +12,7 @@
 // 2-4 consecutive trains of a process, by their mean and by their median (several trains as one
 // time: EvalConfig::train_count).
 //   build/bin/bench_train_noise [--procs 6] [--trains 8] [--calls 32] [--elements 67108864]
-//                               [--gap-ms 100] [--realloc] [--pad-gib 0] [--device 0]
+//                               [--gap-ms 100] [--realloc] [--pad-gib 0] [--rooms 1] [--device 0]
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,7 +86,7 @@ using d2k::bench::mean;
 using d2k::bench::median;
 
 // One fresh process's trains, written to fd as text lines.
-void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool realloc, int device, double pad_gib) {
+void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool realloc, int device, double pad_gib, int rooms) {
   CHECK(cudaSetDevice(device));
   // Device memory taken (and written) before the room: the room's arrays then lie elsewhere in the
   // GPU's memory (does where they lie change their speed?).
@@ -101,16 +101,19 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
   d2k::runner::Nvml nvml;
   nvml.open(bus);
   const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-  std::vector<float*> a(calls), b(calls), y(calls);
+  // `rooms` rooms of `calls` input sets each, allocated at once; train t uses room t % rooms (the
+  // same process, other memory for each train).
+  const int slots = calls * rooms;
+  std::vector<float*> a(slots), b(slots), y(slots);
   auto alloc = [&] {
-    for (int c = 0; c < calls; ++c) {
+    for (int c = 0; c < slots; ++c) {
       CHECK(cudaMalloc(&a[c], bytes));
       CHECK(cudaMalloc(&b[c], bytes));
       CHECK(cudaMalloc(&y[c], bytes));
     }
   };
   auto release = [&] {
-    for (int c = 0; c < calls; ++c) {
+    for (int c = 0; c < slots; ++c) {
       CHECK(cudaFree(a[c]));
       CHECK(cudaFree(b[c]));
       CHECK(cudaFree(y[c]));
@@ -127,7 +130,8 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
       alloc();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
-    for (int c = 0; c < calls; ++c) {  // the room: fresh inputs, poisoned outputs
+    const int base = (t % rooms) * calls;
+    for (int c = base; c < base + calls; ++c) {  // the room: fresh inputs, poisoned outputs
       fill<<<sms * 8, 256>>>(a[c], n, static_cast<uint32_t>(t * 7919 + c * 2 + 1), false);
       fill<<<sms * 8, 256>>>(b[c], n, static_cast<uint32_t>(t * 7919 + c * 2 + 2), false);
       fill<<<sms * 8, 256>>>(y[c], n, 0, true);
@@ -141,8 +145,8 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
     const auto t0 = Clock::now();
     auto prev = t0;
     for (int c = 0; c < calls; ++c) {
-      add_vec4<<<grid, 1024>>>(reinterpret_cast<const float4*>(a[c]), reinterpret_cast<const float4*>(b[c]),
-                               reinterpret_cast<float4*>(y[c]), n4);
+      add_vec4<<<grid, 1024>>>(reinterpret_cast<const float4*>(a[base + c]), reinterpret_cast<const float4*>(b[base + c]),
+                               reinterpret_cast<float4*>(y[base + c]), n4);
       CHECK(cudaDeviceSynchronize());
       const auto now = Clock::now();
       each[c] = std::chrono::duration<double, std::micro>(now - prev).count();
@@ -170,7 +174,7 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int procs = 6, trains = 8, calls = 32, gap_ms = 100, device = 0, elements = 67108864;
+  int procs = 6, trains = 8, calls = 32, gap_ms = 100, device = 0, elements = 67108864, rooms = 1;
   bool realloc = false;
   double pad_gib = 0;
   d2k::bench::Args args("bench_train_noise",
@@ -185,17 +189,18 @@ int main(int argc, char** argv) {
   args.option("--gap-ms", &gap_ms, "idle milliseconds before each train's fill");
   args.option("--device", &device, "CUDA device ordinal");
   args.flag("--realloc", &realloc, "free and allocate the room again before every train of a process");
+  args.option("--rooms", &rooms, "rooms allocated at once; train t uses room t % rooms (other memory per train)");
   args.option("--pad-gib", &pad_gib, "GiB of device memory each process takes (and writes) before its room");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
   const auto n = static_cast<int64_t>(elements);
-  if (procs < 1 || trains < 1 || calls < 1 || n < 4 || gap_ms < 0 || !(pad_gib >= 0)) {
-    std::fprintf(stderr, "bench_train_noise: --procs, --trains, --calls must be >= 1, --elements >= 4, --gap-ms and --pad-gib >= 0\n");
+  if (procs < 1 || trains < 1 || calls < 1 || n < 4 || gap_ms < 0 || !(pad_gib >= 0) || rooms < 1) {
+    std::fprintf(stderr, "bench_train_noise: --procs, --trains, --calls, --rooms must be >= 1, --elements >= 4, --gap-ms and --pad-gib >= 0\n");
     return 2;
   }
   std::printf("bench_train_noise: %d processes x %d trains x %d calls of vector_add on %lld floats (%.0f MiB per call), "
-              "gap %d ms, pad %.1f GiB%s\n",
+              "gap %d ms, pad %.1f GiB, %d room(s)%s\n",
               procs, trains, calls, static_cast<long long>(n), 3.0 * static_cast<double>(n) * 4 / (1 << 20), gap_ms, pad_gib,
-              realloc ? ", room allocated again per train" : "");
+              rooms, realloc ? ", room allocated again per train" : "");
   std::printf("  proc train   total_us  mean_us  median   min      max      first    sm_MHz before/after  temp_C\n");
   std::fflush(stdout);
   std::vector<Train> all;
@@ -205,7 +210,7 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      child(fds[1], p, trains, calls, n, gap_ms, realloc, device, pad_gib);
+      child(fds[1], p, trains, calls, n, gap_ms, realloc, device, pad_gib, rooms);
       _exit(0);
     }
     close(fds[1]);
