@@ -160,12 +160,15 @@ struct EvalConfig {
   // H200) stays under 0.5 % of it; a longer cap only lengthens the evaluation.
   bool train = true;
   // Trains per timed phase, each with its own fresh fill (a key of its own), window and snapshot;
-  // the workload's time is their median. Separate trains average out the GPU's slow stretches,
-  // which a longer train does not (H200 2026-12-03, bench_train_noise: the CV of one 32-call
-  // train's mean across processes 0.50-0.91 %, of the mean of three 0.27-0.59 %; one 64-call train
-  // 0.96 %). The room's slots are reused; the owner keeps each earlier train's snapshot
-  // (train_snaps), and fit_trains drops trains before it shortens them.
-  int train_count = 3;
+  // the workload's time is their median. The room's slots are reused; the owner keeps each
+  // earlier train's snapshot (train_snaps), and fit_trains shortens rooms to train_keep_calls, then
+  // drops trains. 1 by default: on the H200 (2026-12-03, session 20, bench_gpu (a), 20 fresh
+  // runners, every workload) three trains (of 18 calls: the memory fit) gave pow2_64m a CV of
+  // 0.80, 1.55, 1.66, 0.98, 0.61 % against one train's (32 calls) 1.98, 1.76, 0.88, 0.38, 0.74 %,
+  // and made each evaluation 0.12-0.15 s longer. A single slow train no longer moves the time,
+  // but the spread left is mostly per runner process (all its trains slow together), which trains
+  // in the same memory share (bench/README.md "Several trains per phase").
+  int train_count = 1;
   // When a job's trains do not fit (train_job_fraction), rooms are first shortened down to this
   // many calls, then trains dropped, then rooms shortened further (fit_trains). vector_add with
   // every workload: three trains of 20-21 calls (one of 32 takes 93 GiB by the layout).

@@ -752,6 +752,7 @@ TEST_CASE("class 3, several trains: the count travels, each earlier train's snap
   // Memory: rooms are shortened to train_keep_calls first, then trains dropped (the largest copies
   // first), then rooms shortened further.
   EvalConfig cfg;
+  cfg.train_count = 3;
   const std::uint64_t gib = 1ull << 30;
   Job va = make_job(vector_add(), all_workloads(vector_add()), {1}, "/x.so", TimingSpec{});
   for (auto& wl : va.workloads) {

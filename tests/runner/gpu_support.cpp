@@ -2,6 +2,7 @@
 
 #include "skip.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -44,8 +45,10 @@ runner::Evaluator& evaluator() {
     runner::EvalConfig cfg = test_config();
     if (const char* e = std::getenv("D2K_GPU_RESIDENT"); e != nullptr) cfg.gpu_resident = std::string(e) == "1";
     if (const char* e = std::getenv("D2K_TRAIN"); e != nullptr) cfg.train = std::string(e) != "0";
-    std::printf("GPU tests on the %s path, train %s (D2K_TRAIN)\n",
-                cfg.gpu_resident ? "GPU-resident (D2K_GPU_RESIDENT=1)" : "host", cfg.train && cfg.gpu_resident ? "on" : "off");
+    if (const char* e = std::getenv("D2K_TRAINS"); e != nullptr) cfg.train_count = std::clamp(std::atoi(e), 1, 16);
+    std::printf("GPU tests on the %s path, train %s (D2K_TRAIN), %d train(s) per phase (D2K_TRAINS)\n",
+                cfg.gpu_resident ? "GPU-resident (D2K_GPU_RESIDENT=1)" : "host", cfg.train && cfg.gpu_resident ? "on" : "off",
+                cfg.train_count);
     ev = std::make_unique<runner::Evaluator>(cfg);
   });
   return *ev;
