@@ -171,7 +171,8 @@ struct EvalConfig {
   int train_count = 1;
   // When a job's trains do not fit (train_job_fraction), rooms are first shortened down to this
   // many calls, then trains dropped, then rooms shortened further (fit_trains). vector_add with
-  // every workload: three trains of 20-21 calls (one of 32 takes 93 GiB by the layout).
+  // every workload and train_count 3: three trains of 18 calls on its 768 MiB workloads (one
+  // train of 32 takes 93 GiB by the layout, three 137 GiB).
   int train_keep_calls = 16;
   std::uint64_t train_bytes = 12ull << 30;
   int train_window_calls = 32;
