@@ -264,16 +264,15 @@ int main(int argc, char** argv) {
   // Several trains as one time (EvalConfig::train_count): each process's trains taken K at a time
   // (consecutive, whole groups only), the group's time the mean or the median of its trains' means;
   // the CV across the groups, against that of single trains.
+  std::map<int, std::vector<double>> means_of;  // process -> its trains' means, in order
+  for (const auto& t : all) means_of[t.proc].push_back(t.mean_us);
   for (int k = 2; k <= std::min(trains, 4); ++k) {
-    std::map<int, std::vector<double>> per_proc;
-    for (const auto& t : all) per_proc[t.proc].push_back(t.mean_us);
     std::vector<double> by_mean, by_median;
-    for (auto& [p, v] : per_proc)
+    for (const auto& [p, v] : means_of)
       for (std::size_t i = 0; i + static_cast<std::size_t>(k) <= v.size(); i += static_cast<std::size_t>(k)) {
-        std::vector<double> g(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(i) + k);
+        const std::vector<double> g(v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(i) + k);
         by_mean.push_back(mean(g));
-        std::sort(g.begin(), g.end());
-        by_median.push_back(k % 2 == 1 ? g[static_cast<std::size_t>(k / 2)] : 0.5 * (g[static_cast<std::size_t>(k / 2 - 1)] + g[static_cast<std::size_t>(k / 2)]));
+        by_median.push_back(median(g));
       }
     std::printf("groups of %d trains (%zu groups): CV of their mean %.2f%%, of their median %.2f%%\n", k, by_mean.size(),
                 cv_percent(by_mean), cv_percent(by_median));

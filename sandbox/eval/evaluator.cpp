@@ -288,16 +288,20 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
   // The next train of workload w: the owner makes the inputs of the whole room (from the train's
   // own key: the last train's is the phase's, so that the phase's calls follow it) and poisons its
   // slots; then the prime line (the train line follows "primed") or the train line. The train stops
-  // at the room or at the time cap (after its least calls) and says how many it made.
-  auto start_train = [&](std::size_t w, std::string& err) -> bool {
+  // at the room or at the time cap (after its least calls) and says how many it made. False when
+  // the owner could not make the inputs: the run has failed ("arena") and the runner is killed.
+  auto start_train = [&](std::size_t w) -> bool {
     auto& runs = o.trains[w];
     const bool last = static_cast<int>(runs.size()) + 1 >= std::max(1, job.workloads[w].trains);
     RunOutcome::Train t;
     t.key = last ? o.keys[w] : fresh_secret();
     runs.push_back(t);
     const auto t_fill = Clock::now();
+    std::string err;
     if (!fill_phase(w, t.key, job.workloads[w].train, 0, err)) {
-      if (err.empty()) err = "the owner did not make the train's inputs";
+      o.failure = "arena";
+      o.detail = err.empty() ? "the owner did not make the train's inputs" : err;
+      o.proc->kill();
       return false;
     }
     runs.back().fill_s = since(t_fill);
@@ -383,12 +387,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         // The trains (class 3): the window of each opens at its train line; the warm-ups' and
         // samples' inputs come after the last one's train_end.
         o.trains[w].clear();
-        if (!start_train(w, err)) {
-          o.failure = "arena";
-          o.detail = err;
-          o.proc->kill();
-          break;
-        }
+        if (!start_train(w)) break;
         continue;
       }
       if (room > 0) {
@@ -461,12 +460,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       cur.claim_self_s = claim("self_s");
       cur.claim_first_s = claim("first_s");
       if (!last) {  // the next train: fresh inputs from a key of its own
-        if (!start_train(w, err)) {
-          o.failure = "arena";
-          o.detail = err;
-          o.proc->kill();
-          break;
-        }
+        if (!start_train(w)) break;
         continue;
       }
       const int warmup = o.warmups[w];
@@ -699,7 +693,7 @@ std::uint64_t resident_job_bytes(const Job& job) {
 bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget) {
   const int least = std::max(cfg.train_min_calls, 2);
   // The workload whose train holds the most output bytes (all its trains' copies counted),
-  // shortened by a sixteenth (at least one call), not below `floor`; false when none can be.
+  // shortened by an eighth (at least one call), not below `floor`; false when none can be.
   auto shorten = [&](int floor) {
     WireWorkload* longest = nullptr;
     std::uint64_t most = 0;
@@ -712,7 +706,7 @@ bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget) {
       }
     }
     if (longest == nullptr) return false;
-    longest->train = std::max(floor, longest->train - std::max(1, longest->train / 16));
+    longest->train = std::max(floor, longest->train - std::max(1, longest->train / 8));
     return true;
   };
   // 1. Shorter rooms, down to train_keep_calls (several trains of fewer calls spread less than one

@@ -427,8 +427,8 @@ int train_calls_for(const EvalConfig& cfg, const WireWorkload& wl);
 // owner's slots and its snapshot copy), the owner's copies of the earlier trains (train_snaps) and
 // the input arena.
 std::uint64_t resident_job_bytes(const Job& job);
-// Until resident_job_bytes(job) <= budget: shortens the longest trains (by their output bytes, a
-// sixteenth at a time) down to cfg.train_keep_calls, then drops trains (the most copied bytes first)
+// Until resident_job_bytes(job) <= budget: shortens the longest trains (by their output bytes, an
+// eighth at a time) down to cfg.train_keep_calls, then drops trains (the most copied bytes first)
 // down to one per workload, then shortens further, never below cfg.train_min_calls. Returns
 // whether it fits.
 bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget);

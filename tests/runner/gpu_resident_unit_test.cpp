@@ -822,7 +822,6 @@ TEST_CASE("class 3, several trains: the count travels, each earlier train's snap
   for (std::size_t w = 0; w < all.workloads.size(); ++w) {
     INFO(all.workloads[w].name << ": " << all.workloads[w].trains << " trains of " << all.workloads[w].train);
     CHECK(all.workloads[w].trains == va_before.workloads[w].trains);
-    WARN(all.workloads[w].name << ": " << all.workloads[w].trains << " trains of " << all.workloads[w].train);
     if (all.workloads[w].train > 0) CHECK(all.workloads[w].train >= cfg.train_keep_calls);
   }
 }
