@@ -11,8 +11,15 @@
 // trains), across every train, and the same for the trains' median calls; then the CV of groups of
 // 2-4 consecutive trains of a process, by their mean and by their median (several trains as one
 // time: EvalConfig::train_count).
+// --alloc says where the room lies: `cuda` (a cudaMalloc per array, the default), `one` (one
+// cudaMalloc carved into the arrays, 2 MiB apart, as the harness carves its slots), `vmm` (one
+// virtual-memory allocation per process, as the trusted runner's exported slots), `shared` (one
+// virtual-memory allocation made once by a keeper process and mapped by every process: the same
+// physical memory for every process; does the spread across processes follow the memory?).
 //   build/bin/bench_train_noise [--procs 6] [--trains 8] [--calls 32] [--elements 67108864]
 //                               [--gap-ms 100] [--realloc] [--pad-gib 0] [--rooms 1] [--device 0]
+//                               [--alloc cuda|one|vmm|shared]
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +37,8 @@
 
 #include "bench/bench_args.hpp"
 #include "bench/bench_stats.hpp"
+#include "sandbox/runner/fd_pass.hpp"
+#include "sandbox/runner/gpu_slots.hpp"
 #include "sandbox/runner/nvml.hpp"
 
 namespace {
@@ -78,6 +87,7 @@ __global__ void fill(float* p, int64_t n, uint32_t seed, bool poison) {
 struct Train {
   int proc = 0, index = 0;
   double total_us = 0, mean_us = 0, median_us = 0, min_us = 0, max_us = 0, first_us = 0;
+  double gpu_mean_us = 0, gpu_median_us = 0;  // each call's own GPU time (events around its launch)
   unsigned clock_before = 0, clock_after = 0, temp = 0;
 };
 
@@ -86,7 +96,14 @@ using d2k::bench::mean;
 using d2k::bench::median;
 
 // One fresh process's trains, written to fd as text lines.
-void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool realloc, int device, double pad_gib, int rooms) {
+constexpr std::size_t kAlign = std::size_t{2} << 20;  // the carved arrays' spacing (the VMM granularity)
+
+// The room's bytes when carved: three arrays per call set, each rounded up to kAlign.
+std::size_t room_bytes(int slots, std::size_t bytes) { return std::size_t(slots) * 3 * ((bytes + kAlign - 1) / kAlign * kAlign); }
+
+// `shared_fd`: the keeper's exported room (--alloc shared), -1 otherwise.
+void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool realloc, int device, double pad_gib, int rooms,
+           const std::string& where, int shared_fd, bool sync_each) {
   CHECK(cudaSetDevice(device));
   // Device memory taken (and written) before the room: the room's arrays then lie elsewhere in the
   // GPU's memory (does where they lie change their speed?).
@@ -105,18 +122,50 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
   // same process, other memory for each train).
   const int slots = calls * rooms;
   std::vector<float*> a(slots), b(slots), y(slots);
-  auto alloc = [&] {
+  const std::size_t stride = (bytes + kAlign - 1) / kAlign * kAlign;
+  char* one = nullptr;                 // --alloc one
+  d2k::runner::SharedSlots vmm;        // --alloc vmm / shared
+  auto carve = [&](char* base) {
     for (int c = 0; c < slots; ++c) {
-      CHECK(cudaMalloc(&a[c], bytes));
-      CHECK(cudaMalloc(&b[c], bytes));
-      CHECK(cudaMalloc(&y[c], bytes));
+      a[c] = reinterpret_cast<float*>(base + (3 * std::size_t(c) + 0) * stride);
+      b[c] = reinterpret_cast<float*>(base + (3 * std::size_t(c) + 1) * stride);
+      y[c] = reinterpret_cast<float*>(base + (3 * std::size_t(c) + 2) * stride);
+    }
+  };
+  auto alloc = [&] {
+    if (where == "cuda") {
+      for (int c = 0; c < slots; ++c) {
+        CHECK(cudaMalloc(&a[c], bytes));
+        CHECK(cudaMalloc(&b[c], bytes));
+        CHECK(cudaMalloc(&y[c], bytes));
+      }
+    } else if (where == "one") {
+      CHECK(cudaMalloc(&one, room_bytes(slots, bytes)));
+      carve(one);
+    } else {
+      int out = -1;
+      const std::string e = where == "vmm" ? vmm.create(room_bytes(slots, bytes), out)
+                                           : vmm.import(dup(shared_fd), room_bytes(slots, bytes));
+      if (out >= 0) close(out);
+      if (!e.empty()) {
+        std::fprintf(stderr, "bench_train_noise: the room (--alloc %s): %s\n", where.c_str(), e.c_str());
+        _exit(3);
+      }
+      carve(vmm.data());
     }
   };
   auto release = [&] {
-    for (int c = 0; c < slots; ++c) {
-      CHECK(cudaFree(a[c]));
-      CHECK(cudaFree(b[c]));
-      CHECK(cudaFree(y[c]));
+    if (where == "cuda") {
+      for (int c = 0; c < slots; ++c) {
+        CHECK(cudaFree(a[c]));
+        CHECK(cudaFree(b[c]));
+        CHECK(cudaFree(y[c]));
+      }
+    } else if (where == "one") {
+      CHECK(cudaFree(one));
+      one = nullptr;
+    } else {
+      vmm.release();
     }
   };
   alloc();
@@ -141,18 +190,34 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
     tr.proc = proc;
     tr.index = t;
     tr.clock_before = nvml.sm_clock_mhz();
-    std::vector<double> each(calls);
+    std::vector<double> each(calls), gpu(calls);
+    std::vector<cudaEvent_t> ev_start(calls), ev_end(calls);
+    for (int c = 0; c < calls; ++c) {
+      CHECK(cudaEventCreate(&ev_start[c]));
+      CHECK(cudaEventCreate(&ev_end[c]));
+    }
     const auto t0 = Clock::now();
     auto prev = t0;
     for (int c = 0; c < calls; ++c) {
+      CHECK(cudaEventRecord(ev_start[c]));
       add_vec4<<<grid, 1024>>>(reinterpret_cast<const float4*>(a[base + c]), reinterpret_cast<const float4*>(b[base + c]),
                                reinterpret_cast<float4*>(y[base + c]), n4);
-      CHECK(cudaDeviceSynchronize());
+      CHECK(cudaEventRecord(ev_end[c]));
+      if (sync_each || c == calls - 1) CHECK(cudaDeviceSynchronize());
       const auto now = Clock::now();
       each[c] = std::chrono::duration<double, std::micro>(now - prev).count();
       prev = now;
     }
     tr.total_us = std::chrono::duration<double, std::micro>(prev - t0).count();
+    for (int c = 0; c < calls; ++c) {
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, ev_start[c], ev_end[c]));
+      gpu[c] = 1000.0 * ms;
+      CHECK(cudaEventDestroy(ev_start[c]));
+      CHECK(cudaEventDestroy(ev_end[c]));
+    }
+    tr.gpu_mean_us = mean(gpu);
+    tr.gpu_median_us = median(gpu);
     CHECK(cudaGetLastError());
     tr.clock_after = nvml.sm_clock_mhz();
     tr.temp = nvml.condition().temperature_c;
@@ -162,9 +227,9 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
     tr.max_us = *std::max_element(each.begin(), each.end());
     tr.first_us = each[0];
     char line[256];
-    const int len = std::snprintf(line, sizeof line, "%d %d %.3f %.3f %.3f %.3f %.3f %.3f %u %u %u\n", tr.proc, tr.index,
-                                  tr.total_us, tr.mean_us, tr.median_us, tr.min_us, tr.max_us, tr.first_us,
-                                  tr.clock_before, tr.clock_after, tr.temp);
+    const int len = std::snprintf(line, sizeof line, "%d %d %.3f %.3f %.3f %.3f %.3f %.3f %u %u %u %.3f %.3f\n", tr.proc,
+                                  tr.index, tr.total_us, tr.mean_us, tr.median_us, tr.min_us, tr.max_us, tr.first_us,
+                                  tr.clock_before, tr.clock_after, tr.temp, tr.gpu_mean_us, tr.gpu_median_us);
     if (write(fd, line, static_cast<std::size_t>(len)) != len) _exit(4);
   }
   release();
@@ -175,7 +240,8 @@ void child(int fd, int proc, int trains, int calls, int64_t n, int gap_ms, bool 
 
 int main(int argc, char** argv) {
   int procs = 6, trains = 8, calls = 32, gap_ms = 100, device = 0, elements = 67108864, rooms = 1;
-  bool realloc = false;
+  bool realloc = false, sync_end = false;
+  std::string where = "cuda";
   double pad_gib = 0;
   d2k::bench::Args args("bench_train_noise",
                         "Where a train's spread comes from: --procs fresh processes, each making --trains trains of "
@@ -188,19 +254,68 @@ int main(int argc, char** argv) {
   args.option("--elements", &elements, "floats per array (3 arrays per call)");
   args.option("--gap-ms", &gap_ms, "idle milliseconds before each train's fill");
   args.option("--device", &device, "CUDA device ordinal");
+  args.flag("--sync-end", &sync_end,
+            "launch a train's calls back to back and synchronise once after the last (default: after every call); "
+            "the per-call host figures then show launch times, the GPU figures (events) each call's own time");
   args.flag("--realloc", &realloc, "free and allocate the room again before every train of a process");
   args.option("--rooms", &rooms, "rooms allocated at once; train t uses room t % rooms (other memory per train)");
   args.option("--pad-gib", &pad_gib, "GiB of device memory each process takes (and writes) before its room");
+  args.option("--alloc", &where,
+              "where the room lies: cuda (a cudaMalloc per array), one (one cudaMalloc, carved), vmm (one "
+              "virtual-memory allocation per process), shared (one virtual-memory allocation made once by a keeper "
+              "process, mapped by every process)");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
   const auto n = static_cast<int64_t>(elements);
   if (procs < 1 || trains < 1 || calls < 1 || n < 4 || gap_ms < 0 || !(pad_gib >= 0) || rooms < 1) {
     std::fprintf(stderr, "bench_train_noise: --procs, --trains, --calls, --rooms must be >= 1, --elements >= 4, --gap-ms and --pad-gib >= 0\n");
     return 2;
   }
+  if (where != "cuda" && where != "one" && where != "vmm" && where != "shared") {
+    std::fprintf(stderr, "bench_train_noise: --alloc is cuda, one, vmm or shared (got '%s')\n", where.c_str());
+    return 2;
+  }
+  if (where == "shared" && realloc) {
+    std::fprintf(stderr, "bench_train_noise: --realloc and --alloc shared exclude each other (the keeper's room is the same for all)\n");
+    return 2;
+  }
+  // --alloc shared: a keeper process (forked before anything here touches CUDA) makes the room,
+  // hands its exported descriptor over, and holds it until this process closes the socket.
+  int shared_fd = -1, keeper_sock = -1;
+  pid_t keeper = -1;
+  if (where == "shared") {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 3;
+    keeper = fork();
+    if (keeper == 0) {
+      close(sv[0]);
+      if (cudaSetDevice(device) != cudaSuccess) _exit(3);
+      d2k::runner::SharedSlots room;
+      int out = -1;
+      const std::string e = room.create(room_bytes(calls * rooms, static_cast<std::size_t>(n) * sizeof(float)), out);
+      if (!e.empty()) {
+        std::fprintf(stderr, "bench_train_noise: the keeper's room: %s\n", e.c_str());
+        _exit(3);
+      }
+      if (!d2k::runner::send_fd(sv[1], out).empty()) _exit(3);
+      close(out);
+      char c;
+      while (read(sv[1], &c, 1) > 0) {
+      }
+      _exit(0);  // the room goes with the process
+    }
+    close(sv[1]);
+    keeper_sock = sv[0];
+    std::string err;
+    shared_fd = d2k::runner::recv_fd(keeper_sock, 120000, err);
+    if (shared_fd < 0) {
+      std::fprintf(stderr, "bench_train_noise: no room from the keeper: %s\n", err.c_str());
+      return 3;
+    }
+  }
   std::printf("bench_train_noise: %d processes x %d trains x %d calls of vector_add on %lld floats (%.0f MiB per call), "
-              "gap %d ms, pad %.1f GiB, %d room(s)%s\n",
+              "gap %d ms, pad %.1f GiB, %d room(s)%s, --alloc %s\n",
               procs, trains, calls, static_cast<long long>(n), 3.0 * static_cast<double>(n) * 4 / (1 << 20), gap_ms, pad_gib,
-              rooms, realloc ? ", room allocated again per train" : "");
+              rooms, realloc ? ", room allocated again per train" : "", where.c_str());
   std::printf("  proc train   total_us  mean_us  median   min      max      first    sm_MHz before/after  temp_C\n");
   std::fflush(stdout);
   std::vector<Train> all;
@@ -210,7 +325,7 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
-      child(fds[1], p, trains, calls, n, gap_ms, realloc, device, pad_gib, rooms);
+      child(fds[1], p, trains, calls, n, gap_ms, realloc, device, pad_gib, rooms, where, shared_fd, !sync_end);
       _exit(0);
     }
     close(fds[1]);
@@ -224,9 +339,9 @@ int main(int argc, char** argv) {
     std::size_t at = 0;
     for (std::size_t nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
       Train t;
-      if (std::sscanf(text.c_str() + at, "%d %d %lf %lf %lf %lf %lf %lf %u %u %u", &t.proc, &t.index, &t.total_us,
+      if (std::sscanf(text.c_str() + at, "%d %d %lf %lf %lf %lf %lf %lf %u %u %u %lf %lf", &t.proc, &t.index, &t.total_us,
                       &t.mean_us, &t.median_us, &t.min_us, &t.max_us, &t.first_us, &t.clock_before, &t.clock_after,
-                      &t.temp) == 11) {
+                      &t.temp, &t.gpu_mean_us, &t.gpu_median_us) == 13) {
         all.push_back(t);
         std::printf("  %4d %5d %10.1f %8.2f %8.2f %8.2f %8.2f %8.2f %6u / %-6u %6u\n", t.proc, t.index, t.total_us,
                     t.mean_us, t.median_us, t.min_us, t.max_us, t.first_us, t.clock_before, t.clock_after, t.temp);
@@ -234,14 +349,21 @@ int main(int argc, char** argv) {
     }
     std::fflush(stdout);
   }
+  if (keeper > 0) {  // the keeper lets its room go
+    close(shared_fd);
+    close(keeper_sock);
+    waitpid(keeper, nullptr, 0);
+  }
   if (all.empty()) return 1;
   // The spread in parts, for the trains' per-call means (what the parent's clock sees) and for
   // their median calls (robust to a slow call, which the parent cannot see).
-  for (const bool by_median : {false, true}) {
+  // Then each call's own GPU time (events around its launch: no launch or sync in it), as a mean
+  // (the whole train's GPU time per call) and as a median.
+  for (const int figure : {0, 1, 2, 3}) {
     std::map<int, std::vector<double>> per_proc;
     std::vector<double> every, firsts;
     for (const auto& t : all) {
-      const double v = by_median ? t.median_us : t.mean_us;
+      const double v = figure == 0 ? t.mean_us : figure == 1 ? t.median_us : figure == 2 ? t.gpu_mean_us : t.gpu_median_us;
       per_proc[t.proc].push_back(v);
       every.push_back(v);
       if (t.index == 0) firsts.push_back(v);
@@ -258,7 +380,7 @@ int main(int argc, char** argv) {
     const double within = dof > 0 ? 100 * std::sqrt(pooled / dof) / mean(every) : 0;
     std::printf("%s: mean %.2f us; CV across all %zu trains %.2f%%; across processes (their means) %.2f%%; within a "
                 "process (pooled) %.2f%%; the processes' first trains %.2f%%\n",
-                by_median ? "median call" : "train mean ", mean(every), every.size(), cv_percent(every), cv_percent(proc_means),
+                figure == 0 ? "train mean " : figure == 1 ? "median call" : figure == 2 ? "GPU mean   " : "GPU median ", mean(every), every.size(), cv_percent(every), cv_percent(proc_means),
                 within, cv_percent(firsts));
   }
   // Several trains as one time (EvalConfig::train_count): each process's trains taken K at a time
