@@ -89,7 +89,7 @@ struct RunOutcome {
     std::optional<double> end;      // train_end's arrival (or the freeze after it) plus the snapshot's charge
     int calls = 0;                  // the calls the train made (train_end; 0 until then)
     double late = 0;                // the train snapshot's charge (inside end)
-    double claim_self_s = 0, claim_first_s = 0;  // the runner's own: diagnosis only
+    double claim_self_s = 0, claim_first_s = 0, claim_median_s = 0;  // the runner's own: diagnosis only
   };
   std::map<std::size_t, std::vector<Train>> trains;  // workload → its trains, in order (the last one: the current)
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
@@ -282,7 +282,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
   // The train line: the window opens at its write; its end is train_end's arrival, waited for spinning.
   auto open_train = [&](std::size_t w) {
     const int room = job.workloads[w].train;
-    o.trains[w].back().begin = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s));
+    o.trains[w].back().begin = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s, cfg.train_queue));
     o.proc->set_spin_until(train_spin_until(cfg));
   };
   // The next train of workload w: the owner makes the inputs of the whole room (from the train's
@@ -459,6 +459,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       };
       cur.claim_self_s = claim("self_s");
       cur.claim_first_s = claim("first_s");
+      cur.claim_median_s = claim("median_s");
       if (!last) {  // the next train: fresh inputs from a key of its own
         if (!start_train(w)) break;
         continue;
@@ -1577,6 +1578,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
           // them the inputs do not exist, after them the window is open).
           te.fill_s = own != owner_train_fill_s.end() && t < own->second.size() ? own->second[t] : *tr.fill_s;
           te.late_s = tr.late;
+          te.claim_median_call_s = tr.claim_median_s;
           te.s = train_time_s(te.window_s, tr.calls, te.fill_s, we.train_fill_ref_s, bound, &te.fill_charge_s);
           times.push_back(te.s);
           we.train_calls += te.calls;

@@ -180,6 +180,12 @@ struct EvalConfig {
   int train_min_calls = 3;
   int train_max_calls = 2048;
   double train_cap_s = 0.03;
+  // Measurement only, never for a server (bench_gpu --train-queue): > 1 launches a train's calls
+  // back to back, that many in flight, with one device-wide sync after the last instead of one after
+  // every call. It takes the host's per-call launch and wake-up out of the window, but lets a
+  // kernel's work on streams of its own overlap the next calls (docs/timing-protocol.md, "The
+  // train's per-call sync"), so no reward may come from it.
+  int train_queue = 1;
   // The job's GPU memory with its trains: the owner's output slots (every workload's timed calls
   // at once, sandbox/runner/wire.cpp output_layout), the owner's copy of them (the phase
   // snapshots) and the input arena. When that passes train_job_fraction of the GPU's memory (or
@@ -252,6 +258,9 @@ struct WorkloadEval {
   struct TrainEval {
     int calls = 0;
     double window_s = 0, fill_s = 0, fill_charge_s = 0, late_s = 0, s = 0;
+    // The runner's own median call (its clock, each call from the previous call's sync to its own;
+    // untrusted, diagnosis only: bench_gpu (a) compares a median-based time with the window's).
+    double claim_median_call_s = 0;
   };
   std::vector<TrainEval> trains;
   int train_calls = 0;

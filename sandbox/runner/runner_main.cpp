@@ -1154,12 +1154,24 @@ class Runner {
         const auto t_train = Clock::now();
         auto beat = t_train;
         double first_s = 0;
+        std::vector<double> each;  // each call's time on this clock, sync to sync (a claim: diagnosis)
+        each.reserve(static_cast<std::size_t>(wl.train));
+        auto prev = t_train;
+        // Measurement only (TrainStart::queue > 1): up to `queue` calls in flight, paced by an event
+        // after each call on the stream; one device-wide sync after the last.
+        std::vector<cudaEvent_t> ring(static_cast<std::size_t>(ts.queue > 1 ? ts.queue : 0));
+        for (auto& e : ring) RUNNER_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), runtime_error);
         for (int c = 0; c < wl.train; ++c) {
           if (c >= ts.least && seconds_since(t_train) >= ts.cap_s) break;  // a slow kernel's train
+          if (!ring.empty() && c >= ts.queue) RUNNER_CUDA(cudaEventSynchronize(ring[static_cast<std::size_t>(c % ts.queue)]), runtime_error);
           ++train;
           use(batch[static_cast<std::size_t>(c)]);
           call();
-          const cudaError_t synced = cudaDeviceSynchronize();
+          const cudaError_t synced =
+              ring.empty() ? cudaDeviceSynchronize() : cudaEventRecord(ring[static_cast<std::size_t>(c % ts.queue)], gpu_.stream);
+          const auto now = Clock::now();
+          if (ring.empty()) each.push_back(std::chrono::duration<double>(now - prev).count());
+          prev = now;
           if (c == 0) first_s = seconds_since(t_train);
           check_context();
           RUNNER_CUDA(synced, runtime_error);
@@ -1169,9 +1181,22 @@ class Runner {
             beat = Clock::now();
           }
         }
+        if (!ring.empty()) {
+          RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+          check_context();
+          for (auto& e : ring) (void)cudaEventDestroy(e);
+        }
         RUNNER_CUDA(cudaGetLastError(), runtime_error);
-        // self_s, first_s: this process's own clock (claims, for diagnosis; never in any time).
-        emit_.send({{"event", "train_end"}, {"workload", w}, {"calls", train}, {"self_s", seconds_since(t_train)}, {"first_s", first_s}});
+        // self_s, first_s, median_s (the median call): this process's own clock (claims, for
+        // diagnosis; never in any time).
+        double median_s = 0;
+        if (!each.empty()) {
+          std::sort(each.begin(), each.end());
+          const std::size_t k = each.size();
+          median_s = k % 2 == 1 ? each[k / 2] : 0.5 * (each[k / 2 - 1] + each[k / 2]);
+        }
+        emit_.send({{"event", "train_end"}, {"workload", w}, {"calls", train}, {"self_s", seconds_since(t_train)},
+                    {"first_s", first_s}, {"median_s", median_s}});
       }
       const PhaseStart start = read_phase_line(w, keyless);
       const int warm = start.warmup;

@@ -379,8 +379,10 @@ std::int64_t TrainSnaps::offset(const Job& job, const Slot& s, int t) const {
                                    (s.offset - room_start[s.workload]));
 }
 
-std::string train_line(std::size_t w, int least, double cap_s) {
-  return json{{"train", w}, {"least", least}, {"cap_s", cap_s}}.dump();
+std::string train_line(std::size_t w, int least, double cap_s, int queue) {
+  json j{{"train", w}, {"least", least}, {"cap_s", cap_s}};
+  if (queue > 1) j["queue"] = queue;
+  return j.dump();
 }
 
 std::string prime_line(std::size_t w) { return json{{"prime", w}}.dump(); }
@@ -401,11 +403,17 @@ TrainStart parse_train_line(const std::string& line, std::size_t w, int room) {
   } catch (const json::exception& e) {
     bad(c, std::string("bad train line: ") + e.what());
   }
-  if (!j.is_object() || j.size() != 3) bad(c, "bad train line: not {\"train\": workload, \"least\": n, \"cap_s\": s}");
+  const bool queued = j.is_object() && j.contains("queue");
+  if (!j.is_object() || j.size() != (queued ? 4u : 3u))
+    bad(c, "bad train line: not {\"train\": workload, \"least\": n, \"cap_s\": s[, \"queue\": n]}");
   if (get<std::uint64_t>(j, "train", c) != w) bad(c, "a train line for another workload");
   TrainStart t;
   t.least = get<int>(j, "least", c);
   t.cap_s = get<double>(j, "cap_s", c);
+  if (queued) {
+    t.queue = get<int>(j, "queue", c);
+    if (t.queue < 2 || t.queue > 64) bad(c, "a train's queue depth out of range (2..64)");
+  }
   if (t.least < 1 || t.least > room) bad(c, "a train's least calls outside the layout's room");
   if (!std::isfinite(t.cap_s) || t.cap_s < 0 || t.cap_s > 3600) bad(c, "a train's time cap out of range");
   return t;

@@ -198,10 +198,14 @@ std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls, int fro
 // (train -1: at the slots' own offsets; t >= 0: earlier train t's place, train_snaps).
 std::string snap_line(std::size_t w, int from, int calls, int train = -1);
 // The train's go line (keyless; the owner has filled the train's inputs) and its check.
-std::string train_line(std::size_t w, int least, double cap_s);
+// `queue` > 1 is for measurement only (bench_gpu --train-queue; never a server's): calls launched
+// back to back with up to `queue` in flight on the stream and one device-wide sync after the last,
+// which lets a kernel's work on other streams overlap the next calls (docs/timing-protocol.md).
+std::string train_line(std::size_t w, int least, double cap_s, int queue = 1);
 struct TrainStart {
   int least = 1;        // calls the train makes whatever the time (1..the room)
   double cap_s = 0;     // then it stops once this much time has passed since the line
+  int queue = 1;        // 1: a device-wide sync after every call; more: see train_line
 };
 TrainStart parse_train_line(const std::string& line, std::size_t w, int room);  // throws WireError bad_job
 // The prime line (before the train line, after the owner's fill): the runner makes its context the

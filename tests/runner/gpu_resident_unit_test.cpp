@@ -499,6 +499,13 @@ TEST_CASE("class 3, the train: its calls lead the phase's layout and arena, trav
   const TrainStart ts = parse_train_line(train_line(1, 3, 0.1), 1, 7);
   CHECK(ts.least == 3);
   CHECK(ts.cap_s == 0.1);
+  CHECK(ts.queue == 1);  // a device-wide sync after every call, unless the line asks otherwise
+  CHECK(train_line(1, 3, 0.1).find("queue") == std::string::npos);
+  // Measurement only (bench_gpu --train-queue): calls in flight, 2..64.
+  CHECK(parse_train_line(train_line(1, 3, 0.1, 4), 1, 7).queue == 4);
+  CHECK(code([&] { parse_train_line("{\"train\":1,\"least\":3,\"cap_s\":0.1,\"queue\":1}", 1, 7); }) == "bad_job");
+  CHECK(code([&] { parse_train_line("{\"train\":1,\"least\":3,\"cap_s\":0.1,\"queue\":65}", 1, 7); }) == "bad_job");
+  CHECK(code([&] { parse_train_line("{\"train\":1,\"least\":3,\"cap_s\":0.1,\"queue\":\"4\"}", 1, 7); }) == "bad_job");
   CHECK(code([&] { parse_train_line(train_line(0, 3, 0.1), 1, 7); }) == "bad_job");
   CHECK(code([&] { parse_train_line(train_line(1, 8, 0.1), 1, 7); }) == "bad_job");  // beyond the room
   CHECK(code([&] { parse_train_line(train_line(1, 0, 0.1), 1, 7); }) == "bad_job");
