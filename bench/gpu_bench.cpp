@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
   int runs = 20, runs_b = 5;
   double seconds = 30, train_gib = 0, train_max_gib = 0;
   int train_calls_arg = 0, trains_arg = 0, train_queue = 1;
-  bool no_train = false, no_prime = false, visible_a = false;
+  bool no_train = false, no_prime = false, visible_a = false, no_split = false;
   std::string sessions_arg = "8,32,64", tasks_arg = "vector_add,softmax", throughput_arg = "vector_add,softmax",
               only = "dabc";
   d2k::bench::Args args("bench_gpu",
@@ -249,8 +249,9 @@ int main(int argc, char** argv) {
   args.option("--train-calls", &train_calls_arg, "(a) calls of a train while they fit in its cap (EvalConfig::train_window_calls; 0: the default)");
   args.option("--train-max-gib", &train_max_gib, "(a) the train's cap in GiB (EvalConfig::train_max_bytes; 0: the default)");
   args.option("--trains", &trains_arg, "(a) trains per timed phase, their median the time (EvalConfig::train_count; 0: the default)");
+  args.flag("--no-split", &no_split, "(a) EvalConfig::train_split off: the whole train with a device sync after every call");
   args.option("--train-queue", &train_queue,
-              "(a) measurement only: a train's calls back to back, this many in flight, one device sync after the last "
+              "(a) measurement only: a whole train back to back (no split), this many in flight, one device sync after the last "
               "(EvalConfig::train_queue; 1: a sync after every call, the servers' train)");
   args.flag("--visible", &visible_a, "(a) the visible workloads only (as an agent's evaluate), not every workload");
   args.flag("--no-train", &no_train, "(a) sampled medians, as without EvalConfig::train");
@@ -310,11 +311,13 @@ int main(int argc, char** argv) {
     if (train_calls_arg > 0) ec.train_window_calls = train_calls_arg;
     if (trains_arg > 0) ec.train_count = trains_arg;
     ec.train_queue = train_queue;
+    if (no_split || train_queue > 1) ec.train_split = false;  // a whole train back to back: no halves
     if (no_train) ec.train = false;
     if (no_prime) ec.train_prime = false;
-    std::printf("(a) vector_add L3, %d fresh runners, %s workloads, train %s%s%s (up to %d per phase, room %.1f GiB, batch cap %.1f GiB)\n",
+    std::printf("(a) vector_add L3, %d fresh runners, %s workloads, train %s%s%s%s (up to %d per phase, room %.1f GiB, batch cap %.1f GiB)\n",
                 runs, visible_a ? "visible" : "every", ec.train ? "on" : "off", ec.train && !ec.train_prime ? " without its prime" : "",
-                ec.train_queue > 1 ? (", calls back to back, " + std::to_string(ec.train_queue) + " in flight (measurement only)").c_str() : "",
+                ec.train_split ? ", split (half synced, half back to back)" : "",
+                !ec.train_split && ec.train_queue > 1 ? (", calls back to back, " + std::to_string(ec.train_queue) + " in flight (measurement only)").c_str() : "",
                 ec.train_count, double(ec.train_bytes) / double(1ull << 30), double(ec.timing.batch_bytes) / double(1ull << 30));
     d2k::runner::Evaluator evaluator(ec);
     fs::path so = evaluator.build_trusted(*task, task->expert_path(3));
@@ -372,6 +375,10 @@ int main(int argc, char** argv) {
             std::string each;  // each train's time per call (the workload's time is their median)
             for (const auto& t : w.trains)
               each += (each.empty() ? "" : " ") + std::to_string(t.calls) + "@" + std::to_string(t.s * 1e6).substr(0, 6) +
+                      (t.half_calls > 0 ? " (split: " + std::to_string(t.half_calls) + " synced @" + std::to_string(t.half_s * 1e6).substr(0, 6) +
+                                              ", back to back @" + std::to_string(t.queued_s * 1e6).substr(0, 6) + ", sync cost " +
+                                              std::to_string(t.sync_call_s * 1e6).substr(0, 5) + (t.floored ? ", floored)" : ")")
+                                        : "") +
                       " (median call claimed " + std::to_string(t.claim_median_call_s * 1e6).substr(0, 6) + ")";
             std::printf("      run %2d %s: sampled median claimed %.1f us; %d calls in %zu trains (calls@us: %s), windows %.1f us = calls %.1f (first %.1f) + snapshot %.1f + hops %.1f; fill charge %.1f\n",
                         i, w.name.c_str(), w.claimed_median_s * 1e6, w.train_calls, w.trains.size(), each.c_str(), p.window.back(), p.claim.back(), p.first.back(), p.late.back(),

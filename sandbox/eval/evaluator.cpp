@@ -88,6 +88,8 @@ struct RunOutcome {
     std::optional<double> begin;    // the train line's write: the window opens
     std::optional<double> end;      // train_end's arrival (or the freeze after it) plus the snapshot's charge
     int calls = 0;                  // the calls the train made (train_end; 0 until then)
+    std::optional<double> mid;      // a split train: train_half's arrival (the first half's end)
+    int half_calls = 0;             // a split train: the first half's calls (train_half)
     double late = 0;                // the train snapshot's charge (inside end)
     double claim_self_s = 0, claim_first_s = 0, claim_median_s = 0;  // the runner's own: diagnosis only
   };
@@ -282,7 +284,8 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
   // The train line: the window opens at its write; its end is train_end's arrival, waited for spinning.
   auto open_train = [&](std::size_t w) {
     const int room = job.workloads[w].train;
-    o.trains[w].back().begin = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s, cfg.train_queue));
+    const int queue = job.workloads[w].split > 0 ? cfg.train_split_queue : cfg.train_queue;
+    o.trains[w].back().begin = o.proc->send_line(train_line(w, std::min(room, std::max(1, cfg.train_min_calls)), cfg.train_cap_s, queue));
     o.proc->set_spin_until(train_spin_until(cfg));
   };
   // The next train of workload w: the owner makes the inputs of the whole room (from the train's
@@ -417,6 +420,19 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         break;
       }
       open_train(w);
+    } else if (name == "train_half") {
+      // A split train's first half ended (frames checked the count and that one is due): the
+      // parent's clock divides the train's window here. The wait for train_end goes on spinning.
+      const auto w = ev.body.at("workload").get<std::size_t>();
+      auto& runs = o.trains[w];
+      if (runs.empty() || !runs.back().begin || runs.back().mid) {
+        o.failure = "forged_frame";
+        o.detail = "a frame the protocol does not allow on the runner's channel: train_half before its train line";
+        o.proc->kill();
+        break;
+      }
+      runs.back().mid = ev.t;
+      runs.back().half_calls = ev.body.at("calls").get<int>();
     } else if (name == "train_end") {
       o.proc->set_spin_until({});
       // The train's end: freeze the agent runner, have the owner take the train's slots (as at a
@@ -737,6 +753,14 @@ bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget) {
   return true;
 }
 
+double split_train_time_s(double synced_s, double queued_s, double sync_call_s, const ParentBound& bound,
+                          bool* floored) {
+  const double cost = std::min(std::max(0.0, sync_call_s), bound.split_sync_cap * std::max(0.0, synced_s));
+  const double floor = (1 - bound.split_eps) * std::max(0.0, synced_s - cost);
+  if (floored != nullptr) *floored = floor > queued_s;
+  return std::max(queued_s, floor);
+}
+
 double train_time_s(double window_s, int calls, double fill_took_s, double fill_ref_s, const ParentBound& bound,
                     double* charge_s) {
   double charge = 0;
@@ -930,6 +954,10 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
                                    : memory > 0 ? static_cast<std::uint64_t>(config_.train_job_fraction * static_cast<double>(memory))
                                                 : std::numeric_limits<std::uint64_t>::max();
       fit_trains(config_, cand_job, budget);  // what still does not fit fails at the owner's allocation, as before
+      // The split train: half the room synced after each call, half back to back (each half at
+      // least train_min_calls).
+      for (auto& wl : cand_job.workloads)
+        wl.split = config_.train_split && wl.train >= 2 * std::max(1, config_.train_min_calls) ? wl.train / 2 : 0;
     }
     ref_so = build_trusted(task, task.reference_path());
     ref_job = cand_job;
@@ -1121,12 +1149,15 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   // (never sent to the agent runner), before the parent's go line opens the phase's window. A CSR
   // structure is host-built (about a second per 50 M nonzeros): a generous wait.
   std::map<std::size_t, std::vector<double>> owner_train_fill_s;  // the owner's own time of each train's fill (its reply)
+  std::map<std::size_t, std::vector<double>> owner_sync_call_s;   // a split train's sync cost, measured by the owner at its fill
   const FillPhase fill_phase = [&](std::size_t w, std::uint64_t key, int calls, int from, std::string& error) -> bool {
     const auto t0 = Clock::now();
     const auto r = ask_owner(arena_fill_line(w, key, calls, from), "filled", w,
                              static_cast<int>(config_.job_timeout_s * 1000), "fill", error);
     res.phases.fill_s += since(t0);
     if (r && from == 0) owner_train_fill_s[w].push_back(r->value("took_s", since(t0)));
+    if (r && from == 0 && r->contains("sync_call_s") && r->at("sync_call_s").is_number())
+      owner_sync_call_s[w].push_back(r->at("sync_call_s").get<double>());
     return r.has_value();
   };
 
@@ -1580,6 +1611,24 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
           te.late_s = tr.late;
           te.claim_median_call_s = tr.claim_median_s;
           te.s = train_time_s(te.window_s, tr.calls, te.fill_s, we.train_fill_ref_s, bound, &te.fill_charge_s);
+          if (cand_job.workloads[w].split > 0) {
+            // The split train: each half on the parent's clock (the fill's charge in both); the
+            // time is the back-to-back half's, floored by the synced half's less the sync's cost
+            // the owner measured right before the train (a missing one counts as 0: the floor's
+            // highest). train_half is due in a split train (frames): without it, or with the halves
+            // out of order, the run is flagged.
+            const auto sync = owner_sync_call_s.find(w);
+            const double o_s = sync != owner_sync_call_s.end() && t < sync->second.size() ? sync->second[t] : 0.0;
+            if (!tr.mid || tr.half_calls < 1 || tr.half_calls >= tr.calls || *tr.mid < *tr.begin || *tr.end < *tr.mid) {
+              res.flags.push_back("forged_result_channel");
+              return finish(Outcome::flagged, "the halves of workload " + we.name + "'s split train do not match its frames");
+            }
+            te.half_calls = tr.half_calls;
+            te.half_s = train_time_s(*tr.mid - *tr.begin, tr.half_calls, te.fill_s, we.train_fill_ref_s, bound, nullptr);
+            te.queued_s = train_time_s(*tr.end - *tr.mid, tr.calls - tr.half_calls, te.fill_s, we.train_fill_ref_s, bound, nullptr);
+            te.sync_call_s = o_s;
+            te.s = split_train_time_s(te.half_s, te.queued_s, o_s, bound, &te.floored);
+          }
           times.push_back(te.s);
           we.train_calls += te.calls;
           we.train_window_s += te.window_s;
@@ -1673,9 +1722,11 @@ CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu,
   // With the train (class 3) the experts are measured as an agent's kernel is (the GPU-resident
   // path, the train's time): the reward compares like with like. The key says which measure.
   const bool by_train = config_.train && config_.gpu_resident;
-  // (Several trains per phase, their median: "|trainsN", so that a cache of single trains is not taken.)
+  // (Several trains per phase, their median: "|trainsN", so that a cache of single trains is not
+  // taken; the split train, "|split": another measure.)
   const int trains = std::clamp(config_.train_count, 1, 16);
-  const std::string measure = !by_train ? "" : trains == 1 ? "|train" : "|trains" + std::to_string(trains);
+  const std::string measure = !by_train ? ""
+                              : (trains == 1 ? "|train" : "|trains" + std::to_string(trains)) + (config_.train_split ? "|split" : "");
   const std::string key = CalibrationCache::key(d.name, driver, toolchain, task.content_hash + measure);
   if (auto hit = calibration_->find(key)) return *hit;
 
@@ -1739,9 +1790,18 @@ json WorkloadEval::to_json() const {
       j["train_claim_s"] = train_claim_s;
       j["train_first_claim_s"] = train_first_claim_s;
       json ts = json::array();
-      for (const auto& t : trains)
-        ts.push_back({{"calls", t.calls}, {"window_s", t.window_s}, {"fill_s", t.fill_s},
-                      {"fill_charge_s", t.fill_charge_s}, {"late_s", t.late_s}, {"s", t.s}});
+      for (const auto& t : trains) {
+        json tj{{"calls", t.calls}, {"window_s", t.window_s}, {"fill_s", t.fill_s},
+                {"fill_charge_s", t.fill_charge_s}, {"late_s", t.late_s}, {"s", t.s}};
+        if (t.half_calls > 0) {  // the split train's halves
+          tj["half_calls"] = t.half_calls;
+          tj["half_s"] = t.half_s;
+          tj["queued_s"] = t.queued_s;
+          tj["sync_call_s"] = t.sync_call_s;
+          tj["floored"] = t.floored;
+        }
+        ts.push_back(tj);
+      }
       j["trains"] = ts;
     }
   }

@@ -73,6 +73,19 @@ struct ParentBound {
   // took 15-21 ms against replays of 15-20 ms, own/replay up to 1.35.)
   double fill_rel_slack = 0.5;
   double fill_allow_s = 1e-3;
+  // The split train (EvalConfig::train_split): the time is the back-to-back half's per-call time,
+  // never below (1 - split_eps) × (the synced half's per-call time - the owner's sync cost, at most
+  // split_sync_cap of the synced time). Calls that overlap through streams of the kernel's own (only
+  // the back-to-back half lets them) gain at most about split_eps over an honest kernel; an honest
+  // kernel's back-to-back time sits about its sync cost below its synced one, so the floor binds it
+  // only when the synced half is slower than that by more, or when its calls are so short that the
+  // sync cost passes the cap. Why the cap: the sync cost (~10 us on the H200) and the synced half's
+  // host noise are the same size as a short call, so (synced - sync cost) says little there (H200,
+  // session 21: calls of 10-20 us whose streams overlapped read 5.2-9.2 us against an honest 6.7-12.1
+  // with the cost subtracted whole); with the cap the floor is at least (1 - split_eps) × 0.9 of the
+  // synced time.
+  double split_eps = 0.02;
+  double split_sync_cap = 0.1;
   // The host path's bound (threat-v4, 2026-12-02): main's older slack, which passed its H200 runs,
   // written in the batch's terms. On main every sample carried its own inputs and hand-over in its
   // per-call overhead with 50 % slack; with the batch that is 50 % of B. The tight constants above
@@ -186,6 +199,16 @@ struct EvalConfig {
   // kernel's work on streams of its own overlap the next calls (docs/timing-protocol.md, "The
   // train's per-call sync"), so no reward may come from it.
   int train_queue = 1;
+  // The split train (docs/timing-protocol.md "The split train"; issue 23's CV): each train's room
+  // in two halves, the first with a device-wide sync after every call, the second back to back
+  // with train_split_queue calls in flight and one sync after the last; the time is the second
+  // half's per-call time on the parent's clock, floored by the first's less the owner-measured cost
+  // of a sync (ParentBound::split_eps). Rooms of fewer than 2 × train_min_calls are not split.
+  // Why: the per-call sync's host share (launch, wake-up, what the host does to the thread) is
+  // what spread a train's time across runners (H200, session 21: 0.7-1.3 %, 26-28 % on a host that
+  // stalled), and back to back it is gone; the first half bounds what overlapping calls could gain.
+  bool train_split = true;
+  int train_split_queue = 3;
   // The job's GPU memory with its trains: the owner's output slots (every workload's timed calls
   // at once, sandbox/runner/wire.cpp output_layout), the owner's copy of them (the phase
   // snapshots) and the input arena. When that passes train_job_fraction of the GPU's memory (or
@@ -261,6 +284,11 @@ struct WorkloadEval {
     // The runner's own median call (its clock, each call from the previous call's sync to its own;
     // untrusted, diagnosis only: bench_gpu (a) compares a median-based time with the window's).
     double claim_median_call_s = 0;
+    // The split train: the first half's calls and per-call time (synced after each), the second
+    // half's per-call time (back to back), the owner's sync cost, and whether the floor set the time.
+    int half_calls = 0;
+    double half_s = 0, queued_s = 0, sync_call_s = 0;
+    bool floored = false;
   };
   std::vector<TrainEval> trains;
   int train_calls = 0;
@@ -444,6 +472,12 @@ bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget);
 // The train's per-call time: (window_s + charge) / calls, the charge being the owner's own time of
 // the train's fill (fill_took_s) beyond (1 + bound.fill_rel_slack) × its replay of the same fill
 // (fill_ref_s) + bound.fill_allow_s; `charge_s` receives it. 0 when calls <= 0 or the window is not finite.
+// A split train's time per call: the back-to-back half's (queued_s), never below
+// (1 - bound.split_eps) × (the synced half's (synced_s) - the sync's own cost (sync_call_s, >= 0,
+// at most bound.split_sync_cap × synced_s)).
+// `floored` says whether the floor set it.
+double split_train_time_s(double synced_s, double queued_s, double sync_call_s, const ParentBound& bound,
+                          bool* floored = nullptr);
 double train_time_s(double window_s, int calls, double fill_took_s, double fill_ref_s, const ParentBound& bound,
                     double* charge_s);
 // The most the candidate's tail may take, given the reference's end (result frame to reap).

@@ -24,7 +24,7 @@ FrameChecker::FrameChecker(const Job& job)
   const bool owner = job.gpu_slots == SlotsRole::owner;
   for (std::size_t w = 0; w < job.workloads.size(); ++w)
     workloads_.push_back({!owner && job.timing.enabled && job.workloads[w].time, timed_slots(job, w), job.workloads[w].train,
-                          std::max(1, job.workloads[w].trains)});
+                          std::max(1, job.workloads[w].trains), job.workloads[w].split});
 }
 
 void FrameChecker::next_workload() {
@@ -86,6 +86,7 @@ std::string FrameChecker::accept(const json& frame) {
     if (phase_ != Phase::after_calls) return "timing_ready before the workload's calls, twice, or for an untimed workload";
     phase_ = workloads_[w_].train > 0 ? Phase::train : Phase::timing;
     primed_ = false;
+    half_ = -1;
     trains_done_ = 0;
     return "";
   }
@@ -94,10 +95,21 @@ std::string FrameChecker::accept(const json& frame) {
     primed_ = true;
     return "";
   }
+  if (ev == "train_half") {  // a split train's first half ended
+    if (phase_ != Phase::train || workloads_[w_].split <= 0 || half_ >= 0)
+      return "train_half outside a split train, or twice in one train";
+    const long long n = index_field(frame, "calls");
+    if (n < 1 || n > workloads_[w_].split) return "train_half without a call count in the first half";
+    half_ = static_cast<int>(n);
+    return "";
+  }
   if (ev == "train_end") {
     if (phase_ != Phase::train) return "train_end without timing_ready, twice, or for a workload without a train";
     const long long n = index_field(frame, "calls");
     if (n < 1 || n > workloads_[w_].train) return "train_end without a call count in the train's room";
+    if (workloads_[w_].split > 0 && (half_ < 0 || n <= half_))
+      return "a split train's train_end without its train_half, or with no call after it";
+    half_ = -1;
     primed_ = false;  // the next train (trains > 1) has its own prime
     if (++trains_done_ >= workloads_[w_].trains) phase_ = Phase::timing;
     return "";

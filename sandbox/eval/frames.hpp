@@ -40,6 +40,7 @@ class FrameChecker {
     int slots = 0;  // most samples a timing_end may announce (every one is handed over)
     int train = 0;  // the train's calls: a train_end with this count is due before timing_end
     int trains = 1;  // that many train_end frames (each after its own optional "primed")
+    int split = 0;   // > 0: each train's "train_half" (1..split calls) is due before its train_end
   };
   std::vector<Wl> workloads_;
   std::size_t seeds_ = 0;
@@ -50,6 +51,7 @@ class FrameChecker {
   std::size_t calls_ = 0;
   bool result_ = false;
   bool primed_ = false;  // this train's "primed" arrived (at most one, before train_end)
+  int half_ = -1;        // this train's "train_half" count (-1: not yet)
   int trains_done_ = 0;  // train_end frames of this workload's phase so far
   std::map<std::size_t, int> samples_;
 };

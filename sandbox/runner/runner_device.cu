@@ -166,4 +166,13 @@ cudaError_t l2_flush(void* buf, std::uint64_t bytes, std::uint32_t salt, cudaStr
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void noop_kernel() {}
+}  // namespace
+
+cudaError_t launch_noop(cudaStream_t stream) {
+  noop_kernel<<<1, 1, 0, stream>>>();
+  return cudaGetLastError();
+}
+
 }  // namespace d2k::runner

@@ -18,4 +18,8 @@ cudaError_t generate(void* ptr, Dtype dtype, std::uint64_t count, const Generato
 // Reads and writes every byte of buf (sized above the L2) so no line of an earlier call survives.
 cudaError_t l2_flush(void* buf, std::uint64_t bytes, std::uint32_t salt, cudaStream_t stream);
 
+// One launch of a kernel that does nothing (one thread): the owner's measure of what a train
+// call's launch and device-wide sync cost the host (the split train's sync cost).
+cudaError_t launch_noop(cudaStream_t stream);
+
 }  // namespace d2k::runner

@@ -635,8 +635,25 @@ class Runner {
   // timed_seed(k, c), a CSR structure once from timed_seed(k, 0), made by the same code as any other
   // runner's; the reply {"filled": w, "error"} goes back on the slots socket once they exist.
   // Returns whether it was a train's fill (from its first call, in a workload with a train).
+  // The host's cost of one train call's launch, device-wide sync and context check when the call
+  // does nothing (a one-thread kernel): the median of 16, on this clock.
+  double measure_sync_call() {
+    std::vector<double> each;
+    for (int i = 0; i < 16; ++i) {
+      const auto t = Clock::now();
+      RUNNER_CUDA(launch_noop(gpu_.stream), runtime_error);
+      RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+      cudaPointerAttributes attr{};
+      RUNNER_CUDA(cudaPointerGetAttributes(&attr, gpu_.flush), runtime_error);
+      each.push_back(seconds_since(t));
+    }
+    std::sort(each.begin(), each.end());
+    return 0.5 * (each[7] + each[8]);
+  }
+
   bool fill_arena(const json& line) {
     const auto t0 = Clock::now();
+    double sync_call_s = -1, took_s = -1;
     std::string error;
     long long w_out = -1;
     bool train_fill = false;
@@ -651,13 +668,20 @@ class Runner {
       train_fill = from == 0 && job_.workloads[w].train > 0;
       make_arena_inputs(w, key, from, calls);
       RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
+      took_s = seconds_since(t0);  // the fill alone (its replay is timed the same way: the fill charge)
+      // A split train's sync cost (its first half's calls each pay it, its second half's do not):
+      // what a call's launch, device-wide sync and context check take on this host when the call
+      // itself does nothing, the median of 16, measured here right before the train.
+      if (train_fill && job_.workloads[w].split > 0) sync_call_s = measure_sync_call();
     } catch (const json::exception& e) {
       error = std::string("bad fill line: ") + e.what();
     } catch (const Stop& s) {
       error = s.message;
     }
     // took_s: the fill's own time here (the parent's round trip adds its pipe hops and wake-ups).
-    const std::string text = json{{"filled", w_out}, {"error", error}, {"took_s", seconds_since(t0)}}.dump() + "\n";
+    json reply{{"filled", w_out}, {"error", error}, {"took_s", took_s >= 0 ? took_s : seconds_since(t0)}};
+    if (sync_call_s >= 0) reply["sync_call_s"] = sync_call_s;
+    const std::string text = reply.dump() + "\n";
     if (::write(slots_fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()))
       throw Stop{Outcome::setup_error, "arena fill reply: " + std::string(std::strerror(errno))};
     if (!error.empty()) throw Stop{Outcome::runtime_error, "arena fill: " + error};
@@ -1131,6 +1155,8 @@ class Runner {
         // device-wide synchronisation (no flush, no bracket: nothing of this process's own work is
         // subtracted, so none can be skipped to gain); the synchronisation keeps a call's work from
         // overlapping the next call's on other streams, as a single call's latency is what is timed.
+        // A split train (WireWorkload::split) makes its second half's calls back to back instead:
+        // the parent's floor from the first half bounds what overlapping calls could gain there.
         // Both lines are read spinning (no sleep): the train line's hop inside the parent's window
         // is then the pipe's alone, not a wake-up of this thread (H200: 150-400 us with a sleep).
         std::string line;
@@ -1157,20 +1183,35 @@ class Runner {
         std::vector<double> each;  // each call's time on this clock, sync to sync (a claim: diagnosis)
         each.reserve(static_cast<std::size_t>(wl.train));
         auto prev = t_train;
-        // Measurement only (TrainStart::queue > 1): up to `queue` calls in flight, paced by an event
-        // after each call on the stream; one device-wide sync after the last.
+        // TrainStart::queue > 1: up to `queue` calls in flight, paced by an event after each call on
+        // the stream, one device-wide sync after the last: the split train's second half, or (no
+        // split) a whole train that way, for measurement only.
         std::vector<cudaEvent_t> ring(static_cast<std::size_t>(ts.queue > 1 ? ts.queue : 0));
         for (auto& e : ring) RUNNER_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), runtime_error);
+        // The split train (WireWorkload::split): the first `split` calls (fewer once half the cap has
+        // passed, after its least) each with a device-wide sync, then "train_half" (the parent's
+        // clock divides the window there), then the rest, back to back, with half the cap of their own.
+        const int half = wl.split > 0 && wl.split < wl.train ? wl.split : 0;
+        int half_made = half > 0 ? -1 : 0;  // the first half's calls once it ended (-1: still in it)
+        auto t_part = t_train;              // the current half's start
         for (int c = 0; c < wl.train; ++c) {
-          if (c >= ts.least && seconds_since(t_train) >= ts.cap_s) break;  // a slow kernel's train
-          if (!ring.empty() && c >= ts.queue) RUNNER_CUDA(cudaEventSynchronize(ring[static_cast<std::size_t>(c % ts.queue)]), runtime_error);
+          if (half_made < 0 && (c >= half || (c >= ts.least && seconds_since(t_train) >= 0.5 * ts.cap_s))) {
+            half_made = c;  // its last call has synced
+            emit_.send({{"event", "train_half"}, {"workload", w}, {"calls", c}});
+            t_part = Clock::now();
+          }
+          const bool queued = !ring.empty() && half_made >= 0;
+          const int in_part = c - std::max(half_made, 0);
+          if (half_made >= 0 && in_part >= ts.least && seconds_since(t_part) >= (half > 0 ? 0.5 : 1.0) * ts.cap_s)
+            break;  // a slow kernel's train
+          const auto slot = static_cast<std::size_t>(in_part % std::max(1, ts.queue));
+          if (queued && in_part >= ts.queue) RUNNER_CUDA(cudaEventSynchronize(ring[slot]), runtime_error);
           ++train;
           use(batch[static_cast<std::size_t>(c)]);
           call();
-          const cudaError_t synced =
-              ring.empty() ? cudaDeviceSynchronize() : cudaEventRecord(ring[static_cast<std::size_t>(c % ts.queue)], gpu_.stream);
+          const cudaError_t synced = queued ? cudaEventRecord(ring[slot], gpu_.stream) : cudaDeviceSynchronize();
           const auto now = Clock::now();
-          if (ring.empty()) each.push_back(std::chrono::duration<double>(now - prev).count());
+          if (!queued) each.push_back(std::chrono::duration<double>(now - prev).count());
           prev = now;
           if (c == 0) first_s = seconds_since(t_train);
           check_context();

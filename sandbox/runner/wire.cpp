@@ -55,6 +55,7 @@ json to_json(const Job& job) {
     json wj = {{"name", w.name}, {"args", args}, {"time", w.time}};
     if (w.train > 0) wj["train"] = w.train;
     if (w.trains != 1) wj["trains"] = w.trains;
+    if (w.split > 0) wj["split"] = w.split;
     if (w.replay_samples > 0) {
       wj["replay_key"] = w.replay_key;
       wj["replay_samples"] = w.replay_samples;
@@ -112,6 +113,8 @@ Job job_from_json(const json& j) {
     if (w.train < 0 || w.train > 100000) bad(c, "bad train call count");
     w.trains = get_or<int>(wj, "trains", 1, c);
     if (w.trains < 1 || w.trains > 16) bad(c, "bad train count (1..16)");
+    w.split = get_or<int>(wj, "split", 0, c);
+    if (w.split < 0 || (w.split > 0 && w.split >= w.train)) bad(c, "bad split: the first half must leave calls for the second");
     w.replay_samples = get_or<int>(wj, "replay_samples", 0, c);
     if (w.replay_samples < 0 || w.replay_samples > 100000) bad(c, "bad replay sample count");
     w.replay_batch = get_or<int>(wj, "replay_batch", 0, c);

@@ -67,6 +67,13 @@ struct WireWorkload {
   // snapshot; the room's slots are reused, the owner keeps each earlier train's snapshot in a place
   // of its own (train_snaps). The workload's time is the median of the trains' times.
   int trains = 1;
+  // The split train (issue 23's CV; docs/timing-protocol.md "The split train"): > 0 makes each
+  // train two halves in one room: its first `split` calls (fewer once half the time cap has
+  // passed) with a device-wide sync after each, then a "train_half" frame, then the rest back to
+  // back (the train line's queue in flight) with one sync after the last. The parent times both
+  // halves; the time is the back-to-back half's, never below the synced half's less the sync's own
+  // cost. 0: one train, a sync after every call.
+  int split = 0;
   int replay_train = 0;          // owner replay only (its go line): the calls the candidate's train made
   // Owner replay only (its go line): the earlier trains (all but the last), each its key and the
   // calls it made; the last train is replayed with replay_key, as the phase.
@@ -198,9 +205,11 @@ std::string arena_fill_line(std::size_t w, std::uint64_t key, int calls, int fro
 // (train -1: at the slots' own offsets; t >= 0: earlier train t's place, train_snaps).
 std::string snap_line(std::size_t w, int from, int calls, int train = -1);
 // The train's go line (keyless; the owner has filled the train's inputs) and its check.
-// `queue` > 1 is for measurement only (bench_gpu --train-queue; never a server's): calls launched
-// back to back with up to `queue` in flight on the stream and one device-wide sync after the last,
-// which lets a kernel's work on other streams overlap the next calls (docs/timing-protocol.md).
+// `queue` > 1: calls launched back to back with up to `queue` in flight on the stream and one
+// device-wide sync after the last. In a split train (WireWorkload::split) that is the second
+// half's way; a whole train that way (no split) is for measurement only (bench_gpu --train-queue,
+// never a server's): it lets a kernel's work on other streams overlap the next calls with nothing
+// to bound it (docs/timing-protocol.md "The train's per-call sync").
 std::string train_line(std::size_t w, int least, double cap_s, int queue = 1);
 struct TrainStart {
   int least = 1;        // calls the train makes whatever the time (1..the room)

@@ -969,3 +969,104 @@ TEST_CASE("class 3, the train: an owner's timed checks merge into runs that coun
   CHECK(kept[8].span == 12);
   CHECK(kept[8].mismatches == 12);
 }
+
+TEST_CASE("class 3, the split train: train_half is due once in a split train, before a train_end with calls after it",
+          "[runner][resident][frames][threat]") {
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[1]};
+  Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  job.gpu_slots = SlotsRole::user;
+  REQUIRE(job.workloads[0].time);
+  job.workloads[0].train = 8;
+  job.workloads[0].split = 4;
+  job.gpu_slots_bytes = 2ull << 20;
+  // The split travels in the job; a first half that leaves no call for the second is refused.
+  CHECK(job_from_json(to_json(job)).workloads[0].split == 4);
+  {
+    nlohmann::json bad = to_json(job);
+    bad["workloads"][0]["split"] = 8;
+    CHECK(code([&] { job_from_json(bad); }) == "bad_job");
+    bad["workloads"][0]["split"] = -1;
+    CHECK(code([&] { job_from_json(bad); }) == "bad_job");
+  }
+  auto to_train = [&](FrameChecker& c) {
+    REQUIRE(c.ready({{"event", "ready"}, {"seq", 0}}) == "");
+    REQUIRE(c.accept({{"event", "call"}, {"workload", 0}, {"seed", 0}, {"seq", 1}}) == "");
+    REQUIRE(c.accept({{"event", "timing_ready"}, {"workload", 0}, {"seq", 2}}) == "");
+    return std::uint64_t{3};
+  };
+  {  // honest: the first half (4 calls, or fewer at half the cap), then train_end with more
+    FrameChecker c(job);
+    std::uint64_t seq = to_train(c);
+    CHECK(c.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 0}, {"calls", 8}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "timing_end"}, {"workload", 0}, {"samples", 3}, {"seq", seq++}}) == "");
+    CHECK(c.all_done());
+    FrameChecker d(job);
+    seq = to_train(d);
+    CHECK(d.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 3}, {"seq", seq++}}) == "");
+    CHECK(d.accept({{"event", "train_end"}, {"workload", 0}, {"calls", 6}, {"seq", seq++}}) == "");
+  }
+  {  // train_end without train_half, or with no call after it
+    FrameChecker c(job);
+    std::uint64_t seq = to_train(c);
+    CHECK(c.accept({{"event", "train_end"}, {"workload", 0}, {"calls", 8}, {"seq", seq}}) != "");
+    FrameChecker d(job);
+    seq = to_train(d);
+    CHECK(d.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq++}}) == "");
+    CHECK(d.accept({{"event", "train_end"}, {"workload", 0}, {"calls", 4}, {"seq", seq}}) != "");
+  }
+  {  // twice, beyond the first half, none, or after train_end
+    FrameChecker c(job);
+    std::uint64_t seq = to_train(c);
+    CHECK(c.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq++}}) == "");
+    CHECK(c.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq}}) != "");
+    FrameChecker d(job);
+    seq = to_train(d);
+    CHECK(d.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 5}, {"seq", seq}}) != "");
+    FrameChecker e(job);
+    seq = to_train(e);
+    CHECK(e.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 0}, {"seq", seq}}) != "");
+    FrameChecker f(job);
+    seq = to_train(f);
+    CHECK(f.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq++}}) == "");
+    CHECK(f.accept({{"event", "train_end"}, {"workload", 0}, {"calls", 8}, {"seq", seq++}}) == "");
+    CHECK(f.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq}}) != "");
+  }
+  {  // a train that is not split never sends one
+    Job whole = job;
+    whole.workloads[0].split = 0;
+    FrameChecker c(whole);
+    std::uint64_t seq = to_train(c);
+    CHECK(c.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq}}) != "");
+  }
+}
+
+TEST_CASE("class 3, the split train: the time is the back-to-back half's, floored by the synced half's less the sync cost",
+          "[runner][resident][threat]") {
+  const ParentBound bound;  // split_eps 2 %
+  bool floored = true;
+  // Honest, vector_add-like (H200, session 21): synced 200 us, back to back 190 us, the sync's cost
+  // 10 us: the floor is 0.98 × 190 = 186.2 us, below: the time is 190 us.
+  CHECK(split_train_time_s(200e-6, 190e-6, 10e-6, bound, &floored) == Approx(190e-6));
+  CHECK_FALSE(floored);
+  // Calls that overlap through streams of the kernel's own (back to back 60 us of real 190): the
+  // floor holds the time at 0.98 × 190 us, at most split_eps below the real per-call time.
+  CHECK(split_train_time_s(200e-6, 60e-6, 10e-6, bound, &floored) == Approx(0.98 * 190e-6));
+  CHECK(floored);
+  // Work moved from the synced half into the back-to-back one (synced 100 us, back to back 280 us):
+  // the time is the larger half, above the real 190 us: nothing gained.
+  CHECK(split_train_time_s(100e-6, 280e-6, 10e-6, bound) == Approx(280e-6));
+  // The other way (synced 300 us, back to back 80 us): the floor, 0.98 × 290 us.
+  CHECK(split_train_time_s(300e-6, 80e-6, 10e-6, bound) == Approx(0.98 * 290e-6));
+  // A sync cost that is missing or negative counts as 0 (the floor's highest).
+  CHECK(split_train_time_s(200e-6, 60e-6, -5e-6, bound) == Approx(0.98 * 200e-6));
+  // Short calls: the sync cost counts for at most split_sync_cap (10 %) of the synced time (H200,
+  // session 21: overlapping 10-20 us calls read 5.2-9.2 us with it subtracted whole). Honest, synced
+  // 20.8 us, back to back 11.2, cost 9.8: the floor, 0.98 × 0.9 × 20.8 us.
+  CHECK(split_train_time_s(20.8e-6, 11.2e-6, 9.8e-6, bound, &floored) == Approx(0.98 * 0.9 * 20.8e-6));
+  CHECK(floored);
+  // Overlapping streams on the same calls (back to back 5.4 us): the same floor.
+  CHECK(split_train_time_s(20.8e-6, 5.4e-6, 9.8e-6, bound) == Approx(0.98 * 0.9 * 20.8e-6));
+  // A call shorter than its sync cost: 0.98 × 0.9 of the synced time, whatever the back-to-back half says.
+  CHECK(split_train_time_s(5e-6, 1e-6, 10e-6, bound) == Approx(0.98 * 0.9 * 5e-6));
+}
