@@ -337,6 +337,13 @@ int main(int argc, char** argv) {
     // median; per workload one list per eps (0: the window time itself; 1: the bare claim).
     const std::vector<double> eps_list = {0.0, 0.01, 0.02, 0.03, 1.0};
     std::map<std::string, std::vector<std::vector<double>>> robust;
+    // The split train's halves per workload (every train of every run): synced, back to back, the
+    // owner's sync cost, and how many trains the floor set.
+    struct Halves {
+      std::vector<double> synced, queued, cost;
+      int floored = 0, trains = 0;
+    };
+    std::map<std::string, Halves> halves;
     for (int i = 0; i < runs; ++i) {
       d2k::runner::EvalRequest req;
       req.task = task;
@@ -354,6 +361,15 @@ int main(int argc, char** argv) {
         per[w.name].second.push_back(w.claimed_median_s * 1e6);
         train_calls[w.name] = w.train_calls;
         train_count[w.name] = static_cast<int>(w.trains.size());
+        for (const auto& t : w.trains) {
+          if (t.half_calls <= 0) continue;
+          Halves& h = halves[w.name];
+          h.synced.push_back(t.half_s * 1e6);
+          h.queued.push_back(t.queued_s * 1e6);
+          h.cost.push_back(t.sync_call_s * 1e6);
+          h.floored += t.floored ? 1 : 0;
+          ++h.trains;
+        }
         if (!w.trains.empty()) {
           auto& lists = robust[w.name];
           lists.resize(eps_list.size());
@@ -407,6 +423,11 @@ int main(int argc, char** argv) {
       }
       std::printf("      %-12s median call, at least (1 - eps) x the window's: %s\n", name.c_str(), line.c_str());
     }
+    for (auto& [name, h] : halves)
+      std::printf("      %-12s split train: synced half %.2f us (CV %.2f%%), back to back %.2f us (CV %.2f%%), the owner's "
+                  "sync cost %.2f us (sd %.2f); the floor set the time in %d of %d trains\n",
+                  name.c_str(), median(h.synced), cv_percent(h.synced), median(h.queued), cv_percent(h.queued),
+                  median(h.cost), sd(h.cost), h.floored, h.trains);
     for (auto& [name, p] : parts)
       std::printf("      %-12s train window %.1f us (sd %.1f) = runner's calls %.1f (sd %.1f; first call %.1f, sd %.1f) "
                   "+ snapshot charge %.1f (sd %.1f) + hops %.1f (sd %.1f); fill charge %.1f (sd %.1f)\n",
@@ -414,11 +435,15 @@ int main(int argc, char** argv) {
                   sd(p.first), median(p.late), sd(p.late), median(p.hops), sd(p.hops), median(p.charge),
                   sd(p.charge));
     const std::vector<double>& medians = per["pow2_64m"].first;  // the summary line's workload
-    std::printf(
-        "(a) timing stability, vector_add L3 on pow2_64m, %s path, %zu fresh runners: median of times %.1f us, "
-        "min %.1f, max %.1f, CV of the times %.2f%%; evaluator total median %.3f s\n",
-        ec.gpu_resident ? "GPU-resident" : "host", medians.size(), median(medians), medians.empty() ? 0 : *std::min_element(medians.begin(), medians.end()),
-        medians.empty() ? 0 : *std::max_element(medians.begin(), medians.end()), cv_percent(medians), median(total));
+    if (medians.empty())
+      std::printf("(a) timing stability: nothing measured (no run timed pow2_64m; each run's reason is above)\n");
+    else
+      std::printf(
+          "(a) timing stability, vector_add L3 on pow2_64m, %s path, %zu fresh runners: median of times %.1f us, "
+          "min %.1f, max %.1f, CV of the times %.2f%%; evaluator total median %.3f s\n",
+          ec.gpu_resident ? "GPU-resident" : "host", medians.size(), median(medians),
+          *std::min_element(medians.begin(), medians.end()), *std::max_element(medians.begin(), medians.end()),
+          cv_percent(medians), median(total));
     std::printf("    ncu: not run by this bench (bench/README.md has the kernel duration by ncu beside the train)\n");
     std::fflush(stdout);
   }
