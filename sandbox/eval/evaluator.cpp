@@ -707,6 +707,11 @@ std::uint64_t resident_job_bytes(const Job& job) {
   return 2 * layout.total_bytes + train_snaps(job, layout).extra + input_arena_bytes(job);
 }
 
+void assign_splits(const EvalConfig& cfg, Job& job) {
+  for (auto& wl : job.workloads)
+    wl.split = cfg.train_split && wl.train >= 2 * std::max(1, cfg.train_min_calls) ? wl.train / 2 : 0;
+}
+
 bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget) {
   const int least = std::max(cfg.train_min_calls, 2);
   // The workload whose train holds the most output bytes (all its trains' copies counted),
@@ -956,8 +961,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
       fit_trains(config_, cand_job, budget);  // what still does not fit fails at the owner's allocation, as before
       // The split train: half the room synced after each call, half back to back (each half at
       // least train_min_calls).
-      for (auto& wl : cand_job.workloads)
-        wl.split = config_.train_split && wl.train >= 2 * std::max(1, config_.train_min_calls) ? wl.train / 2 : 0;
+      assign_splits(config_, cand_job);
     }
     ref_so = build_trusted(task, task.reference_path());
     ref_job = cand_job;

@@ -469,6 +469,10 @@ std::uint64_t resident_job_bytes(const Job& job);
 // down to one per workload, then shortens further, never below cfg.train_min_calls. Returns
 // whether it fits.
 bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget);
+// The split train (cfg.train_split): each workload whose room holds at least 2 × train_min_calls
+// gets split = room / 2 (its first half's calls); the others, and every one without the split, 0.
+// After fit_trains (the rooms it leaves are what is split).
+void assign_splits(const EvalConfig& cfg, Job& job);
 // The train's per-call time: (window_s + charge) / calls, the charge being the owner's own time of
 // the train's fill (fill_took_s) beyond (1 + bound.fill_rel_slack) × its replay of the same fill
 // (fill_ref_s) + bound.fill_allow_s; `charge_s` receives it. 0 when calls <= 0 or the window is not finite.

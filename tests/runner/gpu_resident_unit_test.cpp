@@ -1070,3 +1070,31 @@ TEST_CASE("class 3, the split train: the time is the back-to-back half's, floore
   // A call shorter than its sync cost: 0.98 × 0.9 of the synced time, whatever the back-to-back half says.
   CHECK(split_train_time_s(5e-6, 1e-6, 10e-6, bound) == Approx(0.98 * 0.9 * 5e-6));
 }
+
+TEST_CASE("class 3, the split train: rooms of at least twice the least calls are halved, after the fit; off leaves none",
+          "[runner][resident][threat]") {
+  std::vector<const d2k::tasks::Workload*> wls;
+  for (const auto& w : vector_add().workloads) wls.push_back(&w);
+  Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  REQUIRE(job.workloads.size() >= 3);
+  job.workloads[0].train = 0;   // no train
+  job.workloads[1].train = 5;   // fewer than 2 x 3
+  job.workloads[2].train = 33;  // odd: the first half 16, the second 17
+  EvalConfig cfg;
+  REQUIRE(cfg.train_split);  // the default
+  REQUIRE(cfg.train_min_calls == 3);
+  assign_splits(cfg, job);
+  CHECK(job.workloads[0].split == 0);
+  CHECK(job.workloads[1].split == 0);
+  CHECK(job.workloads[2].split == 16);
+  job.workloads[1].train = 6;
+  assign_splits(cfg, job);
+  CHECK(job.workloads[1].split == 3);
+  // Every split the job carries is one the wire takes (a first half that leaves calls for the second).
+  job.gpu_slots = SlotsRole::user;
+  job.gpu_slots_bytes = 2ull << 20;
+  CHECK(job_from_json(to_json(job)).workloads[2].split == 16);
+  cfg.train_split = false;
+  assign_splits(cfg, job);
+  for (const auto& wl : job.workloads) CHECK(wl.split == 0);
+}
