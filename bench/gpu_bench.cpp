@@ -332,7 +332,7 @@ int main(int argc, char** argv) {
       std::vector<double> window, late, claim, first, hops, charge;
     };
     std::map<std::string, Parts> parts;
-    // A median-based time (diagnosis; not what the evaluator reports): per train the runner's own
+    // Unsplit trains (--no-split): a median-based time (diagnosis; not what the evaluator reports): per train the runner's own
     // median call (a claim) but never below (1 - eps) of the train's window time, the trains'
     // median; per workload one list per eps (0: the window time itself; 1: the bare claim).
     const std::vector<double> eps_list = {0.0, 0.01, 0.02, 0.03, 1.0};
@@ -370,7 +370,9 @@ int main(int argc, char** argv) {
           h.floored += t.floored ? 1 : 0;
           ++h.trains;
         }
-        if (!w.trains.empty()) {
+        // (A split train's time is already its back-to-back half's: the claim-based lines are for
+        // unsplit trains only.)
+        if (!w.trains.empty() && w.trains.front().half_calls <= 0) {
           auto& lists = robust[w.name];
           lists.resize(eps_list.size());
           for (std::size_t e = 0; e < eps_list.size(); ++e) {

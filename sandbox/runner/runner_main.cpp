@@ -326,6 +326,21 @@ class Runner {
     return {ms * 1e-3, std::chrono::duration<double>(t1 - t0).count()};
   }
 
+  // The host's cost of one train call's launch, device-wide sync and context check when the call
+  // does nothing (a one-thread kernel): the median of 16, on this clock (a split train's sync cost).
+  double measure_sync_call() {
+    std::vector<double> each;
+    for (int i = 0; i < 16; ++i) {
+      const auto t = Clock::now();
+      RUNNER_CUDA(launch_noop(gpu_.stream), runtime_error);
+      RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
+      cudaPointerAttributes attr{};
+      RUNNER_CUDA(cudaPointerGetAttributes(&attr, gpu_.flush), runtime_error);
+      each.push_back(seconds_since(t));
+    }
+    return median(each);
+  }
+
   void measure_overhead() {
     std::vector<double> walls, whole;
     for (int i = 0; i < 25; ++i) {
@@ -635,22 +650,6 @@ class Runner {
   // timed_seed(k, c), a CSR structure once from timed_seed(k, 0), made by the same code as any other
   // runner's; the reply {"filled": w, "error"} goes back on the slots socket once they exist.
   // Returns whether it was a train's fill (from its first call, in a workload with a train).
-  // The host's cost of one train call's launch, device-wide sync and context check when the call
-  // does nothing (a one-thread kernel): the median of 16, on this clock.
-  double measure_sync_call() {
-    std::vector<double> each;
-    for (int i = 0; i < 16; ++i) {
-      const auto t = Clock::now();
-      RUNNER_CUDA(launch_noop(gpu_.stream), runtime_error);
-      RUNNER_CUDA(cudaDeviceSynchronize(), runtime_error);
-      cudaPointerAttributes attr{};
-      RUNNER_CUDA(cudaPointerGetAttributes(&attr, gpu_.flush), runtime_error);
-      each.push_back(seconds_since(t));
-    }
-    std::sort(each.begin(), each.end());
-    return 0.5 * (each[7] + each[8]);
-  }
-
   bool fill_arena(const json& line) {
     const auto t0 = Clock::now();
     double sync_call_s = -1, took_s = -1;
@@ -1230,14 +1229,8 @@ class Runner {
         RUNNER_CUDA(cudaGetLastError(), runtime_error);
         // self_s, first_s, median_s (the median call): this process's own clock (claims, for
         // diagnosis; never in any time).
-        double median_s = 0;
-        if (!each.empty()) {
-          std::sort(each.begin(), each.end());
-          const std::size_t k = each.size();
-          median_s = k % 2 == 1 ? each[k / 2] : 0.5 * (each[k / 2 - 1] + each[k / 2]);
-        }
         emit_.send({{"event", "train_end"}, {"workload", w}, {"calls", train}, {"self_s", seconds_since(t_train)},
-                    {"first_s", first_s}, {"median_s", median_s}});
+                    {"first_s", first_s}, {"median_s", median(each)}});
       }
       const PhaseStart start = read_phase_line(w, keyless);
       const int warm = start.warmup;
