@@ -229,6 +229,7 @@ int main(int argc, char** argv) {
   double seconds = 30, train_gib = 0, train_max_gib = 0;
   int train_calls_arg = 0, trains_arg = 0, train_queue = 1;
   bool no_train = false, no_prime = false, visible_a = false, no_split = false;
+  int retries_arg = -1;
   std::string sessions_arg = "8,32,64", tasks_arg = "vector_add,softmax", throughput_arg = "vector_add,softmax",
               only = "dabc";
   d2k::bench::Args args("bench_gpu",
@@ -250,6 +251,7 @@ int main(int argc, char** argv) {
   args.option("--train-max-gib", &train_max_gib, "(a) the train's cap in GiB (EvalConfig::train_max_bytes; 0: the default)");
   args.option("--trains", &trains_arg, "(a) trains per timed phase, their median the time (EvalConfig::train_count; 0: the default)");
   args.flag("--no-split", &no_split, "(a) EvalConfig::train_split off: the whole train with a device sync after every call");
+  args.option("--retries", &retries_arg, "(a) disturbed split trains made again at most this often (EvalConfig::train_retries; 0: none; default: the config's)");
   args.option("--train-queue", &train_queue,
               "(a) measurement only: a whole train back to back (no split), this many in flight, one device sync after the last "
               "(EvalConfig::train_queue; 1: a sync after every call, the servers' train)");
@@ -312,11 +314,12 @@ int main(int argc, char** argv) {
     if (trains_arg > 0) ec.train_count = trains_arg;
     ec.train_queue = train_queue;
     if (no_split || train_queue > 1) ec.train_split = false;  // a whole train back to back: no halves
+    if (retries_arg >= 0) ec.train_retries = retries_arg;
     if (no_train) ec.train = false;
     if (no_prime) ec.train_prime = false;
     std::printf("(a) vector_add L3, %d fresh runners, %s workloads, train %s%s%s%s (up to %d per phase, room %.1f GiB, batch cap %.1f GiB)\n",
                 runs, visible_a ? "visible" : "every", ec.train ? "on" : "off", ec.train && !ec.train_prime ? " without its prime" : "",
-                ec.train_split ? ", split (half synced, half back to back)" : "",
+                ec.train_split ? (", split (half synced, half back to back), disturbed trains made again up to " + std::to_string(ec.train_retries) + " times").c_str() : "",
                 !ec.train_split && ec.train_queue > 1 ? (", calls back to back, " + std::to_string(ec.train_queue) + " in flight (measurement only)").c_str() : "",
                 ec.train_count, double(ec.train_bytes) / double(1ull << 30), double(ec.timing.batch_bytes) / double(1ull << 30));
     d2k::runner::Evaluator evaluator(ec);
@@ -342,6 +345,7 @@ int main(int argc, char** argv) {
     struct Halves {
       std::vector<double> synced, queued, cost;
       int floored = 0, trains = 0;
+      int retried = 0, runs_retried = 0, most = 0;  // discarded trains, runs with one, most in one run
     };
     std::map<std::string, Halves> halves;
     for (int i = 0; i < runs; ++i) {
@@ -369,6 +373,12 @@ int main(int argc, char** argv) {
           h.cost.push_back(t.sync_call_s * 1e6);
           h.floored += t.floored ? 1 : 0;
           ++h.trains;
+        }
+        if (!w.retried_trains.empty()) {
+          Halves& h = halves[w.name];
+          h.retried += static_cast<int>(w.retried_trains.size());
+          ++h.runs_retried;
+          h.most = std::max(h.most, static_cast<int>(w.retried_trains.size()));
         }
         // (A split train's time is already its back-to-back half's: the claim-based lines are for
         // unsplit trains only.)
@@ -398,6 +408,9 @@ int main(int argc, char** argv) {
                                               std::to_string(t.sync_call_s * 1e6).substr(0, 5) + (t.floored ? ", floored)" : ")")
                                         : "") +
                       " (median call claimed " + std::to_string(t.claim_median_call_s * 1e6).substr(0, 6) + ")";
+            for (const auto& t : w.retried_trains)  // discarded: disturbed
+              each += " [made again: synced @" + std::to_string(t.half_s * 1e6).substr(0, 6) + ", back to back @" +
+                      std::to_string(t.queued_s * 1e6).substr(0, 6) + ", sync cost " + std::to_string(t.sync_call_s * 1e6).substr(0, 5) + "]";
             std::printf("      run %2d %s: sampled median claimed %.1f us; %d calls in %zu trains (calls@us: %s), windows %.1f us = calls %.1f (first %.1f) + snapshot %.1f + hops %.1f; fill charge %.1f\n",
                         i, w.name.c_str(), w.claimed_median_s * 1e6, w.train_calls, w.trains.size(), each.c_str(), p.window.back(), p.claim.back(), p.first.back(), p.late.back(),
                         p.hops.back(), p.charge.back());
@@ -427,9 +440,10 @@ int main(int argc, char** argv) {
     }
     for (auto& [name, h] : halves)
       std::printf("      %-12s split train: synced half %.2f us (CV %.2f%%), back to back %.2f us (CV %.2f%%), the owner's "
-                  "sync cost %.2f us (sd %.2f); the floor set the time in %d of %d trains\n",
+                  "sync cost %.2f us (sd %.2f); the floor set the time in %d of %d trains; %d disturbed trains made again "
+                  "(in %d runs, at most %d in one)\n",
                   name.c_str(), median(h.synced), cv_percent(h.synced), median(h.queued), cv_percent(h.queued),
-                  median(h.cost), sd(h.cost), h.floored, h.trains);
+                  median(h.cost), sd(h.cost), h.floored, h.trains, h.retried, h.runs_retried, h.most);
     for (auto& [name, p] : parts)
       std::printf("      %-12s train window %.1f us (sd %.1f) = runner's calls %.1f (sd %.1f; first call %.1f, sd %.1f) "
                   "+ snapshot charge %.1f (sd %.1f) + hops %.1f (sd %.1f); fill charge %.1f (sd %.1f)\n",

@@ -94,6 +94,7 @@ struct RunOutcome {
     double claim_self_s = 0, claim_first_s = 0, claim_median_s = 0;  // the runner's own: diagnosis only
   };
   std::map<std::size_t, std::vector<Train>> trains;  // workload → its trains, in order (the last one: the current)
+  std::map<std::size_t, int> retried;                 // workload → trains discarded and made again (TrainRetry)
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
@@ -226,6 +227,10 @@ using SnapPhase = std::function<double(std::size_t w, int from, int calls, int t
 // its CUDA context and any GPU work it left may still exist): announced samples are filled in.
 using OnResult = std::function<void(const RunOutcome&)>;
 
+// Called at a split train's train_end (its snapshot taken) while retries are left: true discards
+// the train (EvalConfig::train_retries) and the phase makes it again from fresh inputs.
+using TrainRetry = std::function<bool(std::size_t w, const RunOutcome::Train&)>;
+
 // How long the parent waits for a train's train_end spinning: twice the train's cap and 50 ms (an
 // honest train ends by its cap plus one call); a train that runs longer is a slow kernel's, whose
 // window is long enough that a wake-up's hop does not matter, or a hung one.
@@ -238,7 +243,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
                    const SlotsHook& on_slots = {}, const std::vector<int>& pass_fds = {},
                    const std::function<void()>& before_key = {}, const Layout* snapshot = nullptr,
                    const SnapPhase& snap_phase = {}, const FillPhase& fill_phase = {},
-                   const OnResult& on_result = {}) {
+                   const OnResult& on_result = {}, const TrainRetry& retry_train = {}) {
   RunOutcome o;
   if (snapshot != nullptr) o.hash_key = fresh_secret();
   o.proc = pool.take();
@@ -476,6 +481,17 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       cur.claim_self_s = claim("self_s");
       cur.claim_first_s = claim("first_s");
       cur.claim_median_s = claim("median_s");
+      if (retry_train && cur.mid && o.retried[w] < cfg.train_retries && retry_train(w, cur)) {
+        // A disturbed train (EvalConfig::train_retries): discarded whole, made again from fresh
+        // inputs (the last train's came from the phase's key: the phase gets a fresh one) into the
+        // same slots, its snapshot to the same place; the runner reads the next line as a train's.
+        ++o.retried[w];
+        runs.pop_back();
+        if (last) o.keys[w] = fresh_secret();
+        frames.train_again();
+        if (!start_train(w)) break;
+        continue;
+      }
       if (!last) {  // the next train: fresh inputs from a key of its own
         if (!start_train(w)) break;
         continue;
@@ -764,6 +780,15 @@ double split_train_time_s(double synced_s, double queued_s, double sync_call_s, 
   const double floor = (1 - bound.split_eps) * std::max(0.0, synced_s - cost);
   if (floored != nullptr) *floored = floor > queued_s;
   return std::max(queued_s, floor);
+}
+
+bool split_train_disturbed(double synced_s, double queued_s, double sync_call_s, const ParentBound& bound,
+                           double band) {
+  if (!(synced_s > 0) || !(queued_s > 0) || !std::isfinite(synced_s) || !std::isfinite(queued_s)) return false;
+  const double cost = std::max(0.0, sync_call_s);
+  if (cost > bound.split_sync_cap * synced_s) return false;  // short calls: the capped floor is the rule
+  const double rest = synced_s - cost;
+  return (1 - bound.split_eps) * rest > (1 + band) * queued_s || queued_s > (1 + band) * rest;
 }
 
 double train_time_s(double window_s, int calls, double fill_took_s, double fill_ref_s, const ParentBound& bound,
@@ -1165,6 +1190,32 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     return r.has_value();
   };
 
+  // A disturbed split train (EvalConfig::train_retries): its halves on the parent's clock, raw (no
+  // fill charge: the same in both), against the sync cost the owner measured at its fill. When it
+  // is discarded, so are that fill's figures (the next fill's come in their place).
+  std::map<std::size_t, std::vector<WorkloadEval::TrainEval>> retried_trains;
+  const TrainRetry retry_train = [&](std::size_t w, const RunOutcome::Train& tr) -> bool {
+    if (!tr.mid || !tr.begin || !tr.end || tr.half_calls < 1 || tr.calls <= tr.half_calls) return false;
+    auto& fills = owner_train_fill_s[w];
+    auto& syncs = owner_sync_call_s[w];
+    WorkloadEval::TrainEval te;
+    te.calls = tr.calls;
+    te.half_calls = tr.half_calls;
+    te.half_s = (*tr.mid - *tr.begin) / tr.half_calls;
+    te.queued_s = (*tr.end - *tr.mid) / (tr.calls - tr.half_calls);
+    te.sync_call_s = syncs.empty() ? 0.0 : syncs.back();
+    if (!split_train_disturbed(te.half_s, te.queued_s, te.sync_call_s, bound, config_.train_retry_band)) return false;
+    te.window_s = *tr.end - *tr.begin;
+    te.fill_s = fills.empty() ? tr.fill_s.value_or(0.0) : fills.back();
+    te.late_s = tr.late;
+    te.claim_median_call_s = tr.claim_median_s;
+    te.s = split_train_time_s(te.half_s, te.queued_s, te.sync_call_s, bound, &te.floored);
+    retried_trains[w].push_back(te);
+    if (!fills.empty()) fills.pop_back();
+    if (!syncs.empty()) syncs.pop_back();
+    return true;
+  };
+
   // The owner's replay of every timed call the candidate made in each workload's phase: the key the
   // parent released to it, its warm-ups and the samples it announced (also set in ref_job).
   auto replay_of = [&](const RunOutcome& c) {
@@ -1228,7 +1279,8 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
                    })
                             : std::function<void()>(),
                    resident ? nullptr : &cand_snapshot_layout, resident ? snap_phase : SnapPhase(),
-                   resident && arena_fd >= 0 ? fill_phase : FillPhase(), resident ? early_replay : OnResult());
+                   resident && arena_fd >= 0 ? fill_phase : FillPhase(), resident ? early_replay : OnResult(),
+                   resident && arena_fd >= 0 ? retry_train : TrainRetry());
     release_pools();
     if (slots_fd >= 0) {  // the candidate's runner has exited: its mapping is gone
       ::close(slots_fd);
@@ -1601,6 +1653,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
           return finish(Outcome::flagged, "the trains of workload " + we.name + " do not match what the runner reported while running");
         }
         we.train_fill_ref_s = ref.result->workloads[w].train_fill_s;
+        if (const auto rt = retried_trains.find(w); rt != retried_trains.end()) we.retried_trains = rt->second;
         std::vector<double> times;
         for (std::size_t t = 0; t < it->second.size(); ++t) {
           const auto& tr = it->second[t];
@@ -1727,10 +1780,11 @@ CalibrationEntry Evaluator::calibrate(const tasks::Task& task, int gpu,
   // path, the train's time): the reward compares like with like. The key says which measure.
   const bool by_train = config_.train && config_.gpu_resident;
   // (Several trains per phase, their median: "|trainsN", so that a cache of single trains is not
-  // taken; the split train, "|split": another measure.)
+  // taken; the split train, "|split": another measure; with disturbed trains made again, "|retryN".)
   const int trains = std::clamp(config_.train_count, 1, 16);
+  const std::string retry = config_.train_split && config_.train_retries > 0 ? "|retry" + std::to_string(config_.train_retries) : "";
   const std::string measure = !by_train ? ""
-                              : (trains == 1 ? "|train" : "|trains" + std::to_string(trains)) + (config_.train_split ? "|split" : "");
+                              : (trains == 1 ? "|train" : "|trains" + std::to_string(trains)) + (config_.train_split ? "|split" : "") + retry;
   const std::string key = CalibrationCache::key(d.name, driver, toolchain, task.content_hash + measure);
   if (auto hit = calibration_->find(key)) return *hit;
 
@@ -1793,20 +1847,24 @@ json WorkloadEval::to_json() const {
       j["train_late_s"] = train_late_s;
       j["train_claim_s"] = train_claim_s;
       j["train_first_claim_s"] = train_first_claim_s;
-      json ts = json::array();
-      for (const auto& t : trains) {
-        json tj{{"calls", t.calls}, {"window_s", t.window_s}, {"fill_s", t.fill_s},
-                {"fill_charge_s", t.fill_charge_s}, {"late_s", t.late_s}, {"s", t.s}};
-        if (t.half_calls > 0) {  // the split train's halves
-          tj["half_calls"] = t.half_calls;
-          tj["half_s"] = t.half_s;
-          tj["queued_s"] = t.queued_s;
-          tj["sync_call_s"] = t.sync_call_s;
-          tj["floored"] = t.floored;
+      auto trains_json = [](const std::vector<TrainEval>& v) {
+        json ts = json::array();
+        for (const auto& t : v) {
+          json tj{{"calls", t.calls}, {"window_s", t.window_s}, {"fill_s", t.fill_s},
+                  {"fill_charge_s", t.fill_charge_s}, {"late_s", t.late_s}, {"s", t.s}};
+          if (t.half_calls > 0) {  // the split train's halves
+            tj["half_calls"] = t.half_calls;
+            tj["half_s"] = t.half_s;
+            tj["queued_s"] = t.queued_s;
+            tj["sync_call_s"] = t.sync_call_s;
+            tj["floored"] = t.floored;
+          }
+          ts.push_back(tj);
         }
-        ts.push_back(tj);
-      }
-      j["trains"] = ts;
+        return ts;
+      };
+      j["trains"] = trains_json(trains);
+      if (!retried_trains.empty()) j["retried_trains"] = trains_json(retried_trains);
     }
   }
   if (launches) {

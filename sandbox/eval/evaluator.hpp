@@ -209,6 +209,19 @@ struct EvalConfig {
   // stalled), and back to back it is gone; the first half bounds what overlapping calls could gain.
   bool train_split = true;
   int train_split_queue = 3;
+  // A disturbed split train is run again (docs/timing-protocol.md "Disturbed trains"): when its
+  // two halves disagree by more than train_retry_band (split_train_disturbed: the synced half's
+  // floor above the back-to-back half, or the back-to-back half above the synced half less its
+  // sync cost), the parent discards it (its time and its outputs) and the phase makes the train
+  // again from fresh inputs (a fresh key), up to train_retries more times; the last one made counts,
+  // whatever it reads. Why: a host stall of the parent (train_half read late: the synced half long,
+  // the back-to-back half impossibly short) or of the runner (the GPU idle between synced calls)
+  // set one train's time 5-10 % to 5x high in 1 of 2 fresh runners on one H200 host (session 22,
+  // bench_gpu (a): CVs of 38-78 %). The parent's clock still measures every counted train, so a
+  // retry changes which valid train counts, never what a train may claim. Short calls (the floor's
+  // sync cost at its cap) are never retried: there the floor sets the time by design.
+  int train_retries = 3;
+  double train_retry_band = 0.01;
   // The job's GPU memory with its trains: the owner's output slots (every workload's timed calls
   // at once, sandbox/runner/wire.cpp output_layout), the owner's copy of them (the phase
   // snapshots) and the input arena. When that passes train_job_fraction of the GPU's memory (or
@@ -291,6 +304,9 @@ struct WorkloadEval {
     bool floored = false;
   };
   std::vector<TrainEval> trains;
+  // Trains run again (EvalConfig::train_retries): the discarded ones' figures (diagnosis only;
+  // their outputs were not compared and their times count nowhere).
+  std::vector<TrainEval> retried_trains;
   int train_calls = 0;
   double train_window_s = 0;
   double train_fill_charge_s = 0;
@@ -473,15 +489,21 @@ bool fit_trains(const EvalConfig& cfg, Job& job, std::uint64_t budget);
 // gets split = room / 2 (its first half's calls); the others, and every one without the split, 0.
 // After fit_trains (the rooms it leaves are what is split).
 void assign_splits(const EvalConfig& cfg, Job& job);
-// The train's per-call time: (window_s + charge) / calls, the charge being the owner's own time of
-// the train's fill (fill_took_s) beyond (1 + bound.fill_rel_slack) × its replay of the same fill
-// (fill_ref_s) + bound.fill_allow_s; `charge_s` receives it. 0 when calls <= 0 or the window is not finite.
 // A split train's time per call: the back-to-back half's (queued_s), never below
 // (1 - bound.split_eps) × (the synced half's (synced_s) - the sync's own cost (sync_call_s, >= 0,
 // at most bound.split_sync_cap × synced_s)).
 // `floored` says whether the floor set it.
 double split_train_time_s(double synced_s, double queued_s, double sync_call_s, const ParentBound& bound,
                           bool* floored = nullptr);
+// Whether a split train's halves (per-call times on the parent's clock) disagree by more than
+// `band`: the floor of split_train_time_s above (1 + band) × queued_s, or queued_s above (1 + band) ×
+// (synced_s - sync_call_s). False for calls so short that the sync cost passes its cap (the floor
+// sets their time by design) and for halves that are not positive. band = -1: every other train.
+bool split_train_disturbed(double synced_s, double queued_s, double sync_call_s, const ParentBound& bound,
+                           double band);
+// The train's per-call time: (window_s + charge) / calls, the charge being the owner's own time of
+// the train's fill (fill_took_s) beyond (1 + bound.fill_rel_slack) × its replay of the same fill
+// (fill_ref_s) + bound.fill_allow_s; `charge_s` receives it. 0 when calls <= 0 or the window is not finite.
 double train_time_s(double window_s, int calls, double fill_took_s, double fill_ref_s, const ParentBound& bound,
                     double* charge_s);
 // The most the candidate's tail may take, given the reference's end (result frame to reap).

@@ -33,6 +33,15 @@ void FrameChecker::next_workload() {
   phase_ = Phase::calls;
 }
 
+bool FrameChecker::train_again() {
+  if (trains_done_ < 1 || (phase_ != Phase::train && phase_ != Phase::timing) || w_ >= workloads_.size()) return false;
+  --trains_done_;
+  phase_ = Phase::train;
+  primed_ = false;
+  half_ = -1;
+  return true;
+}
+
 int FrameChecker::announced_samples(std::size_t w) const {
   const auto it = samples_.find(w);
   return it == samples_.end() ? -1 : it->second;

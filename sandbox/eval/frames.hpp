@@ -25,6 +25,10 @@ class FrameChecker {
   // Every later frame, in arrival order: "" when it is the frame due next, else why not.
   std::string accept(const nlohmann::json& frame);
 
+  // The parent discarded the train whose train_end it just accepted (EvalConfig::train_retries):
+  // one more train of this workload is due (its prime, train_half and train_end), the same room.
+  // False (nothing changes) when no train_end of the current workload's phase was accepted.
+  bool train_again();
   bool result_seen() const { return result_; }
   // Every call and timing frame of the job arrived (what an `ok` result must follow).
   bool all_done() const { return w_ >= workloads_.size(); }

@@ -1145,8 +1145,11 @@ class Runner {
       emit_.send({{"event", "timing_ready"}, {"workload", w}});
       // With trains > 1 the same again per train: the owner fills the room anew (fresh inputs from a
       // key of the train's own, the slots poisoned) before each; the phase follows the last one and
-      // numbers its calls from the last train's count.
-      for (int tr = 0; wl.train > 0 && tr < std::max(1, wl.trains); ++tr) {
+      // numbers its calls from the last train's count. After the job's count the parent may send
+      // more trains (it discarded a disturbed one: EvalConfig::train_retries) before the phase
+      // line, which is then read here (`after_trains`).
+      std::string after_trains;
+      for (int tr = 0; wl.train > 0; ++tr) {
         train = 0;
         // The train (issue 23, class 3): the owner has made its calls' inputs and poisoned their
         // slots; from the parent's train line to the train_end frame its clock runs, and that is the
@@ -1159,9 +1162,16 @@ class Runner {
         // Both lines are read spinning (no sleep): the train line's hop inside the parent's window
         // is then the pipe's alone, not a wake-up of this thread (H200: 150-400 us with a sleep).
         std::string line;
-        if (!spin_line(line)) throw Stop{Outcome::bad_job, "no train line on stdin"};
+        if (!spin_line(line)) throw Stop{Outcome::bad_job, tr < std::max(1, wl.trains) ? "no train line on stdin" : "no timing line on stdin"};
         TrainStart ts;
         try {
+          if (tr >= std::max(1, wl.trains)) {  // another train, or the phase line
+            if (!is_prime_line(line, w) && !is_train_line(line)) {
+              after_trains = std::move(line);
+              break;
+            }
+            if (tr >= std::max(1, wl.trains) + kMaxExtraTrains) throw Stop{Outcome::bad_job, "more trains than a phase may make"};
+          }
           if (is_prime_line(line, w)) {
             // The owner's fill ran last on the GPU: switch to this context now, with work of this
             // runner's own (4 bytes of its flush buffer), before the parent opens the window (on the
@@ -1232,7 +1242,7 @@ class Runner {
         emit_.send({{"event", "train_end"}, {"workload", w}, {"calls", train}, {"self_s", seconds_since(t_train)},
                     {"first_s", first_s}, {"median_s", median(each)}});
       }
-      const PhaseStart start = read_phase_line(w, keyless);
+      const PhaseStart start = read_phase_line(w, keyless, wl.train > 0 ? &after_trains : nullptr);
       const int warm = start.warmup;
       // The runner's own figures of its batch (untrusted: reported for diagnosis only; the parent
       // bounds the phase with the reference's).
@@ -1301,9 +1311,10 @@ class Runner {
   // phase's warm-up count drawn by the parent (never in the job), at most the job's max_warmup, and
   // on the host path the phase's key; with an input arena a keyless go line (the owner has made the
   // inputs already: a key would be refused).
-  PhaseStart read_phase_line(std::size_t w, bool keyless) {
+  PhaseStart read_phase_line(std::size_t w, bool keyless, const std::string* read = nullptr) {
     std::string line;
-    if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no timing line on stdin"};
+    if (read != nullptr) line = *read;  // read already, after the phase's trains
+    else if (!std::getline(std::cin, line)) throw Stop{Outcome::bad_job, "no timing line on stdin"};
     try {
       return parse_phase_line(line, w, keyless, warmup_range(job_.timing).second);
     } catch (const WireError& e) {

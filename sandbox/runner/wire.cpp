@@ -398,6 +398,11 @@ bool is_prime_line(const std::string& line, std::size_t w) {
   return true;
 }
 
+bool is_train_line(const std::string& line) {
+  const json j = json::parse(line, nullptr, false);
+  return j.is_object() && j.contains("train");
+}
+
 TrainStart parse_train_line(const std::string& line, std::size_t w, int room) {
   constexpr const char* c = "bad_job";
   json j;

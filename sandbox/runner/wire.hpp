@@ -224,6 +224,12 @@ TrainStart parse_train_line(const std::string& line, std::size_t w, int room);  
 // workload throws WireError bad_job.
 std::string prime_line(std::size_t w);
 bool is_prime_line(const std::string& line, std::size_t w);
+// Whether `line` is a train line at all (a JSON object with "train"); parse_train_line checks it.
+// After a phase's trains the parent may send another train (a disturbed one discarded:
+// EvalConfig::train_retries) before the phase line: the runner tells them apart by this, and makes
+// at most kMaxExtraTrains trains beyond the job's count.
+bool is_train_line(const std::string& line);
+constexpr int kMaxExtraTrains = 16;
 
 // Output bytes of one call of workload w.
 std::uint64_t output_bytes(const WireWorkload& w);

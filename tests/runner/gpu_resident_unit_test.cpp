@@ -13,6 +13,7 @@
 #include <fstream>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -1069,6 +1070,86 @@ TEST_CASE("class 3, the split train: the time is the back-to-back half's, floore
   CHECK(split_train_time_s(20.8e-6, 5.4e-6, 9.8e-6, bound) == Approx(0.98 * 0.9 * 20.8e-6));
   // A call shorter than its sync cost: 0.98 × 0.9 of the synced time, whatever the back-to-back half says.
   CHECK(split_train_time_s(5e-6, 1e-6, 10e-6, bound) == Approx(0.98 * 0.9 * 5e-6));
+}
+
+TEST_CASE("class 3, disturbed trains: a split train whose halves disagree beyond the band is made again",
+          "[runner][resident][threat]") {
+  const ParentBound bound;  // split_eps 2 %, split_sync_cap 10 %
+  const EvalConfig cfg;
+  REQUIRE(cfg.train_retries == 3);
+  REQUIRE(cfg.train_retry_band == Approx(0.01));
+  const double band = cfg.train_retry_band;
+  // Honest vector_add trains on the H200 (session 22, bench_gpu (a)): synced 204.1 us, back to back
+  // 190.8, sync cost 10.2: the halves agree (back to back / (synced - cost) = 0.984).
+  CHECK_FALSE(split_train_disturbed(204.1e-6, 190.8e-6, 10.2e-6, bound, band));
+  CHECK_FALSE(split_train_disturbed(205.13e-6, 191.93e-6, 10.54e-6, bound, band));
+  // Floored a little (0.3 %): within the band, kept.
+  CHECK_FALSE(split_train_disturbed(206.61e-6, 191.41e-6, 10.63e-6, bound, band));
+  // The runner's host stalled between synced calls (synced 214.8, back to back 191.5, cost 11.9:
+  // the floor 3.8 % above): made again.
+  CHECK(split_train_disturbed(214.78e-6, 191.54e-6, 11.89e-6, bound, band));
+  // The parent read train_half late (synced 1061.5 us, back to back 89.6: shorter than the kernel).
+  CHECK(split_train_disturbed(1061.5e-6, 89.6e-6, 10.75e-6, bound, band));
+  // The back-to-back half stalled (275.7 against synced 206 - 10.2).
+  CHECK(split_train_disturbed(206e-6, 275.7e-6, 10.2e-6, bound, band));
+  // Calls that overlap through streams of their own: disturbed too (made again, then floored).
+  CHECK(split_train_disturbed(200e-6, 60e-6, 10e-6, bound, band));
+  // Short calls (the sync cost beyond 10 % of the synced time): the capped floor is their rule, never made again.
+  CHECK_FALSE(split_train_disturbed(20.8e-6, 11.2e-6, 9.8e-6, bound, band));
+  CHECK_FALSE(split_train_disturbed(12.1e-6, 7.4e-6, 9.9e-6, bound, band));
+  // Halves that are not positive or not finite: never (the evaluator flags such halves).
+  CHECK_FALSE(split_train_disturbed(0, 190e-6, 10e-6, bound, band));
+  CHECK_FALSE(split_train_disturbed(200e-6, -1e-6, 10e-6, bound, band));
+  CHECK_FALSE(split_train_disturbed(std::numeric_limits<double>::infinity(), 190e-6, 10e-6, bound, band));
+  // band -1 (tests): every long-call train.
+  CHECK(split_train_disturbed(204.1e-6, 190.8e-6, 10.2e-6, bound, -1));
+}
+
+TEST_CASE("class 3, disturbed trains: the frame checker wants one more train when the parent discards one",
+          "[runner][resident][frames][threat]") {
+  std::vector<const d2k::tasks::Workload*> wls = {&vector_add().workloads[1]};
+  Job job = make_job(vector_add(), wls, {1}, "/x.so", TimingSpec{});
+  job.gpu_slots = SlotsRole::user;
+  job.workloads[0].train = 8;
+  job.workloads[0].split = 4;
+  job.gpu_slots_bytes = 2ull << 20;
+  auto to_train = [&](FrameChecker& c) {
+    REQUIRE(c.ready({{"event", "ready"}, {"seq", 0}}) == "");
+    REQUIRE(c.accept({{"event", "call"}, {"workload", 0}, {"seed", 0}, {"seq", 1}}) == "");
+    CHECK_FALSE(c.train_again());  // no train yet
+    REQUIRE(c.accept({{"event", "timing_ready"}, {"workload", 0}, {"seq", 2}}) == "");
+    CHECK_FALSE(c.train_again());  // no train_end yet
+    return std::uint64_t{3};
+  };
+  FrameChecker c(job);
+  std::uint64_t seq = to_train(c);
+  CHECK(c.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq++}}) == "");
+  CHECK(c.accept({{"event", "train_end"}, {"workload", 0}, {"calls", 8}, {"seq", seq++}}) == "");
+  REQUIRE(c.train_again());
+  // The discarded train's end does not end the phase: timing_end is not due yet, a train is.
+  {
+    FrameChecker d = c;
+    CHECK(d.accept({{"event", "timing_end"}, {"workload", 0}, {"samples", 3}, {"seq", seq}}) != "");
+  }
+  {
+    FrameChecker d = c;  // the new train needs its own train_half
+    CHECK(d.accept({{"event", "train_end"}, {"workload", 0}, {"calls", 8}, {"seq", seq}}) != "");
+  }
+  CHECK(c.accept({{"event", "primed"}, {"workload", 0}, {"seq", seq++}}) == "");
+  CHECK(c.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq++}}) == "");
+  CHECK(c.accept({{"event", "train_end"}, {"workload", 0}, {"calls", 7}, {"seq", seq++}}) == "");
+  {
+    FrameChecker d = c;  // no third train unasked
+    CHECK(d.accept({{"event", "train_half"}, {"workload", 0}, {"calls", 4}, {"seq", seq}}) != "");
+  }
+  CHECK(c.accept({{"event", "timing_end"}, {"workload", 0}, {"samples", 3}, {"seq", seq++}}) == "");
+  CHECK(c.all_done());
+  CHECK_FALSE(c.train_again());  // the phase is over
+  // The runner tells another train from the phase line.
+  CHECK(is_train_line(train_line(0, 3, 0.03, 3)));
+  CHECK_FALSE(is_train_line(prime_line(0)));
+  CHECK_FALSE(is_train_line(R"({"go": 0, "warmup": 2})"));
+  CHECK_FALSE(is_train_line("not json"));
 }
 
 TEST_CASE("class 3, the split train: rooms of at least twice the least calls are halved, after the fit; off leaves none",

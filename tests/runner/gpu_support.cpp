@@ -46,9 +46,14 @@ runner::Evaluator& evaluator() {
     if (const char* e = std::getenv("D2K_GPU_RESIDENT"); e != nullptr) cfg.gpu_resident = std::string(e) == "1";
     if (const char* e = std::getenv("D2K_TRAIN"); e != nullptr) cfg.train = std::string(e) != "0";
     if (const char* e = std::getenv("D2K_TRAINS"); e != nullptr) cfg.train_count = std::clamp(std::atoi(e), 1, 16);
-    std::printf("GPU tests on the %s path, train %s (D2K_TRAIN), %d train(s) per phase (D2K_TRAINS)\n",
+    // D2K_TRAIN_RETRY_BAND=-1: every split train of long calls is disturbed and made again
+    // (D2K_TRAIN_RETRIES times, else the default): the whole suite through the retry's path.
+    if (const char* e = std::getenv("D2K_TRAIN_RETRY_BAND"); e != nullptr) cfg.train_retry_band = std::atof(e);
+    if (const char* e = std::getenv("D2K_TRAIN_RETRIES"); e != nullptr) cfg.train_retries = std::clamp(std::atoi(e), 0, 16);
+    std::printf("GPU tests on the %s path, train %s (D2K_TRAIN), %d train(s) per phase (D2K_TRAINS), disturbed trains "
+                "made again up to %d times (D2K_TRAIN_RETRIES) beyond a band of %g (D2K_TRAIN_RETRY_BAND)\n",
                 cfg.gpu_resident ? "GPU-resident (D2K_GPU_RESIDENT=1)" : "host", cfg.train && cfg.gpu_resident ? "on" : "off",
-                cfg.train_count);
+                cfg.train_count, cfg.train_retries, cfg.train_retry_band);
     ev = std::make_unique<runner::Evaluator>(cfg);
   });
   return *ev;
@@ -61,6 +66,20 @@ runner::Evaluator& evaluator_host() {
     runner::EvalConfig cfg = test_config();
     cfg.gpu_resident = false;
     cfg.agent_pool_size = 1;
+    ev = std::make_unique<runner::Evaluator>(cfg);
+  });
+  return *ev;
+}
+
+runner::Evaluator& evaluator_resident_retrying() {
+  static std::once_flag once;
+  static std::unique_ptr<runner::Evaluator> ev;
+  std::call_once(once, [] {
+    runner::EvalConfig cfg = test_config();
+    cfg.gpu_resident = true;
+    cfg.agent_pool_size = 1;
+    cfg.train_retry_band = -1;
+    cfg.train_retries = 2;
     ev = std::make_unique<runner::Evaluator>(cfg);
   });
   return *ev;

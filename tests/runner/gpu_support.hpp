@@ -16,6 +16,10 @@ namespace d2k::test {
 runner::Evaluator& evaluator();
 // Evaluators of the same configuration with gpu_resident on / off (their own runner pools).
 runner::Evaluator& evaluator_resident();
+// GPU-resident with the train, where every split train of long calls is disturbed
+// (EvalConfig::train_retry_band -1) and made again twice (train_retries 2): the retry's machinery
+// on every such workload.
+runner::Evaluator& evaluator_resident_retrying();
 runner::Evaluator& evaluator_host();
 // True when a GPU is present; otherwise prints a clear SKIP line naming the test.
 bool have_gpu(const char* test_name);

@@ -213,6 +213,62 @@ TEST_CASE("gpu-resident: with launch records (a warm-up recorded per phase) the 
   }
 }
 
+// Disturbed trains (EvalConfig::train_retries): every split train of long calls is made again twice
+// (band -1). The discarded trains' outputs are never compared, the counted one's are: the expert
+// stays ok and unflagged with one train per phase and its two discarded ones reported; a kernel
+// wrong at one element of every call is still incorrect (the counted train and the phase compared).
+TEST_CASE("gpu-resident: disturbed trains are made again; the counted train is compared, the expert stays ok",
+          "[gpu][runner][resident]") {
+  if (!d2k::test::have_gpu("gpu-resident disturbed trains")) return;
+  auto& ev = d2k::test::evaluator_resident_retrying();
+  REQUIRE(ev.config().train);
+  REQUIRE(ev.config().train_split);
+  const auto& task = d2k::test::vector_add();
+  EvalRequest r;
+  r.task = &task;
+  r.so_path = d2k::test::nvcc_build(task.expert_path(3), std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so");
+  r.workloads = WorkloadSet::all;
+  r.seeds = 2;
+  const EvalResult e = ev.evaluate(r);
+  std::printf("experts_L3.so [gpu-resident, every long train made again twice]: %s time=%.3f us flags=%zu %s\n",
+              std::string(d2k::sandbox::to_string(e.status)).c_str(), e.time_s * 1e6, e.flags.size(), e.message.c_str());
+  UNSCOPED_INFO(e.to_json().dump(1).substr(0, 6000));
+  REQUIRE(e.status == d2k::sandbox::Outcome::ok);
+  CHECK(e.flags.empty());
+  int retried_workloads = 0;
+  for (const auto& w : e.workloads) {
+    if (!w.timing || w.trains.empty()) continue;
+    CHECK(w.correct);
+    CHECK(w.trains.size() == 1);
+    const auto& t = w.trains.front();
+    std::printf("   %-18s time %.2f us (synced %.2f, back to back %.2f, sync cost %.2f), %zu made again:", w.name.c_str(),
+                w.timing->median_s * 1e6, t.half_s * 1e6, t.queued_s * 1e6, t.sync_call_s * 1e6, w.retried_trains.size());
+    for (const auto& d : w.retried_trains) std::printf(" [%.2f / %.2f]", d.half_s * 1e6, d.queued_s * 1e6);
+    std::printf("\n");
+    if (t.half_calls <= 0) continue;
+    // Long calls (the sync cost within its cap): made again exactly train_retries times; short ones never.
+    const bool long_calls = t.sync_call_s <= d2k::runner::ParentBound{}.split_sync_cap * t.half_s;
+    if (long_calls) {
+      CHECK(w.retried_trains.size() == 2);
+      ++retried_workloads;
+    } else {
+      CHECK(w.retried_trains.empty());
+    }
+    for (const auto& d : w.retried_trains) {
+      CHECK(d.calls > d.half_calls);
+      CHECK(d.half_s > 0);
+      CHECK(d.queued_s > 0);
+    }
+  }
+  CHECK(retried_workloads >= 2);  // pow2_64m and its odd sibling at least
+  // Wrong at one element of every call: the counted train's calls and the phase's are compared.
+  r.so_path = wrong_at_12345();
+  const EvalResult bad = ev.evaluate(r);
+  std::printf("wrong_at_12345.so [every long train made again twice]: %s %s\n", std::string(d2k::sandbox::to_string(bad.status)).c_str(),
+              bad.message.c_str());
+  CHECK(bad.status == d2k::sandbox::Outcome::incorrect);
+}
+
 // The two evaluations draw their own secret seeds, so the values differ; the index, the count and
 // the relation of the values (the only wrong element sets max_abs) must hold on both paths.
 TEST_CASE("gpu-resident: a wrong element is found at the same index as on the host", "[gpu][runner][resident]") {
