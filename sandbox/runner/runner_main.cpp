@@ -1150,7 +1150,6 @@ class Runner {
       // line, which is then read here (`after_trains`).
       std::string after_trains;
       for (int tr = 0; wl.train > 0; ++tr) {
-        train = 0;
         // The train (issue 23, class 3): the owner has made its calls' inputs and poisoned their
         // slots; from the parent's train line to the train_end frame its clock runs, and that is the
         // workload's time. The calls go one after another with nothing between them but a
@@ -1186,6 +1185,7 @@ class Runner {
         } catch (const WireError& e) {
           throw Stop{Outcome::bad_job, e.what()};
         }
+        train = 0;  // this train's (after the line: the phase line above leaves the last train's count)
         const auto t_train = Clock::now();
         auto beat = t_train;
         double first_s = 0;
