@@ -94,7 +94,7 @@ struct RunOutcome {
     double claim_self_s = 0, claim_first_s = 0, claim_median_s = 0;  // the runner's own: diagnosis only
   };
   std::map<std::size_t, std::vector<Train>> trains;  // workload → its trains, in order (the last one: the current)
-  std::map<std::size_t, int> retried;                 // workload → trains discarded and made again (TrainRetry)
+  std::map<std::size_t, int> retried;                 // workload → times its current train was discarded and made again (TrainRetry)
   std::size_t calls = 0;          // "call" events seen (one per workload and seed)
   bool all_frames = false;        // every call and timing frame the job makes due arrived
   std::vector<std::string> protocol_flags;
@@ -228,8 +228,9 @@ using SnapPhase = std::function<double(std::size_t w, int from, int calls, int t
 using OnResult = std::function<void(const RunOutcome&)>;
 
 // Called at a split train's train_end (its snapshot taken) while retries are left: true discards
-// the train (EvalConfig::train_retries) and the phase makes it again from fresh inputs.
-using TrainRetry = std::function<bool(std::size_t w, const RunOutcome::Train&)>;
+// the train (EvalConfig::train_retries) and the phase makes it again from fresh inputs. `attempt`:
+// how often this train was discarded already (0: its first making).
+using TrainRetry = std::function<bool(std::size_t w, const RunOutcome::Train&, int attempt)>;
 
 // How long the parent waits for a train's train_end spinning: twice the train's cap and 50 ms (an
 // honest train ends by its cap plus one call); a train that runs longer is a slow kernel's, whose
@@ -481,7 +482,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       cur.claim_self_s = claim("self_s");
       cur.claim_first_s = claim("first_s");
       cur.claim_median_s = claim("median_s");
-      if (retry_train && cur.mid && o.retried[w] < cfg.train_retries && retry_train(w, cur)) {
+      if (retry_train && cur.mid && o.retried[w] < cfg.train_retries && retry_train(w, cur, o.retried[w])) {
         // A disturbed train (EvalConfig::train_retries): discarded whole, made again from fresh
         // inputs (the last train's came from the phase's key: the phase gets a fresh one) into the
         // same slots, its snapshot to the same place; the runner reads the next line as a train's.
@@ -492,6 +493,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         if (!start_train(w)) break;
         continue;
       }
+      o.retried[w] = 0;  // the next train (trains > 1) has retries of its own
       if (!last) {  // the next train: fresh inputs from a key of its own
         if (!start_train(w)) break;
         continue;
@@ -1191,10 +1193,12 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   };
 
   // A disturbed split train (EvalConfig::train_retries): its halves on the parent's clock, raw (no
-  // fill charge: the same in both), against the sync cost the owner measured at its fill. When it
-  // is discarded, so are that fill's figures (the next fill's come in their place).
+  // fill charge: the same in both), against the sync cost the owner measured at its fill. A
+  // disagreement that the train's previous making reproduced (its time within the band of this
+  // one's) is the kernel's own, not a stall: kept. When a train is discarded, so are its fill's
+  // figures (the next fill's come in their place).
   std::map<std::size_t, std::vector<WorkloadEval::TrainEval>> retried_trains;
-  const TrainRetry retry_train = [&](std::size_t w, const RunOutcome::Train& tr) -> bool {
+  const TrainRetry retry_train = [&](std::size_t w, const RunOutcome::Train& tr, int attempt) -> bool {
     if (!tr.mid || !tr.begin || !tr.end || tr.half_calls < 1 || tr.calls <= tr.half_calls) return false;
     auto& fills = owner_train_fill_s[w];
     auto& syncs = owner_sync_call_s[w];
@@ -1210,7 +1214,10 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     te.late_s = tr.late;
     te.claim_median_call_s = tr.claim_median_s;
     te.s = split_train_time_s(te.half_s, te.queued_s, te.sync_call_s, bound, &te.floored);
-    retried_trains[w].push_back(te);
+    auto& gone = retried_trains[w];
+    if (attempt > 0 && !gone.empty() && std::abs(te.s - gone.back().s) <= config_.train_retry_band * gone.back().s)
+      return false;  // reproduced
+    gone.push_back(te);
     if (!fills.empty()) fills.pop_back();
     if (!syncs.empty()) syncs.pop_back();
     return true;

@@ -213,11 +213,13 @@ struct EvalConfig {
   // two halves disagree by more than train_retry_band (split_train_disturbed: the synced half's
   // floor above the back-to-back half, or the back-to-back half above the synced half less its
   // sync cost), the parent discards it (its time and its outputs) and the phase makes the train
-  // again from fresh inputs (a fresh key), up to train_retries more times; the last one made counts,
-  // whatever it reads. Why: a host stall of the parent (train_half read late: the synced half long,
-  // the back-to-back half impossibly short) or of the runner (the GPU idle between synced calls)
-  // set one train's time 5-10 % to 5x high in 1 of 2 fresh runners on one H200 host (session 22,
-  // bench_gpu (a): CVs of 38-78 %). The parent's clock still measures every counted train, so a
+  // again from fresh inputs (a fresh key), up to train_retries more times, unless the train's
+  // previous making read the same time within the band (a disagreement that repeats is the kernel's
+  // or the runner process's own, not a stall); the last one made counts, whatever it reads.
+  // Why: a host stall of the parent (train_half read late: the synced half long, the back-to-back
+  // half impossibly short) or of the runner (the GPU idle between synced calls) set one train's
+  // time 3 % to 5x high in up to 1 of 2 fresh runners on one H200 host (session 22, bench_gpu (a):
+  // CVs of 38-78 %). The parent's clock still measures every counted train, so a
   // retry changes which valid train counts, never what a train may claim. Short calls (the floor's
   // sync cost at its cap) are never retried: there the floor sets the time by design.
   int train_retries = 3;
