@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -38,11 +39,23 @@ runner::EvalConfig test_config() {
 }
 }  // namespace
 
+namespace {
+// One evaluator per variant, made on its first use: the test config with `tweak` applied.
+runner::Evaluator& made_once(std::once_flag& once, std::unique_ptr<runner::Evaluator>& ev,
+                             const std::function<void(runner::EvalConfig&)>& tweak) {
+  std::call_once(once, [&] {
+    runner::EvalConfig cfg = test_config();
+    tweak(cfg);
+    ev = std::make_unique<runner::Evaluator>(cfg);
+  });
+  return *ev;
+}
+}  // namespace
+
 runner::Evaluator& evaluator() {
   static std::once_flag once;
   static std::unique_ptr<runner::Evaluator> ev;
-  std::call_once(once, [] {
-    runner::EvalConfig cfg = test_config();
+  return made_once(once, ev, [](runner::EvalConfig& cfg) {
     if (const char* e = std::getenv("D2K_GPU_RESIDENT"); e != nullptr) cfg.gpu_resident = std::string(e) == "1";
     if (const char* e = std::getenv("D2K_TRAIN"); e != nullptr) cfg.train = std::string(e) != "0";
     if (const char* e = std::getenv("D2K_TRAINS"); e != nullptr) cfg.train_count = std::clamp(std::atoi(e), 1, 16);
@@ -54,47 +67,36 @@ runner::Evaluator& evaluator() {
                 "made again up to %d times (D2K_TRAIN_RETRIES) beyond a band of %g (D2K_TRAIN_RETRY_BAND)\n",
                 cfg.gpu_resident ? "GPU-resident (D2K_GPU_RESIDENT=1)" : "host", cfg.train && cfg.gpu_resident ? "on" : "off",
                 cfg.train_count, cfg.train_retries, cfg.train_retry_band);
-    ev = std::make_unique<runner::Evaluator>(cfg);
   });
-  return *ev;
 }
 
 runner::Evaluator& evaluator_host() {
   static std::once_flag once;
   static std::unique_ptr<runner::Evaluator> ev;
-  std::call_once(once, [] {
-    runner::EvalConfig cfg = test_config();
+  return made_once(once, ev, [](runner::EvalConfig& cfg) {
     cfg.gpu_resident = false;
     cfg.agent_pool_size = 1;
-    ev = std::make_unique<runner::Evaluator>(cfg);
   });
-  return *ev;
 }
 
 runner::Evaluator& evaluator_resident_retrying() {
   static std::once_flag once;
   static std::unique_ptr<runner::Evaluator> ev;
-  std::call_once(once, [] {
-    runner::EvalConfig cfg = test_config();
+  return made_once(once, ev, [](runner::EvalConfig& cfg) {
     cfg.gpu_resident = true;
     cfg.agent_pool_size = 1;
     cfg.train_retry_band = -1;
     cfg.train_retries = 2;
-    ev = std::make_unique<runner::Evaluator>(cfg);
   });
-  return *ev;
 }
 
 runner::Evaluator& evaluator_resident() {
   static std::once_flag once;
   static std::unique_ptr<runner::Evaluator> ev;
-  std::call_once(once, [] {
-    runner::EvalConfig cfg = test_config();
+  return made_once(once, ev, [](runner::EvalConfig& cfg) {
     cfg.gpu_resident = true;
     cfg.agent_pool_size = 1;
-    ev = std::make_unique<runner::Evaluator>(cfg);
   });
-  return *ev;
 }
 
 bool have_gpu(const char* test_name) {
