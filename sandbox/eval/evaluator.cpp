@@ -482,7 +482,8 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       cur.claim_self_s = claim("self_s");
       cur.claim_first_s = claim("first_s");
       cur.claim_median_s = claim("median_s");
-      if (retry_train && cur.mid && o.retried[w] < cfg.train_retries && retry_train(w, cur, o.retried[w])) {
+      if (retry_train && cur.mid && o.retried[w] < std::min(cfg.train_retries, kMaxExtraTrains) &&
+          retry_train(w, cur, o.retried[w])) {
         // A disturbed train (EvalConfig::train_retries): discarded whole, made again from fresh
         // inputs (the last train's came from the phase's key: the phase gets a fresh one) into the
         // same slots, its snapshot to the same place; the runner reads the next line as a train's.
@@ -791,6 +792,14 @@ bool split_train_disturbed(double synced_s, double queued_s, double sync_call_s,
   if (cost > bound.split_sync_cap * synced_s) return false;  // short calls: the capped floor is the rule
   const double rest = synced_s - cost;
   return (1 - bound.split_eps) * rest > (1 + band) * queued_s || queued_s > (1 + band) * rest;
+}
+
+bool split_train_retry(double synced_s, double queued_s, double sync_call_s, double previous_s,
+                       const ParentBound& bound, double band) {
+  if (!split_train_disturbed(synced_s, queued_s, sync_call_s, bound, band)) return false;
+  if (!(previous_s > 0)) return true;
+  const double s = split_train_time_s(synced_s, queued_s, sync_call_s, bound);
+  return std::abs(s - previous_s) > band * previous_s;  // within the band: reproduced, kept
 }
 
 double train_time_s(double window_s, int calls, double fill_took_s, double fill_ref_s, const ParentBound& bound,
@@ -1208,15 +1217,14 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     te.half_s = (*tr.mid - *tr.begin) / tr.half_calls;
     te.queued_s = (*tr.end - *tr.mid) / (tr.calls - tr.half_calls);
     te.sync_call_s = syncs.empty() ? 0.0 : syncs.back();
-    if (!split_train_disturbed(te.half_s, te.queued_s, te.sync_call_s, bound, config_.train_retry_band)) return false;
+    auto& gone = retried_trains[w];
+    const double previous_s = attempt > 0 && !gone.empty() ? gone.back().s : 0.0;
+    if (!split_train_retry(te.half_s, te.queued_s, te.sync_call_s, previous_s, bound, config_.train_retry_band)) return false;
     te.window_s = *tr.end - *tr.begin;
     te.fill_s = fills.empty() ? tr.fill_s.value_or(0.0) : fills.back();
     te.late_s = tr.late;
     te.claim_median_call_s = tr.claim_median_s;
     te.s = split_train_time_s(te.half_s, te.queued_s, te.sync_call_s, bound, &te.floored);
-    auto& gone = retried_trains[w];
-    if (attempt > 0 && !gone.empty() && std::abs(te.s - gone.back().s) <= config_.train_retry_band * gone.back().s)
-      return false;  // reproduced
     gone.push_back(te);
     if (!fills.empty()) fills.pop_back();
     if (!syncs.empty()) syncs.pop_back();

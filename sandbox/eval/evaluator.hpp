@@ -222,7 +222,7 @@ struct EvalConfig {
   // CVs of 38-78 %). The parent's clock still measures every counted train, so a
   // retry changes which valid train counts, never what a train may claim. Short calls (the floor's
   // sync cost at its cap) are never retried: there the floor sets the time by design.
-  int train_retries = 3;
+  int train_retries = 3;  // per train; at most kMaxExtraTrains (sandbox/runner/wire.hpp) count
   double train_retry_band = 0.01;
   // The job's GPU memory with its trains: the owner's output slots (every workload's timed calls
   // at once, sandbox/runner/wire.cpp output_layout), the owner's copy of them (the phase
@@ -503,6 +503,12 @@ double split_train_time_s(double synced_s, double queued_s, double sync_call_s, 
 // sets their time by design) and for halves that are not positive. band = -1: every other train.
 bool split_train_disturbed(double synced_s, double queued_s, double sync_call_s, const ParentBound& bound,
                            double band);
+// Whether the parent makes a split train again (EvalConfig::train_retries, while retries are
+// left): its halves are disturbed (above) and, when the same train was made before (previous_s > 0:
+// that making's split_train_time_s), this making's time is not within `band` of it (a disagreement
+// that repeats is the kernel's or the runner process's own: kept).
+bool split_train_retry(double synced_s, double queued_s, double sync_call_s, double previous_s,
+                       const ParentBound& bound, double band);
 // The train's per-call time: (window_s + charge) / calls, the charge being the owner's own time of
 // the train's fill (fill_took_s) beyond (1 + bound.fill_rel_slack) × its replay of the same fill
 // (fill_ref_s) + bound.fill_allow_s; `charge_s` receives it. 0 when calls <= 0 or the window is not finite.

@@ -1169,7 +1169,7 @@ class Runner {
               after_trains = std::move(line);
               break;
             }
-            if (tr >= std::max(1, wl.trains) + kMaxExtraTrains) throw Stop{Outcome::bad_job, "more trains than a phase may make"};
+            if (tr >= std::max(1, wl.trains) * (1 + kMaxExtraTrains)) throw Stop{Outcome::bad_job, "more trains than a phase may make"};
           }
           if (is_prime_line(line, w)) {
             // The owner's fill ran last on the GPU: switch to this context now, with work of this

@@ -227,7 +227,8 @@ bool is_prime_line(const std::string& line, std::size_t w);
 // Whether `line` is a train line at all (a JSON object with "train"); parse_train_line checks it.
 // After a phase's trains the parent may send another train (a disturbed one discarded:
 // EvalConfig::train_retries) before the phase line: the runner tells them apart by this, and makes
-// at most kMaxExtraTrains trains beyond the job's count.
+// at most kMaxExtraTrains more per train of the job's count (the parent makes each train again at
+// most that often).
 bool is_train_line(const std::string& line);
 constexpr int kMaxExtraTrains = 16;
 

@@ -1103,6 +1103,26 @@ TEST_CASE("class 3, disturbed trains: a split train whose halves disagree beyond
   CHECK_FALSE(split_train_disturbed(std::numeric_limits<double>::infinity(), 190e-6, 10e-6, bound, band));
   // band -1 (tests): every long-call train.
   CHECK(split_train_disturbed(204.1e-6, 190.8e-6, 10.2e-6, bound, -1));
+
+  // Made again: disturbed, and not a repeat of the train's previous making (previous_s 0: none).
+  CHECK(split_train_retry(214.78e-6, 191.54e-6, 11.89e-6, 0, bound, band));
+  CHECK_FALSE(split_train_retry(204.1e-6, 190.8e-6, 10.2e-6, 0, bound, band));  // undisturbed
+  // A runner process whose synced call costs ~5 us more than the owner's (H200 23:55Z: synced
+  // 208.1, back to back 191.1, cost 9.84, floor 194.3 us, three makings alike): the second making,
+  // within 1 % of the first, is kept.
+  const double first = split_train_time_s(207.62e-6, 190.65e-6, 9.84e-6, bound);
+  CHECK(first == Approx(0.98 * (207.62e-6 - 9.84e-6)));
+  CHECK_FALSE(split_train_retry(208.12e-6, 191.09e-6, 9.84e-6, first, bound, band));
+  // After a stall (first making 362.9 us), a making at 196.3 us is no repeat: made again.
+  CHECK(split_train_retry(210.3e-6, 191.1e-6, 10.0e-6, 362.9e-6, bound, band));
+  // mempool_scratch on odd_1m (synced 240.0 and 219.2 us, back to back 34.0 and 33.7, cost 9.1 and
+  // 9.8: its pool freed at every sync): 9 % apart, made again; a third at 215.1 us is kept.
+  const double m1 = split_train_time_s(240.03e-6, 34.03e-6, 9.06e-6, bound);
+  CHECK(split_train_retry(219.21e-6, 33.70e-6, 9.82e-6, m1, bound, band));
+  const double m2 = split_train_time_s(219.21e-6, 33.70e-6, 9.82e-6, bound);
+  CHECK_FALSE(split_train_retry(218.0e-6, 33.5e-6, 9.7e-6, m2, bound, band));
+  // band -1 never finds a repeat.
+  CHECK(split_train_retry(204.1e-6, 190.8e-6, 10.2e-6, split_train_time_s(204.1e-6, 190.8e-6, 10.2e-6, bound), bound, -1));
 }
 
 TEST_CASE("class 3, disturbed trains: the frame checker wants one more train when the parent discards one",
