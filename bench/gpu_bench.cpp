@@ -69,6 +69,30 @@ std::vector<std::string> split(const std::string& s) {
 
 double since(steady_clock::time_point t) { return duration<double>(steady_clock::now() - t).count(); }
 
+// The host's NUMA nodes (their CPUs) and each NVIDIA GPU's node and local CPUs, from sysfs: what
+// (a)'s per-run CPUs are read against.
+std::string cpu_topology() {
+  auto trim = [](std::string v) {
+    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+    return v;
+  };
+  std::string out;
+  std::error_code ec;
+  std::vector<fs::path> nodes;
+  for (const auto& e : fs::directory_iterator("/sys/devices/system/node", ec))
+    if (e.path().filename().string().rfind("node", 0) == 0 && fs::exists(e.path() / "cpulist")) nodes.push_back(e.path());
+  std::sort(nodes.begin(), nodes.end());
+  for (const auto& n : nodes)
+    out += (out.empty() ? "" : ", ") + n.filename().string() + " cpus " + trim(read(n / "cpulist"));
+  if (out.empty()) out = "no NUMA nodes in sysfs";
+  for (const auto& e : fs::directory_iterator("/sys/bus/pci/devices", ec)) {
+    if (trim(read(e.path() / "vendor")) != "0x10de" || trim(read(e.path() / "class")).rfind("0x0302", 0) != 0) continue;
+    out += "; GPU " + e.path().filename().string() + " node " + trim(read(e.path() / "numa_node")) + " local cpus " +
+           trim(read(e.path() / "local_cpulist"));
+  }
+  return out;
+}
+
 // nvidia-smi sampling utilization.gpu of one GPU every 200 ms, in a child process, until stop().
 class NvmlSampler {
  public:
@@ -322,6 +346,7 @@ int main(int argc, char** argv) {
                 ec.train_split ? (", split (half synced, half back to back), disturbed trains made again up to " + std::to_string(ec.train_retries) + " times").c_str() : "",
                 !ec.train_split && ec.train_queue > 1 ? (", calls back to back, " + std::to_string(ec.train_queue) + " in flight (measurement only)").c_str() : "",
                 ec.train_count, double(ec.train_bytes) / double(1ull << 30), double(ec.timing.batch_bytes) / double(1ull << 30));
+    std::printf("    host: %s\n", cpu_topology().c_str());  // beside each run's CPUs below (diagnosis)
     d2k::runner::Evaluator evaluator(ec);
     fs::path so = evaluator.build_trusted(*task, task->expert_path(3));
     std::vector<double> total;
@@ -411,9 +436,10 @@ int main(int argc, char** argv) {
             for (const auto& t : w.retried_trains)  // discarded: disturbed
               each += " [made again: synced @" + std::to_string(t.half_s * 1e6).substr(0, 6) + ", back to back @" +
                       std::to_string(t.queued_s * 1e6).substr(0, 6) + ", sync cost " + std::to_string(t.sync_call_s * 1e6).substr(0, 5) + "]";
-            std::printf("      run %2d %s: sampled median claimed %.1f us; %d calls in %zu trains (calls@us: %s), windows %.1f us = calls %.1f (first %.1f) + snapshot %.1f + hops %.1f; fill charge %.1f\n",
+            std::printf("      run %2d %s: sampled median claimed %.1f us; %d calls in %zu trains (calls@us: %s), windows %.1f us = calls %.1f (first %.1f) + snapshot %.1f + hops %.1f; fill charge %.1f; cpu runner %d parent %d\n",
                         i, w.name.c_str(), w.claimed_median_s * 1e6, w.train_calls, w.trains.size(), each.c_str(), p.window.back(), p.claim.back(), p.first.back(), p.late.back(),
-                        p.hops.back(), p.charge.back());
+                        p.hops.back(), p.charge.back(), w.trains.empty() ? -1 : w.trains.back().runner_cpu,
+                        w.trains.empty() ? -1 : w.trains.back().parent_cpu);
           }
         }
       }

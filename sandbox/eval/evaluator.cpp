@@ -3,6 +3,7 @@
 #include "sandbox/eval/frames.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -92,6 +93,9 @@ struct RunOutcome {
     int half_calls = 0;             // a split train: the first half's calls (train_half)
     double late = 0;                // the train snapshot's charge (inside end)
     double claim_self_s = 0, claim_first_s = 0, claim_median_s = 0;  // the runner's own: diagnosis only
+    // Where the two ends ran at train_end (diagnosis: does a runner's dearer sync follow its CPU?):
+    // the CPU the runner's main thread last ran on (/proc, read after the snapshot), the parent's.
+    int runner_cpu = -1, parent_cpu = -1;
   };
   std::map<std::size_t, std::vector<Train>> trains;  // workload → its trains, in order (the last one: the current)
   std::map<std::size_t, int> retried;                 // workload → times its current train was discarded and made again (TrainRetry)
@@ -172,6 +176,19 @@ std::uint64_t keyed_hash_fd(int fd, std::uint64_t offset, std::uint64_t bytes, s
     done += want;
   }
   return h.digest();
+}
+
+int last_cpu_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!pid || !std::getline(in, stat)) return -1;
+  const auto close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string f;
+  for (int i = 3; i <= 39 && (fields >> f); ++i)
+    if (i == 39) return std::atoi(f.c_str());
+  return -1;
 }
 
 std::uint64_t keyed_hash(const char* p, std::uint64_t bytes, std::uint64_t key) {
@@ -475,6 +492,8 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       }
       cur.end = (frozen >= 0 ? frozen : ev.t) + late;
       cur.late = late;
+      cur.runner_cpu = last_cpu_of(o.proc->pid());
+      cur.parent_cpu = ::sched_getcpu();
       auto claim = [&](const char* k) {  // untrusted: a number or nothing
         const auto it = ev.body.find(k);
         return it != ev.body.end() && it->is_number() ? it->get<double>() : 0.0;
@@ -1224,6 +1243,8 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     te.fill_s = fills.empty() ? tr.fill_s.value_or(0.0) : fills.back();
     te.late_s = tr.late;
     te.claim_median_call_s = tr.claim_median_s;
+    te.runner_cpu = tr.runner_cpu;
+    te.parent_cpu = tr.parent_cpu;
     te.s = split_train_time_s(te.half_s, te.queued_s, te.sync_call_s, bound, &te.floored);
     gone.push_back(te);
     if (!fills.empty()) fills.pop_back();
@@ -1682,6 +1703,8 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
           te.fill_s = own != owner_train_fill_s.end() && t < own->second.size() ? own->second[t] : *tr.fill_s;
           te.late_s = tr.late;
           te.claim_median_call_s = tr.claim_median_s;
+          te.runner_cpu = tr.runner_cpu;
+          te.parent_cpu = tr.parent_cpu;
           te.s = train_time_s(te.window_s, tr.calls, te.fill_s, we.train_fill_ref_s, bound, &te.fill_charge_s);
           if (cand_job.workloads[w].split > 0) {
             // The split train: each half on the parent's clock (the fill's charge in both); the
@@ -1866,7 +1889,8 @@ json WorkloadEval::to_json() const {
         json ts = json::array();
         for (const auto& t : v) {
           json tj{{"calls", t.calls}, {"window_s", t.window_s}, {"fill_s", t.fill_s},
-                  {"fill_charge_s", t.fill_charge_s}, {"late_s", t.late_s}, {"s", t.s}};
+                  {"fill_charge_s", t.fill_charge_s}, {"late_s", t.late_s}, {"s", t.s},
+                  {"runner_cpu", t.runner_cpu}, {"parent_cpu", t.parent_cpu}};
           if (t.half_calls > 0) {  // the split train's halves
             tj["half_calls"] = t.half_calls;
             tj["half_s"] = t.half_s;

@@ -4,6 +4,8 @@
 // bounds the claimed times with its own clock.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -304,6 +306,8 @@ struct WorkloadEval {
     int half_calls = 0;
     double half_s = 0, queued_s = 0, sync_call_s = 0;
     bool floored = false;
+    // Diagnosis: the CPU the runner's main thread and the parent last ran on at train_end (-1: unknown).
+    int runner_cpu = -1, parent_cpu = -1;
   };
   std::vector<TrainEval> trains;
   // Trains run again (EvalConfig::train_retries): the discarded ones' figures (diagnosis only;
@@ -528,6 +532,9 @@ bool claimed_time_implausible(const TimingResult& claimed, double phase_wall_s, 
 // The keyed hash of a timed output slot that the parent takes at its phase's end (host path), from
 // the output file and from a buffer (both give the same value for the same bytes and key).
 std::uint64_t keyed_hash_fd(int fd, std::uint64_t offset, std::uint64_t bytes, std::uint64_t key);
+// The CPU that process `pid`'s main thread last ran on (field 39 of /proc/<pid>/stat), or -1
+// (diagnosis: a train's runner_cpu).
+int last_cpu_of(pid_t pid);
 std::uint64_t keyed_hash(const char* p, std::uint64_t bytes, std::uint64_t key);
 // The per-call floor of a timed phase's time (WorkloadEval::median_floor_s).
 double parent_floor_per_call_s(int calls, double window_s, double per_call_overhead_s, double batch_s, const ParentBound& bound);

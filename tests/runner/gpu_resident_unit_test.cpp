@@ -3,10 +3,13 @@
 // and checks, and the frame order of a slot owner. The GPU half is in gpu_resident_gpu_test.cpp.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -1123,6 +1126,35 @@ TEST_CASE("class 3, disturbed trains: a split train whose halves disagree beyond
   CHECK_FALSE(split_train_retry(218.0e-6, 33.5e-6, 9.7e-6, m2, bound, band));
   // band -1 never finds a repeat.
   CHECK(split_train_retry(204.1e-6, 190.8e-6, 10.2e-6, split_train_time_s(204.1e-6, 190.8e-6, 10.2e-6, bound), bound, -1));
+}
+
+TEST_CASE("diagnosis: last_cpu_of reads the CPU a process last ran on, whatever its name", "[runner][resident]") {
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  const int self = last_cpu_of(::getpid());
+  CHECK(self >= 0);
+  if (cpus > 0) CHECK(self < cpus);
+  // A child whose name holds spaces and parentheses (the stat line's name field is parsed from its last ')').
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::prctl(PR_SET_NAME, "a) b (c) 4 5", 0, 0, 0);
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  const int theirs = last_cpu_of(child);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  CHECK(theirs >= 0);
+  if (cpus > 0) CHECK(theirs < cpus);
+  CHECK(last_cpu_of(0) == -1);
+  CHECK(last_cpu_of(child) == -1);  // reaped: no /proc entry
 }
 
 TEST_CASE("class 3, disturbed trains: the frame checker wants one more train when the parent discards one",
