@@ -121,6 +121,31 @@ struct RunOutcome {
 // `pass_fd` (>= 0) is sent on the runner's slots socket right after the job.
 using SlotsHook = std::function<void(RunnerProcess&, const Event&)>;
 
+// One train's figures on the parent's clock (its begin and end set; a split train's mid too, in
+// order): its window per call with the fill's charge (the owner's own time of the train's fill,
+// fill_s, against its replay of it, fill_ref_s; NaN: not known yet, no charge), and for a split
+// train each half the same way and the time by split_train_time_s with the owner's sync cost o_s.
+WorkloadEval::TrainEval train_eval(const RunOutcome::Train& tr, bool split, double fill_s, double fill_ref_s, double o_s,
+                                   const ParentBound& bound) {
+  WorkloadEval::TrainEval te;
+  te.calls = tr.calls;
+  te.window_s = *tr.end - *tr.begin;
+  te.fill_s = fill_s;
+  te.late_s = tr.late;
+  te.claim_median_call_s = tr.claim_median_s;
+  te.runner_cpu = tr.runner_cpu;
+  te.parent_cpu = tr.parent_cpu;
+  te.s = train_time_s(te.window_s, tr.calls, fill_s, fill_ref_s, bound, &te.fill_charge_s);
+  if (split) {
+    te.half_calls = tr.half_calls;
+    te.half_s = train_time_s(*tr.mid - *tr.begin, tr.half_calls, fill_s, fill_ref_s, bound, nullptr);
+    te.queued_s = train_time_s(*tr.end - *tr.mid, tr.calls - tr.half_calls, fill_s, fill_ref_s, bound, nullptr);
+    te.sync_call_s = o_s;
+    te.s = split_train_time_s(te.half_s, te.queued_s, o_s, bound, &te.floored);
+  }
+  return te;
+}
+
 }  // namespace
 
 // A keyed 64-bit hash of an output slot: four lanes of 8-byte words (word i to lane i % 4, each lane
@@ -1221,7 +1246,8 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   };
 
   // A disturbed split train (EvalConfig::train_retries): its halves on the parent's clock, raw (no
-  // fill charge: the same in both), against the sync cost the owner measured at its fill. A
+  // fill charge: the replay's fill is not known yet, and the charge is the same in both halves),
+  // against the sync cost the owner measured at its fill. A
   // disagreement that the train's previous making reproduced (its time within the band of this
   // one's) is the kernel's own, not a stall: kept. When a train is discarded, so are its fill's
   // figures (the next fill's come in their place).
@@ -1230,22 +1256,12 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     if (!tr.mid || !tr.begin || !tr.end || tr.half_calls < 1 || tr.calls <= tr.half_calls) return false;
     auto& fills = owner_train_fill_s[w];
     auto& syncs = owner_sync_call_s[w];
-    WorkloadEval::TrainEval te;
-    te.calls = tr.calls;
-    te.half_calls = tr.half_calls;
-    te.half_s = (*tr.mid - *tr.begin) / tr.half_calls;
-    te.queued_s = (*tr.end - *tr.mid) / (tr.calls - tr.half_calls);
-    te.sync_call_s = syncs.empty() ? 0.0 : syncs.back();
+    const WorkloadEval::TrainEval te =
+        train_eval(tr, true, fills.empty() ? tr.fill_s.value_or(0.0) : fills.back(),
+                   std::numeric_limits<double>::quiet_NaN(), syncs.empty() ? 0.0 : syncs.back(), bound);
     auto& gone = retried_trains[w];
     const double previous_s = attempt > 0 && !gone.empty() ? gone.back().s : 0.0;
     if (!split_train_retry(te.half_s, te.queued_s, te.sync_call_s, previous_s, bound, config_.train_retry_band)) return false;
-    te.window_s = *tr.end - *tr.begin;
-    te.fill_s = fills.empty() ? tr.fill_s.value_or(0.0) : fills.back();
-    te.late_s = tr.late;
-    te.claim_median_call_s = tr.claim_median_s;
-    te.runner_cpu = tr.runner_cpu;
-    te.parent_cpu = tr.parent_cpu;
-    te.s = split_train_time_s(te.half_s, te.queued_s, te.sync_call_s, bound, &te.floored);
     gone.push_back(te);
     if (!fills.empty()) fills.pop_back();
     if (!syncs.empty()) syncs.pop_back();
@@ -1693,37 +1709,24 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
         std::vector<double> times;
         for (std::size_t t = 0; t < it->second.size(); ++t) {
           const auto& tr = it->second[t];
-          WorkloadEval::TrainEval te;
-          te.calls = tr.calls;
-          te.window_s = *tr.end - *tr.begin;
           // The fill charge compares the owner's own time of the train's fill (GPU work by agent
           // code that time-slices with it lengthens it) with its replay of the same fill; the
           // parent's round trip is reported beside (its pipe hops hold no input generation: before
           // them the inputs do not exist, after them the window is open).
-          te.fill_s = own != owner_train_fill_s.end() && t < own->second.size() ? own->second[t] : *tr.fill_s;
-          te.late_s = tr.late;
-          te.claim_median_call_s = tr.claim_median_s;
-          te.runner_cpu = tr.runner_cpu;
-          te.parent_cpu = tr.parent_cpu;
-          te.s = train_time_s(te.window_s, tr.calls, te.fill_s, we.train_fill_ref_s, bound, &te.fill_charge_s);
-          if (cand_job.workloads[w].split > 0) {
-            // The split train: each half on the parent's clock (the fill's charge in both); the
-            // time is the back-to-back half's, floored by the synced half's less the sync's cost
-            // the owner measured right before the train (a missing one counts as 0: the floor's
-            // highest). train_half is due in a split train (frames): without it, or with the halves
-            // out of order, the run is flagged.
-            const auto sync = owner_sync_call_s.find(w);
-            const double o_s = sync != owner_sync_call_s.end() && t < sync->second.size() ? sync->second[t] : 0.0;
-            if (!tr.mid || tr.half_calls < 1 || tr.half_calls >= tr.calls || *tr.mid < *tr.begin || *tr.end < *tr.mid) {
-              res.flags.push_back("forged_result_channel");
-              return finish(Outcome::flagged, "the halves of workload " + we.name + "'s split train do not match its frames");
-            }
-            te.half_calls = tr.half_calls;
-            te.half_s = train_time_s(*tr.mid - *tr.begin, tr.half_calls, te.fill_s, we.train_fill_ref_s, bound, nullptr);
-            te.queued_s = train_time_s(*tr.end - *tr.mid, tr.calls - tr.half_calls, te.fill_s, we.train_fill_ref_s, bound, nullptr);
-            te.sync_call_s = o_s;
-            te.s = split_train_time_s(te.half_s, te.queued_s, o_s, bound, &te.floored);
+          const double fill_s = own != owner_train_fill_s.end() && t < own->second.size() ? own->second[t] : *tr.fill_s;
+          // The split train: each half on the parent's clock (the fill's charge in both); the
+          // time is the back-to-back half's, floored by the synced half's less the sync's cost
+          // the owner measured right before the train (a missing one counts as 0: the floor's
+          // highest). train_half is due in a split train (frames): without it, or with the halves
+          // out of order, the run is flagged.
+          const bool split = cand_job.workloads[w].split > 0;
+          if (split && (!tr.mid || tr.half_calls < 1 || tr.half_calls >= tr.calls || *tr.mid < *tr.begin || *tr.end < *tr.mid)) {
+            res.flags.push_back("forged_result_channel");
+            return finish(Outcome::flagged, "the halves of workload " + we.name + "'s split train do not match its frames");
           }
+          const auto sync = owner_sync_call_s.find(w);
+          const double o_s = sync != owner_sync_call_s.end() && t < sync->second.size() ? sync->second[t] : 0.0;
+          const WorkloadEval::TrainEval te = train_eval(tr, split, fill_s, we.train_fill_ref_s, o_s, bound);
           times.push_back(te.s);
           we.train_calls += te.calls;
           we.train_window_s += te.window_s;
