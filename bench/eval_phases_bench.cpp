@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   int runs = 5, seeds = 3;
   double rel_slack = -1, train_job_gib = 0;  // --rel-slack: the tight bound's overhead_rel_slack (default: EvalConfig's)
   std::vector<std::string> modes = {"host", "resident"}, task_names = {"vector_add", "softmax"};
-  bool all_workloads = false, no_train = false;
+  bool all_workloads = false, no_train = false, reap_inline = false;
   d2k::bench::Args args("bench_eval_phases",
                         "The phases of one `evaluate` (compile-cache hit) on the host path and the GPU-resident path, for\n"
                         "tasks' L3 experts, and how tight the parent's bound is per timed workload. Needs a GPU\n"
@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   args.option("--rel-slack", &rel_slack, "the bound's overhead_rel_slack (negative: EvalConfig's default)");
   args.option("--train-job-gib", &train_job_gib, "the job's GPU memory for its trains (EvalConfig::train_job_bytes; 0: train_job_fraction of the GPU's)");
   args.flag("--no-train", &no_train, "the runner's sampled medians, as without EvalConfig::train (verify-tasks' measure)");
+  args.flag("--reap-inline", &reap_inline, "the owner's exit awaited inside the evaluation (EvalConfig::owner_handover off, as before issue 15's hand-over)");
   args.flag("--all-workloads", &all_workloads, "every workload, hidden ones too (as `submit` and calibration), not only the visible");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
   for (const auto& m : modes)
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
     cfg.gpu_resident = mode == "resident";
     if (rel_slack >= 0) cfg.bound.overhead_rel_slack = rel_slack;
     if (no_train) cfg.train = false;
+    if (reap_inline) cfg.owner_handover = false;
     if (train_job_gib > 0) cfg.train_job_bytes = static_cast<std::uint64_t>(train_job_gib * double(1ull << 30));
     d2k::runner::Evaluator ev(cfg);
     if (ev.gpu_count() == 0) {

@@ -433,4 +433,71 @@ std::unique_ptr<RunnerProcess> RunnerPool::take() {
   }
 }
 
+Teardowns::~Teardowns() {
+  std::vector<Entry> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(entries_);
+  }
+  for (auto& e : left) e.thread.join();
+}
+
+void Teardowns::join_done_locked() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->done->load()) {
+      it->thread.join();  // its last act was to set done: the join is immediate
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::shared_future<double> Teardowns::add(std::unique_ptr<RunnerProcess> p, std::uint64_t gpu_bytes,
+                                          std::chrono::steady_clock::time_point from) {
+  auto promise = std::make_shared<std::promise<double>>();
+  std::shared_future<double> f = promise->get_future().share();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::lock_guard<std::mutex> lock(mu_);
+  join_done_locked();
+  ++in_flight_;
+  bytes_ += gpu_bytes;
+  const auto t0 = from;
+  entries_.push_back({std::thread([this, proc = std::move(p), promise, done, gpu_bytes, t0]() mutable {
+                        if (proc) proc->wait();
+                        proc.reset();
+                        promise->set_value(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                        {
+                          std::lock_guard<std::mutex> l(mu_);
+                          --in_flight_;
+                          bytes_ -= gpu_bytes;
+                          ++reaped_;
+                        }
+                        cv_.notify_all();
+                        done->store(true);
+                      }),
+                      done});
+  return f;
+}
+
+bool Teardowns::wait_all(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_until(lock, deadline, [&] { return in_flight_ == 0; });
+}
+
+std::size_t Teardowns::in_flight() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_;
+}
+
+std::uint64_t Teardowns::bytes_in_flight() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+std::uint64_t Teardowns::reaped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reaped_;
+}
+
 }  // namespace d2k::runner
