@@ -119,6 +119,16 @@ int main(int argc, char** argv) {
         }
         if (r == 0) continue;
         ++ok;
+        {
+          // Per run: where its time went (the owner's result frame: the end of its part since the hand-over).
+          double owner_result = -1;
+          for (const auto& [f, t] : e.phases.reference_frames)
+            if (f == "result") owner_result = t;
+          std::printf("    run %d: total %.3f  owner export %.3f  candidate %.3f  reference %.3f  start waits %.3f  "
+                      "teardown waits %.3f  owner result at %.3f (since its job)  tail %.3f\n",
+                      r, e.phases.total_s, e.phases.owner_export_s, e.phases.candidate_s, e.phases.reference_s,
+                      e.phases.start_wait_s, e.phases.teardown_wait_s, owner_result, e.phases.candidate_tail_s);
+        }
         ph["wait_ready"].push_back(e.phases.wait_ready_s);
         ph["candidate"].push_back(e.phases.candidate_s);
         ph["reference"].push_back(e.phases.reference_s);

@@ -1105,7 +1105,11 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
   } else {
     const std::uint64_t memory = gpus_[static_cast<std::size_t>(req.gpu)].memory_bytes;
     const double budget = config_.train_job_fraction * static_cast<double>(memory);
-    if (memory == 0 || static_cast<double>(g.teardowns.bytes_in_flight() + resident_job_bytes(ref_job)) > budget) g.quiet();
+    if (memory == 0 || static_cast<double>(g.teardowns.bytes_in_flight() + resident_job_bytes(ref_job)) > budget) {
+      const auto t_down = Clock::now();
+      g.quiet();
+      res.phases.teardown_wait_s += since(t_down);
+    }
   }
 
   // 0. GPU-resident: the owner (a trusted runner, in its own thread here) allocates the slots and
@@ -1167,6 +1171,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     auto got_slots = std::make_shared<std::atomic<bool>>(false);
     auto go_future = go_promise.get_future().share();
     const double owner_budget = config_.job_timeout_s * 2;  // the candidate's run, then the reference's
+    ref_job.teardown_bytes = g.teardowns.bytes_in_flight();  // an earlier owner's memory, still held
     owner = std::thread([&, got_slots, go_future, owner_job = ref_job] {
       const auto t = Clock::now();
       try {
@@ -1209,6 +1214,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     }
     cand_job.gpu_slots_bytes = slots_bytes;
     cand_job.input_arena_bytes = arena_bytes;
+    cand_job.teardown_bytes = g.teardowns.bytes_in_flight();
   }
 
   // GPU-resident: one request to the owner (on its stdin; the answer on its slots socket; the owner
@@ -1356,10 +1362,14 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
                    candidate_budget_s(config_, cand_job, known_reference), {},
                    slots_fd < 0 ? std::vector<int>{} : arena_fd < 0 ? std::vector<int>{slots_fd} : std::vector<int>{slots_fd, arena_fd},
                    resident ? std::function<void()>([&] {
-                     const auto deadline = Clock::now() + ms(std::min(5.0, config_.ready_timeout_s));
+                     const auto t_wait = Clock::now();
+                     const auto deadline = t_wait + ms(std::min(5.0, config_.ready_timeout_s));
                      g.agent->wait_started(deadline);
                      g.trusted->wait_started(deadline);
+                     const auto t_down = Clock::now();
+                     res.phases.start_wait_s += since(t_wait) - since(t_down);
                      g.teardowns.wait_all(deadline);  // the previous evaluation's owner, reaped
+                     res.phases.teardown_wait_s += since(t_down);
                    })
                             : std::function<void()>(),
                    resident ? nullptr : &cand_snapshot_layout, resident ? snap_phase : SnapPhase(),
@@ -1986,6 +1996,7 @@ json EvalResult::to_json() const {
             {"candidate_tail_s", phases.candidate_tail_s},
             {"tail_allowed_s", phases.tail_allowed_s}, {"snapshot_s", phases.snapshot_s},
             {"owner_export_s", phases.owner_export_s}, {"fill_s", phases.fill_s}, {"snap_s", phases.snap_s},
+            {"start_wait_s", phases.start_wait_s}, {"teardown_wait_s", phases.teardown_wait_s},
             {"candidate_frames", frames_json(phases.candidate_frames)},
             {"reference_frames", frames_json(phases.reference_frames)}}},
           {"runner_output", runner_output},

@@ -355,6 +355,11 @@ struct PhaseTimes {
   double owner_export_s = 0;
   double fill_s = 0;
   double snap_s = 0;
+  // GPU-resident: waits before timed phases (outside their windows): for this GPU's runner
+  // start-ups in flight (pool replacements) and for earlier owners' teardowns (EvalConfig::
+  // owner_handover), the latter's share also at the evaluation's start when memory required it.
+  double start_wait_s = 0;
+  double teardown_wait_s = 0;
   // Each runner frame's arrival on the parent's clock (seconds since its job was sent), then its
   // reap: where an evaluation's time goes (bench_eval_phases prints them). Diagnosis only.
   std::vector<std::pair<std::string, double>> candidate_frames, reference_frames;
