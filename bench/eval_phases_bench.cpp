@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   int runs = 5, seeds = 3;
   double rel_slack = -1, train_job_gib = 0;  // --rel-slack: the tight bound's overhead_rel_slack (default: EvalConfig's)
   std::vector<std::string> modes = {"host", "resident"}, task_names = {"vector_add", "softmax"};
-  bool all_workloads = false, no_train = false, reap_inline = false;
+  bool all_workloads = false, no_train = false;
   d2k::bench::Args args("bench_eval_phases",
                         "The phases of one `evaluate` (compile-cache hit) on the host path and the GPU-resident path, for\n"
                         "tasks' L3 experts, and how tight the parent's bound is per timed workload. Needs a GPU\n"
@@ -60,7 +60,6 @@ int main(int argc, char** argv) {
   args.option("--rel-slack", &rel_slack, "the bound's overhead_rel_slack (negative: EvalConfig's default)");
   args.option("--train-job-gib", &train_job_gib, "the job's GPU memory for its trains (EvalConfig::train_job_bytes; 0: train_job_fraction of the GPU's)");
   args.flag("--no-train", &no_train, "the runner's sampled medians, as without EvalConfig::train (verify-tasks' measure)");
-  args.flag("--reap-inline", &reap_inline, "the owner's exit awaited inside the evaluation (EvalConfig::owner_handover off, as before issue 15's hand-over)");
   args.flag("--all-workloads", &all_workloads, "every workload, hidden ones too (as `submit` and calibration), not only the visible");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
   for (const auto& m : modes)
@@ -86,7 +85,6 @@ int main(int argc, char** argv) {
     cfg.gpu_resident = mode == "resident";
     if (rel_slack >= 0) cfg.bound.overhead_rel_slack = rel_slack;
     if (no_train) cfg.train = false;
-    if (reap_inline) cfg.owner_handover = false;
     if (train_job_gib > 0) cfg.train_job_bytes = static_cast<std::uint64_t>(train_job_gib * double(1ull << 30));
     d2k::runner::Evaluator ev(cfg);
     if (ev.gpu_count() == 0) {
@@ -120,14 +118,14 @@ int main(int argc, char** argv) {
         if (r == 0) continue;
         ++ok;
         {
-          // Per run: where its time went (the owner's result frame: the end of its part since the hand-over).
+          // Per run: where its time went.
           double owner_result = -1;
           for (const auto& [f, t] : e.phases.reference_frames)
             if (f == "result") owner_result = t;
           std::printf("    run %d: total %.3f  owner export %.3f  candidate %.3f  reference %.3f  start waits %.3f  "
-                      "teardown waits %.3f  owner result at %.3f (since its job)  tail %.3f\n",
+                      "owner result at %.3f (since its job)  tail %.3f\n",
                       r, e.phases.total_s, e.phases.owner_export_s, e.phases.candidate_s, e.phases.reference_s,
-                      e.phases.start_wait_s, e.phases.teardown_wait_s, owner_result, e.phases.candidate_tail_s);
+                      e.phases.start_wait_s, owner_result, e.phases.candidate_tail_s);
         }
         ph["wait_ready"].push_back(e.phases.wait_ready_s);
         ph["candidate"].push_back(e.phases.candidate_s);

@@ -105,10 +105,6 @@ struct RunOutcome {
   double wait_ready_s = 0, run_s = 0;
   double eof_s = -1;              // the result channel's end, since the job was sent
   double result_t = -1;           // arrival of the result frame, since the job was sent
-  Clock::time_point result_at{};  // the same arrival on the steady clock
-  // The runner was handed over at its result (run_job's hand_over_at_result): `proc` still runs (its
-  // exit, CUDA teardown included, is the caller's to await: Teardowns), `exit` is not known.
-  bool handed_over = false;
   double last_work_t = -1;        // arrival of the last call or timing_end frame (agent code ran before it)
   // The output-rewrite defence (host path): each timed phase's outputs as they were when the phase
   // ended, taken while the runner was frozen (keyed hash of each slot; the key is drawn per run and
@@ -290,8 +286,7 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
                    const SlotsHook& on_slots = {}, const std::vector<int>& pass_fds = {},
                    const std::function<void()>& before_key = {}, const Layout* snapshot = nullptr,
                    const SnapPhase& snap_phase = {}, const FillPhase& fill_phase = {},
-                   const OnResult& on_result = {}, const TrainRetry& retry_train = {},
-                   bool hand_over_at_result = false) {
+                   const OnResult& on_result = {}, const TrainRetry& retry_train = {}) {
   RunOutcome o;
   if (snapshot != nullptr) o.hash_key = fresh_secret();
   o.proc = pool.take();
@@ -626,7 +621,6 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       try {
         o.result = result_from_json(ev.body);
         o.result_t = ev.t;
-        o.result_at = Clock::now();
         have_result = true;
       } catch (const WireError& e) {
         o.failure = "malformed";
@@ -636,13 +630,6 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
       }
       take_frames();
       if (on_result) on_result(o);
-      if (hand_over_at_result) {
-        // A trusted owner's result holds everything the evaluation needs from it: its exit is left
-        // to the caller (Teardowns), off the evaluation's path.
-        o.run_s = since(t1);
-        o.handed_over = true;
-        return o;
-      }
     }
   }
   o.exit = o.proc->wait();
@@ -913,19 +900,11 @@ bool claim_below_parent_clock(const TimingResult& claimed, double window_s, doub
 struct Evaluator::Gpu {
   std::mutex mu;  // one evaluation per GPU at a time
   std::unique_ptr<RunnerPool> agent, trusted;
-  // GPU-resident owners handed over at their result, being reaped (declared last: reaped first at
-  // destruction). What must not overlap a teardown waits for them (quiet()).
-  Teardowns teardowns;
-  // Waits until no runner of this GPU is being torn down (bounded: a reap takes at most its grace).
-  void quiet() { teardowns.wait_all(Clock::now() + std::chrono::seconds(10)); }
 };
 
 std::unique_lock<std::mutex> Evaluator::lock_gpu(int gpu) {
   if (gpu < 0 || static_cast<std::size_t>(gpu) >= per_gpu_.size()) throw std::out_of_range("no GPU " + std::to_string(gpu));
-  Gpu& g = *per_gpu_[static_cast<std::size_t>(gpu)];
-  std::unique_lock<std::mutex> lock(g.mu);
-  g.quiet();  // a tool's run never overlaps an evaluation's owner teardown
-  return lock;
+  return std::unique_lock<std::mutex>(per_gpu_[static_cast<std::size_t>(gpu)]->mu);
 }
 
 Evaluator::Evaluator(EvalConfig config) : config_(std::move(config)) {
@@ -1097,20 +1076,6 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
 
   Gpu& g = *per_gpu_[static_cast<std::size_t>(req.gpu)];
   std::lock_guard<std::mutex> gpu_lock(g.mu);
-  // The previous evaluation's owner may still be tearing down (handed over at its result). A
-  // resident evaluation starts beside it (its timed phases wait for it: before_key below) unless
-  // the memory both hold could pass the job's budget; every other run waits for it here.
-  if (!resident) {
-    g.quiet();
-  } else {
-    const std::uint64_t memory = gpus_[static_cast<std::size_t>(req.gpu)].memory_bytes;
-    const double budget = config_.train_job_fraction * static_cast<double>(memory);
-    if (memory == 0 || static_cast<double>(g.teardowns.bytes_in_flight() + resident_job_bytes(ref_job)) > budget) {
-      const auto t_down = Clock::now();
-      g.quiet();
-      res.phases.teardown_wait_s += since(t_down);
-    }
-  }
 
   // 0. GPU-resident: the owner (a trusted runner, in its own thread here) allocates the slots and
   // exports them; its loop then waits for the "go" (the replay), sent once the candidate's result is in.
@@ -1171,7 +1136,6 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     auto got_slots = std::make_shared<std::atomic<bool>>(false);
     auto go_future = go_promise.get_future().share();
     const double owner_budget = config_.job_timeout_s * 2;  // the candidate's run, then the reference's
-    ref_job.teardown_bytes = g.teardowns.bytes_in_flight();  // an earlier owner's memory, still held
     owner = std::thread([&, got_slots, go_future, owner_job = ref_job] {
       const auto t = Clock::now();
       try {
@@ -1191,7 +1155,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
             return;
           }
           proc.send_line(go->dump());
-        }, {}, {}, nullptr, {}, {}, {}, {}, /*hand_over_at_result=*/config_.owner_handover);
+        });
       } catch (const std::exception& e) {
         ref.failure = "not_ready";
         ref.detail = e.what();
@@ -1214,7 +1178,6 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     }
     cand_job.gpu_slots_bytes = slots_bytes;
     cand_job.input_arena_bytes = arena_bytes;
-    cand_job.teardown_bytes = g.teardowns.bytes_in_flight();
   }
 
   // GPU-resident: one request to the owner (on its stdin; the answer on its slots socket; the owner
@@ -1366,10 +1329,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
                      const auto deadline = t_wait + ms(std::min(5.0, config_.ready_timeout_s));
                      g.agent->wait_started(deadline);
                      g.trusted->wait_started(deadline);
-                     const auto t_down = Clock::now();
-                     res.phases.start_wait_s += since(t_wait) - since(t_down);
-                     g.teardowns.wait_all(deadline);  // the previous evaluation's owner, reaped
-                     res.phases.teardown_wait_s += since(t_down);
+                     res.phases.start_wait_s += since(t_wait);
                    })
                             : std::function<void()>(),
                    resident ? nullptr : &cand_snapshot_layout, resident ? snap_phase : SnapPhase(),
@@ -1501,11 +1461,6 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
                        : ref.result ? std::string(sandbox::to_string(ref.result->status)) + ": " + ref.result->message
                                     : std::string("no result")));
   }
-  // GPU-resident: the owner's result is in; its exit (CUDA teardown) is reaped in the background.
-  // The tail bound below waits for it only when it needs the reference's end.
-  std::shared_future<double> owner_end;
-  if (resident && ref.handed_over && ref.proc)
-    owner_end = g.teardowns.add(std::move(ref.proc), resident_job_bytes(ref_job), ref.result_at);
   {
     // The next candidate of this task and request shape gets its GPU budget from this (class 15).
     std::lock_guard<std::mutex> lock(budget_mu_);
@@ -1799,16 +1754,9 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     // runner's own end (SM clock, thread census, the result, CUDA teardown) is due. Agent code that
     // runs there (a timer signal's handler, say) does work no window holds: bounded by the
     // reference's own end (its result to its reap) and a constant.
-    // A resident owner was handed over at its result: a tail within the bound's constant passes
-    // whatever the reference's end, so its reap is awaited only for a longer tail.
     if (timed > 0 && cand.last_work_t >= 0 && ref.result_t >= 0) {
       res.phases.candidate_tail_s = std::max(0.0, cand.run_s - cand.last_work_t);
-      double reference_end_s = ref.run_s - ref.result_t;
-      if (ref.handed_over) {
-        reference_end_s = 0;
-        if (res.phases.candidate_tail_s > tail_allowance_s(0, bound) && owner_end.valid()) reference_end_s = owner_end.get();
-      }
-      res.phases.tail_allowed_s = tail_allowance_s(reference_end_s, bound);
+      res.phases.tail_allowed_s = tail_allowance_s(ref.run_s - ref.result_t, bound);
       if (res.phases.candidate_tail_s > res.phases.tail_allowed_s) {
         res.flags.push_back("tail_beyond_bound");
         return finish(Outcome::flagged, "the candidate's runner took " + std::to_string(res.phases.candidate_tail_s) +
@@ -1829,7 +1777,6 @@ CopyBandwidth Evaluator::measure_copy_bandwidth(int gpu) {
   }
   Gpu& g = *per_gpu_[static_cast<std::size_t>(gpu)];
   std::lock_guard<std::mutex> gpu_lock(g.mu);
-  g.quiet();
   auto p = RunnerProcess::start(SpawnSpec{config_.runner_path, Mode::bandwidth, gpu, false});
   const auto answer = p->wait_ready(ms(config_.ready_timeout_s + config_.job_timeout_s));
   if (!answer) {
@@ -1996,7 +1943,7 @@ json EvalResult::to_json() const {
             {"candidate_tail_s", phases.candidate_tail_s},
             {"tail_allowed_s", phases.tail_allowed_s}, {"snapshot_s", phases.snapshot_s},
             {"owner_export_s", phases.owner_export_s}, {"fill_s", phases.fill_s}, {"snap_s", phases.snap_s},
-            {"start_wait_s", phases.start_wait_s}, {"teardown_wait_s", phases.teardown_wait_s},
+            {"start_wait_s", phases.start_wait_s},
             {"candidate_frames", frames_json(phases.candidate_frames)},
             {"reference_frames", frames_json(phases.reference_frames)}}},
           {"runner_output", runner_output},

@@ -236,13 +236,6 @@ struct EvalConfig {
   // allocations; vector_add with every workload (92 GiB) keeps its trains.
   double train_job_fraction = 0.7;
   std::uint64_t train_job_bytes = 0;
-  // GPU-resident: the owner is handed over at its result and reaped in the background (Teardowns),
-  // so that its exit (its CUDA context's teardown, about 0.1 s on the H200) is off the evaluation's
-  // path (issue 15). The GPU's next timed phase, a calibration run, a tool and the copy-bandwidth
-  // measure wait for the reap; a next evaluation whose owner and the one being reaped could pass
-  // train_job_fraction of the GPU's memory waits for it before it starts. The tail bound waits for
-  // it only when the candidate's tail passes the bound's constant. false: reaped inline, as before.
-  bool owner_handover = true;
   // Before the train line, a prime line: the agent runner makes its context the GPU's current one
   // with work of its own (after the owner's fill) and answers "primed"; the window opens after it.
   bool train_prime = true;
@@ -355,11 +348,9 @@ struct PhaseTimes {
   double owner_export_s = 0;
   double fill_s = 0;
   double snap_s = 0;
-  // GPU-resident: waits before timed phases (outside their windows): for this GPU's runner
-  // start-ups in flight (pool replacements) and for earlier owners' teardowns (EvalConfig::
-  // owner_handover), the latter's share also at the evaluation's start when memory required it.
+  // GPU-resident: the waits before timed phases (outside their windows) for this GPU's runner
+  // start-ups in flight (the pools' replacements).
   double start_wait_s = 0;
-  double teardown_wait_s = 0;
   // Each runner frame's arrival on the parent's clock (seconds since its job was sent), then its
   // reap: where an evaluation's time goes (bench_eval_phases prints them). Diagnosis only.
   std::vector<std::pair<std::string, double>> candidate_frames, reference_frames;

@@ -7,12 +7,10 @@
 #include <sys/types.h>
 
 #include <chrono>
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -167,41 +165,6 @@ class RunnerPool {
   bool held_ = false;
   bool starting_ = false;
   std::thread thread_;
-};
-
-// Runners whose work is done, reaped in the background. A GPU-resident evaluation hands its trusted
-// owner over at the owner's result, so that the owner's exit (its CUDA context's teardown, about
-// 0.1 s on the H200) is off the evaluation's path; whatever must not overlap a teardown (the GPU's
-// next timed phase, a calibration run, a tool) waits for it with wait_all.
-class Teardowns {
- public:
-  Teardowns() = default;
-  Teardowns(const Teardowns&) = delete;
-  Teardowns& operator=(const Teardowns&) = delete;
-  ~Teardowns();  // reaps what is left (RunnerProcess::wait: a short grace, then SIGKILL)
-  // Reaps `p` on a thread of its own. The future is the seconds from `from` (default: this call; an
-  // owner's: its result's arrival) to the reap. `gpu_bytes`: the device memory the runner held,
-  // freed at its reap (bytes_in_flight).
-  std::shared_future<double> add(std::unique_ptr<RunnerProcess> p, std::uint64_t gpu_bytes = 0,
-                                 std::chrono::steady_clock::time_point from = std::chrono::steady_clock::now());
-  // Waits until none is in flight; false at the deadline.
-  bool wait_all(std::chrono::steady_clock::time_point deadline);
-  std::size_t in_flight();
-  std::uint64_t bytes_in_flight();
-  std::uint64_t reaped();  // how many were reaped since start
-
- private:
-  struct Entry {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  void join_done_locked();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Entry> entries_;
-  std::size_t in_flight_ = 0;
-  std::uint64_t bytes_ = 0;
-  std::uint64_t reaped_ = 0;
 };
 
 }  // namespace d2k::runner

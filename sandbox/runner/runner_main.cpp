@@ -384,11 +384,9 @@ class Runner {
     // (The owner holds its slots and, as large, its own copy of them for the phase snapshots.)
     // (and, on the resident path, its input arena).
     // (With trains > 1, the owner's copies of the earlier trains besides: train_snaps.)
-    // (And what earlier evaluations' owners still hold while they are torn down: teardown_bytes.)
-    const std::uint64_t owned = (job_.gpu_slots == SlotsRole::user
-                                     ? 2 * job_.gpu_slots_bytes + job_.input_arena_bytes + train_snaps(job_, layout_).extra
-                                     : 0) +
-                                job_.teardown_bytes;
+    const std::uint64_t owned = job_.gpu_slots == SlotsRole::user
+                                    ? 2 * job_.gpu_slots_bytes + job_.input_arena_bytes + train_snaps(job_, layout_).extra
+                                    : 0;
     confine_step([&] { check_clean_device(owned); });
     confine_step([&] {  // a GPU left hot or slowed down is waited out (heartbeats) or refused
       wait_until_cool([&] { return nvml_.condition(); }, kMaxCoolWaitS, [&] { emit_.send({{"event", "heartbeat"}}); });

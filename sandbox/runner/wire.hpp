@@ -143,11 +143,6 @@ struct Job {
   // so each timed phase's key comes on stdin (the host path). With an arena the agent runner never
   // holds a key: the owner makes the phase's inputs, the parent sends a keyless go line (class 11).
   std::uint64_t input_arena_bytes = 0;
-  // Device memory still held by trusted runners of earlier evaluations being torn down (the
-  // parent's Teardowns, sandbox/eval/runner_process.hpp): their owners were handed over at their
-  // result, and their exit (memory freed with the context) may overlap this job's start. The clean
-  // device check counts it as expected, as it counts the owner's slots.
-  std::uint64_t teardown_bytes = 0;
   std::map<std::string, Tolerance> tolerances;   // owner: per dtype name, for the GPU comparison
 };
 

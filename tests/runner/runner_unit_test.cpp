@@ -1,7 +1,6 @@
 // CPU-only tests of the runner's wire, the parent-side comparison and outside bound, the
 // calibration cache, and runner processes where no GPU exists.
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -742,63 +741,6 @@ TEST_CASE("freeze: a frozen runner writes nothing to its output file until it is
   CHECK(changes_within(std::chrono::seconds(10)));  // and on again
   p->kill();
   p->wait();
-}
-
-TEST_CASE("teardowns: a handed-over runner is reaped in the background; wait_all waits for it", "[runner][process]") {
-  // A GPU-resident evaluation hands its owner over at the owner's result; what must not overlap the
-  // owner's exit (the next timed phase) waits with wait_all. Stand-in runners: one that exits 0.3 s
-  // after "ready", one that never exits (reaped by the grace's SIGKILL).
-  const auto dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "teardowns";
-  std::filesystem::create_directories(dir);
-  auto script = [&](const char* name, const char* body) {
-    const auto path = dir / name;
-    std::ofstream(path) << "#!/bin/sh\necho '{\"event\":\"ready\",\"seq\":0}' >&3\n" << body;
-    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
-    return path;
-  };
-  const auto slow = script("slow_exit.sh", "sleep 0.3\nexit 0\n");
-  const auto never = script("never_exits.sh", "exec sleep 100\n");
-  using Clock = std::chrono::steady_clock;
-  {
-    Teardowns td;
-    auto p = RunnerProcess::start({slow, Mode::trusted, -1, false});
-    REQUIRE(p->wait_ready(std::chrono::seconds(10)));
-    const auto t0 = Clock::now();
-    auto end = td.add(std::move(p), 123, t0);
-    CHECK(std::chrono::duration<double>(Clock::now() - t0).count() < 0.2);  // add does not wait
-    CHECK(td.in_flight() == 1);
-    CHECK(td.bytes_in_flight() == 123);
-    CHECK_FALSE(td.wait_all(Clock::now() + std::chrono::milliseconds(50)));  // still running
-    REQUIRE(td.wait_all(Clock::now() + std::chrono::seconds(10)));
-    CHECK(td.in_flight() == 0);
-    CHECK(td.bytes_in_flight() == 0);
-    CHECK(td.reaped() == 1);
-    CHECK(end.get() >= 0.25);  // from `from` to the reap: the runner's own 0.3 s
-    CHECK(end.get() < 5);
-  }
-  {
-    Teardowns td;
-    auto p = RunnerProcess::start({never, Mode::trusted, -1, false});
-    REQUIRE(p->wait_ready(std::chrono::seconds(10)));
-    const pid_t pid = p->pid();
-    auto end = td.add(std::move(p));
-    CHECK_FALSE(td.wait_all(Clock::now() + std::chrono::milliseconds(300)));
-    REQUIRE(td.wait_all(Clock::now() + std::chrono::seconds(10)));  // killed after the grace
-    CHECK(end.get() >= 1.5);
-    CHECK(::kill(pid, 0) != 0);  // gone (reaped: the pid is not ours any more)
-  }
-  {
-    // The destructor reaps what is still in flight (it does not leave a process behind).
-    pid_t pid = -1;
-    {
-      Teardowns td;
-      auto p = RunnerProcess::start({never, Mode::trusted, -1, false});
-      REQUIRE(p->wait_ready(std::chrono::seconds(10)));
-      pid = p->pid();
-      td.add(std::move(p));
-    }
-    CHECK(::kill(pid, 0) != 0);
-  }
 }
 
 TEST_CASE("class 1: the warm-up count is not in the job; the parent draws it per phase", "[runner][wire][threat]") {
