@@ -45,7 +45,7 @@ fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int runs = 5, seeds = 3;
+  int runs = 5, seeds = 3, owner_reuse = -1;
   double rel_slack = -1, train_job_gib = 0;  // --rel-slack: the tight bound's overhead_rel_slack (default: EvalConfig's)
   std::vector<std::string> modes = {"host", "resident"}, task_names = {"vector_add", "softmax"};
   bool all_workloads = false, no_train = false;
@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   args.option("--rel-slack", &rel_slack, "the bound's overhead_rel_slack (negative: EvalConfig's default)");
   args.option("--train-job-gib", &train_job_gib, "the job's GPU memory for its trains (EvalConfig::train_job_bytes; 0: train_job_fraction of the GPU's)");
   args.flag("--no-train", &no_train, "the runner's sampled medians, as without EvalConfig::train (verify-tasks' measure)");
+  args.option("--owner-reuse", &owner_reuse, "evaluations a warm owner serves (EvalConfig::owner_reuse; 1: a fresh owner each, as before; negative: the default)");
   args.flag("--all-workloads", &all_workloads, "every workload, hidden ones too (as `submit` and calibration), not only the visible");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
   for (const auto& m : modes)
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
     cfg.gpu_resident = mode == "resident";
     if (rel_slack >= 0) cfg.bound.overhead_rel_slack = rel_slack;
     if (no_train) cfg.train = false;
+    if (owner_reuse >= 0) cfg.owner_reuse = owner_reuse;
     if (train_job_gib > 0) cfg.train_job_bytes = static_cast<std::uint64_t>(train_job_gib * double(1ull << 30));
     d2k::runner::Evaluator ev(cfg);
     if (ev.gpu_count() == 0) {
@@ -123,9 +125,10 @@ int main(int argc, char** argv) {
           for (const auto& [f, t] : e.phases.reference_frames)
             if (f == "result") owner_result = t;
           std::printf("    run %d: total %.3f  owner export %.3f  candidate %.3f  reference %.3f  start waits %.3f  "
-                      "owner result at %.3f (since its job)  tail %.3f\n",
+                      "owner result at %.3f (since its job; owner's job %d)  tail %.3f (allowed %.3f)\n",
                       r, e.phases.total_s, e.phases.owner_export_s, e.phases.candidate_s, e.phases.reference_s,
-                      e.phases.start_wait_s, owner_result, e.phases.candidate_tail_s);
+                      e.phases.start_wait_s, owner_result, e.phases.owner_job, e.phases.candidate_tail_s,
+                      e.phases.tail_allowed_s);
         }
         ph["wait_ready"].push_back(e.phases.wait_ready_s);
         ph["candidate"].push_back(e.phases.candidate_s);

@@ -105,6 +105,9 @@ struct RunOutcome {
   double wait_ready_s = 0, run_s = 0;
   double eof_s = -1;              // the result channel's end, since the job was sent
   double result_t = -1;           // arrival of the result frame, since the job was sent
+  // A staying owner (Job::stay) whose result was ok: run_job returned at the result, the process
+  // lives on (its next "ready" follows once it has let go of this job) and `exit` is not known.
+  bool stayed = false;
   double last_work_t = -1;        // arrival of the last call or timing_end frame (agent code ran before it)
   // The output-rewrite defence (host path): each timed phase's outputs as they were when the phase
   // ended, taken while the runner was frozen (keyed hash of each slot; the key is drawn per run and
@@ -286,10 +289,11 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
                    const SlotsHook& on_slots = {}, const std::vector<int>& pass_fds = {},
                    const std::function<void()>& before_key = {}, const Layout* snapshot = nullptr,
                    const SnapPhase& snap_phase = {}, const FillPhase& fill_phase = {},
-                   const OnResult& on_result = {}, const TrainRetry& retry_train = {}) {
+                   const OnResult& on_result = {}, const TrainRetry& retry_train = {},
+                   std::unique_ptr<RunnerProcess> given = nullptr) {
   RunOutcome o;
   if (snapshot != nullptr) o.hash_key = fresh_secret();
-  o.proc = pool.take();
+  o.proc = given ? std::move(given) : pool.take();  // given: a warm owner, ready again after its last job
   const auto t0 = Clock::now();
   const auto ready = o.proc->wait_ready(ms(cfg.ready_timeout_s));
   o.wait_ready_s = since(t0);
@@ -622,6 +626,13 @@ RunOutcome run_job(RunnerPool& pool, const Job& job, const EvalConfig& cfg, doub
         o.result = result_from_json(ev.body);
         o.result_t = ev.t;
         have_result = true;
+        // A staying owner's ok result: it lives on for its next job (no EOF, no reap here).
+        if (job.stay && o.result->status == Outcome::ok) {
+          take_frames();
+          o.run_s = since(t1);
+          o.stayed = true;
+          return o;
+        }
       } catch (const WireError& e) {
         o.failure = "malformed";
         o.detail = std::string("malformed result: ") + e.what();
@@ -900,7 +911,27 @@ bool claim_below_parent_clock(const TimingResult& claimed, double window_s, doub
 struct Evaluator::Gpu {
   std::mutex mu;  // one evaluation per GPU at a time
   std::unique_ptr<RunnerPool> agent, trusted;
+  // GPU-resident: the owner that stayed after its last evaluation (EvalConfig::owner_reuse), the
+  // evaluations it has served, and the last owner end (result to reap) measured on this GPU.
+  // Under `mu`.
+  std::unique_ptr<RunnerProcess> warm_owner;
+  int owner_jobs = 0;
+  double last_owner_end_s = -1;
 };
+
+namespace {
+// Bytes waiting on a socket, read and dropped (a warm owner's slots socket must hold none: a
+// reply left from its last job would be read as the next job's).
+std::size_t drain_socket(int fd) {
+  std::size_t total = 0;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n <= 0) return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && total == 0 ? 1 : total;
+    total += static_cast<std::size_t>(n);
+  }
+}
+}  // namespace
 
 std::unique_lock<std::mutex> Evaluator::lock_gpu(int gpu) {
   if (gpu < 0 || static_cast<std::size_t>(gpu) >= per_gpu_.size()) throw std::out_of_range("no GPU " + std::to_string(gpu));
@@ -1091,6 +1122,8 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     std::uint64_t arena_bytes = 0;
   };
   std::promise<OwnerExport> slots_promise;
+  std::unique_ptr<RunnerProcess> warm_owner;  // resident: the GPU's warm owner, handed to the owner's thread
+  bool owner_was_warm = false;                // the owner that ran was the warm one (read after the join)
   std::promise<std::optional<json>> go_promise;
   bool go_sent = false;
   std::atomic<RunnerProcess*> owner_proc{nullptr};  // resident: the owner, while it waits for "go"
@@ -1136,10 +1169,15 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     auto got_slots = std::make_shared<std::atomic<bool>>(false);
     auto go_future = go_promise.get_future().share();
     const double owner_budget = config_.job_timeout_s * 2;  // the candidate's run, then the reference's
+    // The owner that stayed after the GPU's last evaluation, when it is still fit (else a pooled one).
+    if (g.warm_owner && !g.warm_owner->spare_defect().empty()) g.warm_owner.reset();
+    warm_owner = std::move(g.warm_owner);
+    const int owner_job_no = warm_owner ? g.owner_jobs + 1 : 1;
+    ref_job.stay = config_.owner_reuse > 1 && owner_job_no < config_.owner_reuse;
     owner = std::thread([&, got_slots, go_future, owner_job = ref_job] {
       const auto t = Clock::now();
       try {
-        ref = run_job(*g.trusted, owner_job, config_, owner_budget, [&](RunnerProcess& proc, const Event& ev) {
+        const SlotsHook on_slots = [&](RunnerProcess& proc, const Event& ev) {
           std::string err;
           const int fd = recv_fd(proc.slots_socket(), 10000, err);
           const auto bytes = ev.body.value("bytes", std::uint64_t{0});
@@ -1155,7 +1193,16 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
             return;
           }
           proc.send_line(go->dump());
-        });
+        };
+        const bool warm = warm_owner != nullptr;
+        ref = run_job(*g.trusted, owner_job, config_, owner_budget, on_slots, {}, {}, nullptr, {}, {}, {}, {},
+                      std::move(warm_owner));
+        owner_was_warm = warm;
+        // A warm owner that did not say ready again: a pooled one instead (nothing was exported yet).
+        if (warm && ref.failure == "not_ready" && !got_slots->load()) {
+          owner_was_warm = false;
+          ref = run_job(*g.trusted, owner_job, config_, owner_budget, on_slots);
+        }
       } catch (const std::exception& e) {
         ref.failure = "not_ready";
         ref.detail = e.what();
@@ -1461,6 +1508,19 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
                        : ref.result ? std::string(sandbox::to_string(ref.result->status)) + ": " + ref.result->message
                                     : std::string("no result")));
   }
+  // GPU-resident: an owner that stayed (its result ok) serves the GPU's next evaluation, unless its
+  // slots socket holds anything (a reply never read). An owner reaped here gives its end (the
+  // tail bound's reference when later owners stay).
+  const bool owner_stayed = resident && ref.stayed && ref.proc != nullptr;
+  if (resident) res.phases.owner_job = owner_was_warm ? g.owner_jobs + 1 : 1;
+  if (owner_stayed) {
+    if (drain_socket(ref.proc->slots_socket()) == 0) {
+      g.owner_jobs = owner_was_warm ? g.owner_jobs + 1 : 1;
+      g.warm_owner = std::move(ref.proc);
+    }
+  } else if (resident && ref.result_t >= 0 && ref.run_s > ref.result_t) {
+    g.last_owner_end_s = ref.run_s - ref.result_t;
+  }
   {
     // The next candidate of this task and request shape gets its GPU budget from this (class 15).
     std::lock_guard<std::mutex> lock(budget_mu_);
@@ -1756,7 +1816,9 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     // reference's own end (its result to its reap) and a constant.
     if (timed > 0 && cand.last_work_t >= 0 && ref.result_t >= 0) {
       res.phases.candidate_tail_s = std::max(0.0, cand.run_s - cand.last_work_t);
-      res.phases.tail_allowed_s = tail_allowance_s(ref.run_s - ref.result_t, bound);
+      res.phases.tail_allowed_s = tail_allowance_s(
+          owner_stayed ? (g.last_owner_end_s >= 0 ? g.last_owner_end_s : bound.tail_reference_default_s) : ref.run_s - ref.result_t,
+          bound);
       if (res.phases.candidate_tail_s > res.phases.tail_allowed_s) {
         res.flags.push_back("tail_beyond_bound");
         return finish(Outcome::flagged, "the candidate's runner took " + std::to_string(res.phases.candidate_tail_s) +
@@ -1943,7 +2005,7 @@ json EvalResult::to_json() const {
             {"candidate_tail_s", phases.candidate_tail_s},
             {"tail_allowed_s", phases.tail_allowed_s}, {"snapshot_s", phases.snapshot_s},
             {"owner_export_s", phases.owner_export_s}, {"fill_s", phases.fill_s}, {"snap_s", phases.snap_s},
-            {"start_wait_s", phases.start_wait_s},
+            {"start_wait_s", phases.start_wait_s}, {"owner_job", phases.owner_job},
             {"candidate_frames", frames_json(phases.candidate_frames)},
             {"reference_frames", frames_json(phases.reference_frames)}}},
           {"runner_output", runner_output},

@@ -57,6 +57,10 @@ struct ParentBound {
   // evaluation is flagged (tail_beyond_bound). H200, 2026-12-01: tails of 0.06-0.15 s.
   double tail_fixed_s = 0.25;
   double tail_factor = 3;
+  // The reference's end when the owner stayed (EvalConfig::owner_reuse: no exit to time): the last
+  // owner end measured on that GPU (an owner reaped at its reuse limit or after a failure), or
+  // this before any (H200, 2026-12-04: 0.108-0.113 s).
+  double tail_reference_default_s = 0.1;
   // A workload's time is never below this fraction of its claimed mean (the mean is what the
   // bounds check; the median alone is bounded by nothing): a median forged in the runner's memory,
   // or work piled into a few of the calls, gains at most this much.
@@ -236,6 +240,12 @@ struct EvalConfig {
   // allocations; vector_add with every workload (92 GiB) keeps its trains.
   double train_job_fraction = 0.7;
   std::uint64_t train_job_bytes = 0;
+  // GPU-resident: the trusted owner stays for up to this many evaluations of its GPU (Job::stay):
+  // after an ok result it lets go of the job's GPU memory and library and says "ready" again, so
+  // that no trusted CUDA context is torn down and made again per evaluation (issue 15: on the H200
+  // an owner's teardown took 0.11 s, and overlapped with the next evaluation it slowed that one by
+  // as much). The agent runner is fresh for every evaluation, as before. 0 or 1: a fresh owner each.
+  int owner_reuse = 32;
   // Before the train line, a prime line: the agent runner makes its context the GPU's current one
   // with work of its own (after the owner's fill) and answers "primed"; the window opens after it.
   bool train_prime = true;
@@ -351,6 +361,9 @@ struct PhaseTimes {
   // GPU-resident: the waits before timed phases (outside their windows) for this GPU's runner
   // start-ups in flight (the pools' replacements).
   double start_wait_s = 0;
+  // GPU-resident: which job of its owner this evaluation was (1: a fresh owner; n: a warm owner's
+  // n-th, EvalConfig::owner_reuse). Diagnosis.
+  int owner_job = 0;
   // Each runner frame's arrival on the parent's clock (seconds since its job was sent), then its
   // reap: where an evaluation's time goes (bench_eval_phases prints them). Diagnosis only.
   std::vector<std::pair<std::string, double>> candidate_frames, reference_frames;

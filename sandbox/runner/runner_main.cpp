@@ -17,7 +17,9 @@
 //      (each an L2 flush and the call), and the samples' outputs handed over in one batch
 //      (GPU-resident: the owner makes the inputs in its input arena from the key, the agent runner
 //      gets a keyless go line and only poisons its outputs: class 11);
-//   8. "result" event, then _exit (the agent's static destructors never run).
+//   8. "result" event, then _exit (the agent's static destructors never run); a GPU-resident owner
+//      whose job says `stay` and whose result is ok instead lets go of the job's GPU memory and
+//      library, says "ready" again (its sequence from 0) and goes back to 3 (EvalConfig::owner_reuse).
 // Comparison with the reference happens in the parent, never here.
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -99,6 +101,7 @@ void confine_step(Step&& step) {
 class Emitter {
  public:
   explicit Emitter(int fd) : fd_(fd) {}
+  void restart() { seq_ = 0; }  // a staying owner's next job: its frames count from its "ready" again
   void send(json j) {
     j["seq"] = seq_++;
     std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -191,23 +194,31 @@ class Runner {
       emit_.send({{"event", "result"}, {"status", sandbox::to_string(s.status)}, {"message", s.message}});
       return 2;
     }
-    result_.init_s = seconds_since(t0);
-    emit_.send({{"event", "ready"}, {"device", to_json(device_)}, {"init_s", result_.init_s}});
-    try {
-      read_job();
-      execute();
-    } catch (const Stop& s) {
-      result_.status = s.status;
-      result_.message = s.message;
-    } catch (const WireError& e) {
-      result_.status = Outcome::bad_job;
-      result_.message = e.what();
-    } catch (const std::exception& e) {
-      result_.status = Outcome::runtime_error;
-      result_.message = e.what();
+    const double init_s = seconds_since(t0);
+    result_.init_s = init_s;
+    emit_.send({{"event", "ready"}, {"device", to_json(device_)}, {"init_s", init_s}});
+    for (;;) {
+      try {
+        read_job();
+        execute();
+      } catch (const Stop& s) {
+        result_.status = s.status;
+        result_.message = s.message;
+      } catch (const WireError& e) {
+        result_.status = Outcome::bad_job;
+        result_.message = e.what();
+      } catch (const std::exception& e) {
+        result_.status = Outcome::runtime_error;
+        result_.message = e.what();
+      }
+      const bool stay = !agent_ && job_.stay && job_.gpu_slots == SlotsRole::owner && result_.status == Outcome::ok;
+      emit_.send(to_json(result_));
+      if (!stay) return result_.status == Outcome::ok ? 0 : 1;
+      if (!let_go_of_job()) return 1;  // the context is not clean: end (the parent sees no "ready")
+      result_.init_s = init_s;
+      emit_.restart();
+      emit_.send({{"event", "ready"}, {"device", to_json(device_)}, {"init_s", init_s}, {"jobs", jobs_done_}});
     }
-    emit_.send(to_json(result_));
-    return result_.status == Outcome::ok ? 0 : 1;
   }
 
  private:
@@ -249,6 +260,41 @@ class Runner {
       nvtxRangePushA("d2k_runner_start");
       nvtxRangePop();
     }
+  }
+
+  // A staying owner after an ok result: everything its job held on the GPU and on the host is let
+  // go (the candidate's slots and input arena, the phase snapshots, the reference's library and
+  // its descriptor), so that the next job starts as on a fresh runner but for the CUDA context
+  // (with its flush buffer, stream and events). False when the context is not clean afterwards.
+  bool let_go_of_job() {
+    if (snap_ != nullptr) cudaFree(snap_);
+    if (snap_trains_ != nullptr) cudaFree(snap_trains_);
+    snap_ = snap_trains_ = nullptr;
+    slots_.release();
+    arena_.release();
+    arena_phases_.clear();
+    arena_used_ = false;
+    train_snaps_ = TrainSnaps{};
+    snapped_.clear();
+    go_parts_.clear();
+    train_fill_ref_.clear();
+    csr_ = CsrStructure{};
+    csr_valid_ = false;
+    csr_seed_ = 0;
+    entry_ = nullptr;
+    if (lib_ != nullptr) dlclose(lib_);  // best effort: a library that stays loaded keeps its own name
+    lib_ = nullptr;
+    for (int* fd : {&so_fd_, &so_load_fd_})
+      if (*fd >= 0) {
+        ::close(*fd);
+        *fd = -1;
+      }
+    job_ = Job{};
+    layout_ = Layout{};
+    result_ = RunnerResult{};
+    baseline_threads_.clear();
+    ++jobs_done_;
+    return cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess && slots_fd_ >= 0;
   }
 
   // ncu's lock folder as the server named it and the tool host mounted it (tool_host.hpp): an
@@ -376,6 +422,18 @@ class Runner {
   void execute() {
     const int so_fd = ::open(job_.so_path.c_str(), O_RDONLY | O_CLOEXEC);
     if (so_fd < 0) throw Stop{Outcome::load_error, "cannot open " + job_.so_path + ": " + std::strerror(errno)};
+    so_fd_ = so_fd;
+    // A staying owner's later jobs load their library through a descriptor number never used
+    // before in this process: the dynamic loader returns an already loaded object whose name
+    // (/proc/self/fd/N) matches, whatever file that number names now.
+    int load_fd = so_fd;
+    if (jobs_done_ > 0) {
+      load_fd = ::fcntl(so_fd, F_DUPFD_CLOEXEC, 512 + jobs_done_);
+      if (load_fd < 0) throw Stop{Outcome::load_error, std::string("a fresh descriptor for the library: ") + std::strerror(errno)};
+      so_load_fd_ = load_fd;
+    }
+    // (A staying owner keeps its slots socket: the next job's slots and arena go out on it.)
+    const bool keep_socket = job_.stay && job_.gpu_slots == SlotsRole::owner && !agent_;
     const bool gpu_slots = job_.gpu_slots != SlotsRole::none;
     if (!gpu_slots && out_fd_ >= 0 && ftruncate(out_fd_, static_cast<off_t>(layout_.total_bytes)) != 0)
       throw Stop{Outcome::setup_error, std::string("sizing the output file: ") + std::strerror(errno)};
@@ -393,7 +451,7 @@ class Runner {
     });
     if (job_.gpu_slots == SlotsRole::owner) own_slots();
     if (job_.gpu_slots == SlotsRole::user) map_slots();
-    if (slots_fd_ >= 0) {  // unused: agent code gets no channel to the parent beyond its frames
+    if (slots_fd_ >= 0 && !keep_socket) {  // unused: agent code gets no channel to the parent beyond its frames
       ::close(slots_fd_);
       slots_fd_ = -1;
     }
@@ -405,8 +463,9 @@ class Runner {
     confine_step([&] { start_callback_thread(gpu_.stream); });
     const auto baseline_threads = all_threads();
 
-    const std::string so_path = "/proc/self/fd/" + std::to_string(so_fd);
+    const std::string so_path = "/proc/self/fd/" + std::to_string(load_fd);
     void* lib = dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    lib_ = lib;
     if (lib == nullptr) {
       const char* err = dlerror();
       throw Stop{Outcome::load_error, std::string("dlopen: ") + (err != nullptr ? err : "unknown")};
@@ -564,8 +623,10 @@ class Runner {
     }
     cudaEventDestroy(c0);
     cudaEventDestroy(c1);
-    ::close(slots_fd_);
-    slots_fd_ = -1;
+    if (!job_.stay) {  // a staying owner keeps it for its next job's slots
+      ::close(slots_fd_);
+      slots_fd_ = -1;
+    }
     arena_used_ = arena_.mapped();
     const auto t_go = Clock::now();
     try {
@@ -1439,6 +1500,10 @@ class Runner {
   RunnerResult result_;
   void (*entry_)() = nullptr;
   std::set<std::string> baseline_threads_;
+  // A staying owner (Job::stay): the job's library and descriptors, let go of between jobs.
+  void* lib_ = nullptr;
+  int so_fd_ = -1, so_load_fd_ = -1;
+  int jobs_done_ = 0;
 };
 
 }  // namespace

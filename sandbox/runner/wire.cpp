@@ -82,6 +82,7 @@ json to_json(const Job& job) {
           {"gpu_slots", to_string(job.gpu_slots)},
           {"gpu_slots_bytes", job.gpu_slots_bytes},
           {"input_arena_bytes", job.input_arena_bytes},
+          {"stay", job.stay},
           {"tolerances", tols}};
 }
 
@@ -186,6 +187,8 @@ Job job_from_json(const json& j) {
   job.gpu_slots_bytes = get_or<std::uint64_t>(j, "gpu_slots_bytes", 0, c);
   if (job.gpu_slots == SlotsRole::user && job.gpu_slots_bytes == 0) bad(c, "gpu_slots user without a size");
   job.input_arena_bytes = get_or<std::uint64_t>(j, "input_arena_bytes", 0, c);
+  job.stay = get_or<bool>(j, "stay", false, c);
+  if (job.stay && job.gpu_slots != SlotsRole::owner) bad(c, "only a GPU-resident owner stays for another job");
   if (job.input_arena_bytes > 0 && job.gpu_slots != SlotsRole::user) bad(c, "an input arena is for gpu_slots users");
   const json tols = get_or<json>(j, "tolerances", json::object(), c);
   if (!tols.is_object()) bad(c, "tolerances must be an object");

@@ -143,6 +143,10 @@ struct Job {
   // so each timed phase's key comes on stdin (the host path). With an arena the agent runner never
   // holds a key: the owner makes the phase's inputs, the parent sends a keyless go line (class 11).
   std::uint64_t input_arena_bytes = 0;
+  // Owner (trusted): after an ok result, let go of this job's GPU memory and library, say "ready"
+  // again and take another job on stdin (the parent's warm owner, EvalConfig::owner_reuse): no CUDA
+  // context is torn down and made again per evaluation. Any other result ends the process as before.
+  bool stay = false;
   std::map<std::string, Tolerance> tolerances;   // owner: per dtype name, for the GPU comparison
 };
 

@@ -108,6 +108,14 @@ TEST_CASE("gpu-resident: slot roles, sizes and tolerances survive the wire; bad 
   CHECK(code([&] { job_from_json(to_json(job)); }) == "bad_job");  // a user must know what to map
   job.gpu_slots_bytes = 2ull << 20;
   CHECK(job_from_json(to_json(job)).gpu_slots_bytes == 2ull << 20);
+  // Only an owner stays for another job (EvalConfig::owner_reuse); an agent runner never does.
+  CHECK_FALSE(job_from_json(to_json(job)).stay);
+  job.stay = true;
+  CHECK(code([&] { job_from_json(to_json(job)); }) == "bad_job");
+  job.gpu_slots = SlotsRole::owner;
+  CHECK(job_from_json(to_json(job)).stay);
+  job.gpu_slots = SlotsRole::user;
+  job.stay = false;
   auto j = to_json(job);
   j["gpu_slots"] = "thief";
   CHECK(code([&] { job_from_json(j); }) == "bad_job");

@@ -181,6 +181,50 @@ TEST_CASE("gpu-resident: the expert is correct, timed and unflagged, every outpu
   std::printf("gpu-resident expert: input arena mapped %s\n", gpu.input_arena.c_str());
 }
 
+// Issue 15 (EvalConfig::owner_reuse): the trusted owner stays between evaluations: it lets go of
+// each job's memory and library and takes the next job, of any task. Across two tasks and a wrong
+// kernel between them, every verdict is the one a fresh owner gives.
+TEST_CASE("gpu-resident: a warm owner serves evaluations of two tasks and a wrong kernel with fresh verdicts",
+          "[gpu][runner][resident]") {
+  if (!d2k::test::have_gpu("gpu-resident warm owner")) return;
+  const auto out = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so";
+  const auto va = d2k::test::nvcc_build(d2k::test::vector_add().expert_path(3), out);
+  static const d2k::tasks::Task softmax = d2k::tasks::load_task(std::filesystem::path(D2K_TASKS_DIR) / "softmax");
+  const auto sm = d2k::test::nvcc_build(softmax.expert_path(3), out / "softmax");  // (both are experts/L3.cu)
+  auto& ev = d2k::test::evaluator_resident();
+  auto run = [&](const d2k::tasks::Task& task, const std::filesystem::path& so) {
+    EvalRequest r;
+    r.task = &task;
+    r.so_path = so;
+    r.workloads = WorkloadSet::visible;
+    r.seeds = 2;
+    const EvalResult e = ev.evaluate(r);
+    std::printf("warm owner: %s %s: %s owner job %d time %.2f us, reference frames end with %s\n", task.id.c_str(),
+                so.filename().c_str(), std::string(d2k::sandbox::to_string(e.status)).c_str(), e.phases.owner_job,
+                e.time_s * 1e6, e.phases.reference_frames.empty() ? "-" : e.phases.reference_frames.back().first.c_str());
+    UNSCOPED_INFO(e.to_json().dump(1).substr(0, 3000));
+    return e;
+  };
+  const EvalResult a = run(d2k::test::vector_add(), va);
+  REQUIRE(a.status == d2k::sandbox::Outcome::ok);
+  CHECK(a.flags.empty());
+  CHECK(a.phases.reference_frames.back().first == "result");  // it stayed: no reap
+  const EvalResult b = run(softmax, sm);  // another task: another reference library in the same owner
+  REQUIRE(b.status == d2k::sandbox::Outcome::ok);
+  CHECK(b.flags.empty());
+  CHECK(b.phases.owner_job == a.phases.owner_job + 1);
+  for (const auto& w : b.workloads) CHECK(w.correct);
+  const EvalResult c = run(d2k::test::vector_add(), wrong_at_12345());
+  CHECK(c.status == d2k::sandbox::Outcome::incorrect);
+  CHECK(c.phases.owner_job == b.phases.owner_job + 1);
+  const EvalResult d = run(d2k::test::vector_add(), va);  // the owner after a wrong kernel: ok again
+  REQUIRE(d.status == d2k::sandbox::Outcome::ok);
+  CHECK(d.flags.empty());
+  CHECK(d.phases.owner_job == c.phases.owner_job + 1);
+  CHECK(d.time_s < 1.05 * a.time_s);
+  CHECK(a.time_s < 1.05 * d.time_s);
+}
+
 // Class 13 (docs/threat-model.md): with launch records, one drawn warm-up per timed phase is
 // recorded inside the phase's window (CUPTI on around that call only): the expert stays ok and
 // unflagged under the tight bound, and its launches are recorded on every workload.
