@@ -660,12 +660,21 @@ class Runner {
         // same memory (the room's inputs, its slots poisoned, the L2 flushed), now that the
         // candidate has exited and nothing else runs on the GPU. The slots it poisons are the
         // train's room, whose outputs are compared from the owner's phase snapshots, never from
-        // the slots themselves.
+        // the slots themselves. A staying owner measures it once per shape (the workload's
+        // arguments and the room's calls) and reuses it in its later jobs: the same work alone on
+        // the GPU, which no key or candidate changes (issue 15: 16-29 ms per evaluation).
         if (train > 0 && arena_.mapped() && w < arena_phases_.size()) {
-          const auto t = Clock::now();
-          make_arena_inputs(w, job_.workloads[w].replay_key, 0, std::min(job_.workloads[w].train, arena_phases_[w].calls));
-          RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
-          train_fill_ref_[w] = seconds_since(t);
+          const int room = std::min(job_.workloads[w].train, arena_phases_[w].calls);
+          const std::string shape = to_json(job_).at("workloads").at(w).at("args").dump() + "|" + std::to_string(room);
+          if (const auto known = fill_ref_known_.find(shape); known != fill_ref_known_.end()) {
+            train_fill_ref_[w] = known->second;
+          } else {
+            const auto t = Clock::now();
+            make_arena_inputs(w, job_.workloads[w].replay_key, 0, room);
+            RUNNER_CUDA(cudaStreamSynchronize(gpu_.stream), runtime_error);
+            train_fill_ref_[w] = seconds_since(t);
+            if (job_.stay) fill_ref_known_[shape] = train_fill_ref_[w];
+          }
         }
       }
     } catch (const json::exception& e) {
@@ -1504,6 +1513,7 @@ class Runner {
   void* lib_ = nullptr;
   int so_fd_ = -1, so_load_fd_ = -1;
   int jobs_done_ = 0;
+  std::map<std::string, double> fill_ref_known_;  // a staying owner's train fill references, per shape
 };
 
 }  // namespace
