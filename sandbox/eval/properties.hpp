@@ -46,10 +46,13 @@ struct ToolOutput {
   std::string text;                  // stdout and stderr (capped at 64 MiB)
   std::string error;                 // why not ok (jail step, exit status, output head)
 };
-// Runs `cuobjdump <flag> <file>` (flag: "-sass", "-ptx" or "-res-usage") without a shell, in the
-// compile jail: the file (agent-built) is the only thing of ours it sees, read-only. Successful
-// outputs are cached per (tool, flag, file content): a binary seen before (the compile cache hands
-// back the same object for the same source) costs a hash of the file, no jail (ObjectDumpCache).
+// Runs `cuobjdump <flag> <file>` (flag: "-sass", "-ptx" or "-res-usage") in the compile jail: the
+// file (agent-built) is the only thing of ours it sees, read-only. "-sass" extracts the file's ELF
+// files in the jail and disassembles them side by side (a fixed script of /bin/sh there; cuobjdump
+// alone would start its disassembler for each one after the other); the others run without a
+// shell. Successful outputs are cached per (tool, flag, file content): a binary seen before (the
+// compile cache hands back the same object for the same source) costs a hash of the file, no jail
+// (ObjectDumpCache).
 ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::string& flag,
                          const std::filesystem::path& file);
 

@@ -200,11 +200,54 @@ TEST_CASE("cuobjdump runs jailed: it sees the kernel file and nothing beside it"
                                          std::filesystem::perms::group_exec);
   std::filesystem::permissions(root, std::filesystem::perms::others_exec | std::filesystem::perms::group_exec,
                                std::filesystem::perm_options::add);
-  const auto out = d2k::runner::run_cuobjdump(tool, "-sass", kernel);
+  const auto out = d2k::runner::run_cuobjdump(tool, "-res-usage", kernel);
   INFO(out.text << out.error);
   CHECK(out.ok);
   CHECK(out.text.find("KERNEL-BYTES") != std::string::npos);
   CHECK(out.text.find("SECRET-OF-THE-SERVER") == std::string::npos);
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("cuobjdump -sass: the ELF files are extracted and listed side by side in the jail, nothing beside it seen", "[runner][confine]") {
+  // A stand-in cuobjdump: `-xelf all FILE` writes two "ELF files" into its working directory (the
+  // first a copy of FILE), `-sass F` lists one (a Function line, its bytes) and tries to read a
+  // secret beside the kernel; a file named *.2.* fails when BAD exists beside the tool.
+  const auto root = std::filesystem::temp_directory_path() / ("d2k-cuobjdump-split-" + std::to_string(getpid()));
+  std::filesystem::create_directories(root / "toolkit" / "bin");
+  std::filesystem::create_directories(root / "work");
+  const auto kernel = root / "work" / "kernel.so";
+  std::ofstream(kernel) << "KERNEL-BYTES\n";
+  std::ofstream(root / "work" / "secret.txt") << "SECRET-OF-THE-SERVER\n";
+  const auto tool = root / "toolkit" / "bin" / "cuobjdump";
+  std::ofstream(tool) << "#!/bin/sh\n"
+                         "case \"$1\" in\n"
+                         "-xelf) cat \"$3\" > kernel.1.sm_90.cubin; echo SECOND > kernel.2.sm_90.cubin ;;\n"
+                         "-sass) echo \"Function : f_$2\"; cat \"$2\"; cat "
+                      << (root / "work" / "secret.txt").string()
+                      << " 2>&1\n"
+                         "  case \"$2\" in *.2.*) [ -e \"$(dirname \"$0\")/BAD\" ] && exit 3 ;; esac ;;\n"
+                         "esac\n"
+                         "exit 0\n";
+  std::filesystem::permissions(tool, std::filesystem::perms::owner_all | std::filesystem::perms::others_read |
+                                         std::filesystem::perms::others_exec | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::group_exec);
+  std::filesystem::permissions(root, std::filesystem::perms::others_exec | std::filesystem::perms::group_exec,
+                               std::filesystem::perm_options::add);
+  auto out = d2k::runner::run_cuobjdump(tool, "-sass", kernel);
+  INFO(out.text << out.error);
+  REQUIRE(out.ok);
+  CHECK(out.text.find("Function : f_kernel.1.sm_90.cubin") != std::string::npos);
+  CHECK(out.text.find("Function : f_kernel.2.sm_90.cubin") != std::string::npos);
+  CHECK(out.text.find("KERNEL-BYTES") != std::string::npos);
+  CHECK(out.text.find("SECOND") != std::string::npos);
+  CHECK(out.text.find("Function : f_kernel.1") < out.text.find("Function : f_kernel.2"));  // the files' order
+  CHECK(out.text.find("SECRET-OF-THE-SERVER") == std::string::npos);
+  // One listing failing fails the whole run, with its name and the tool's (not the shell's).
+  std::ofstream(root / "toolkit" / "bin" / "BAD") << "";
+  std::ofstream(kernel) << "OTHER-BYTES\n";  // new content: not the cached entry
+  out = d2k::runner::run_cuobjdump(tool, "-sass", kernel);
+  CHECK_FALSE(out.ok);
+  CHECK(out.error.find("cuobjdump -sass failed") != std::string::npos);
   std::filesystem::remove_all(root);
 }
 

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <string>
 
 #include "catch.hpp"
@@ -162,6 +164,31 @@ TEST_CASE("disassemble a real object: per-kernel resources, the spilling kernel'
   const json only = tools::disassemble(tool, so, req);
   REQUIRE(only["matched"] == 1);
   CHECK_FALSE(only["kernels"][0].contains("ptx"));
+}
+
+TEST_CASE("jailed -sass, its ELF files listed side by side, lists what plain cuobjdump -sass lists", "[tools][disassemble][nvcc]") {
+  const auto tool = cuobjdump_path();
+  if (!tool) {
+    test::skip("no cuobjdump beside nvcc or on PATH");
+    return;
+  }
+  const fs::path so = built_object();
+  REQUIRE_FALSE(so.empty());
+  runner::ObjectDumpCache::instance().clear();
+  const auto jailed = runner::run_cuobjdump(*tool, "-sass", so);
+  REQUIRE(jailed.ok);
+  const fs::path plain_out = so.parent_path() / "plain.sass";
+  REQUIRE(std::system(("\"" + tool->string() + "\" -sass \"" + so.string() + "\" > \"" + plain_out.string() + "\"").c_str()) == 0);
+  std::ifstream in(plain_out);
+  const std::string plain((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto by_name = [](const std::vector<runner::SassFunction>& fs) {
+    std::map<std::string, std::vector<std::string>> m;
+    for (const auto& f : fs) m[f.name] = f.opcodes;
+    return m;
+  };
+  const auto a = by_name(runner::parse_sass(jailed.text)), b = by_name(runner::parse_sass(plain));
+  CHECK(a.size() >= 2);  // add_kernel, spill_kernel<256>
+  CHECK(a == b);
 }
 
 TEST_CASE("cuobjdump outputs are cached by the object's content: a known binary runs no jail", "[tools][cache][nvcc]") {
