@@ -2,7 +2,8 @@
 // host path and on the GPU-resident path (EvalConfig::gpu_resident), for tasks' L3 experts, and
 // how tight the parent's bound is for each timed workload. Prints figures; asserts nothing.
 //   CUDA_VISIBLE_DEVICES=0 build/bin/bench_eval_phases [--runs 5] [--seeds 3] [--modes host,resident]
-//                                                      [--tasks vector_add,softmax] [--rel-slack X]
+//                                                      [--tasks vector_add,softmax|all] [--rel-slack X]
+//                                                      [--builds DIR [--build-only]]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,10 +31,22 @@ using d2k::bench::median;
 // The server's fixed nvcc flags and the task's own after them (sandbox/compiler's rule: conv2d and
 // the other Hopper tasks name -arch=sm_90a, which replaces the base sm_90; an sm_90 build of their
 // experts traps at launch).
+// The newest modification time of any file under dir (a task's sources and headers).
+fs::file_time_type newest_under(const fs::path& dir) {
+  fs::file_time_type t = fs::last_write_time(dir);
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) t = std::max(t, e.last_write_time());
+  return t;
+}
+
+// Builds cu into dir/name.so. A build already there is reused when it is newer than every file of
+// the task's folder (--builds DIR: made on a machine without a GPU with --build-only and carried).
 fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& name,
-                    const std::vector<std::string>& task_flags) {
+                    const std::vector<std::string>& task_flags, const fs::path& task_dir) {
   fs::create_directories(dir);
   const fs::path so = dir / (name + ".so");
+  std::error_code ec;
+  if (fs::exists(so, ec) && fs::last_write_time(so, ec) > newest_under(task_dir)) return so;
   std::string cmd = "/usr/local/cuda/bin/nvcc";
   for (const auto& f : d2k::sandbox::base_flags_for(d2k::sandbox::CompilerConfig{}.base_flags, task_flags)) cmd += " '" + f + "'";
   for (const auto& f : task_flags) cmd += " '" + f + "'";
@@ -56,12 +69,16 @@ int main(int argc, char** argv) {
   args.option("--runs", &runs, "evaluations per task and mode (the figures are their medians)");
   args.option("--seeds", &seeds, "input seeds per workload");
   args.option("--modes", &modes, "host and/or resident");
-  args.option("--tasks", &task_names, "task ids");
+  args.option("--tasks", &task_names, "task ids, or all (every task of the catalogue)");
   args.option("--rel-slack", &rel_slack, "the bound's overhead_rel_slack (negative: EvalConfig's default)");
   args.option("--train-job-gib", &train_job_gib, "the job's GPU memory for its trains (EvalConfig::train_job_bytes; 0: train_job_fraction of the GPU's)");
   args.flag("--no-train", &no_train, "the runner's sampled medians, as without EvalConfig::train (verify-tasks' measure)");
   args.option("--owner-reuse", &owner_reuse, "evaluations a warm owner serves (EvalConfig::owner_reuse; 1: a fresh owner each, as before; negative: the default)");
   args.flag("--all-workloads", &all_workloads, "every workload, hidden ones too (as `submit` and calibration), not only the visible");
+  std::string builds_arg;
+  bool build_only = false;
+  args.option("--builds", &builds_arg, "where the reference and L3 builds go; one there newer than its task's files is reused (default: a temporary folder)");
+  args.flag("--build-only", &build_only, "build each task's reference and L3 expert into --builds and exit (no GPU needed)");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
   for (const auto& m : modes)
     if (m != "host" && m != "resident") {
@@ -73,6 +90,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path state = fs::temp_directory_path() / "d2k-bench-eval-phases";
+  const fs::path builds = builds_arg.empty() ? state : fs::absolute(builds_arg);
+  if (task_names.size() == 1 && task_names[0] == "all") {
+    task_names.clear();
+    for (const auto& t : d2k::tasks::load_tasks(D2K_TASKS_DIR).tasks) task_names.push_back(t.id);
+  }
+  if (build_only) {
+    for (const std::string& name : task_names) {
+      const d2k::tasks::Task task = d2k::tasks::load_task(fs::path(D2K_TASKS_DIR) / name);
+      const auto t0 = std::chrono::steady_clock::now();
+      nvcc_build(task.reference_path(), builds / "trusted", name + "_reference", task.compile_flags, task.dir);
+      nvcc_build(task.expert_path(3), builds / "candidate", name + "_L3", task.compile_flags, task.dir);
+      std::printf("bench_eval_phases: built %s (reference, L3) in %.1f s\n", name.c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   std::time_t now = std::time(nullptr);
   char date[64];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
@@ -80,7 +114,7 @@ int main(int argc, char** argv) {
     d2k::runner::EvalConfig cfg;
     cfg.state_dir = state / mode;
     cfg.build_trusted = [&](const d2k::tasks::Task& t, const fs::path& cu) {
-      return nvcc_build(cu, state / "trusted", t.id + "_" + cu.stem().string(), t.compile_flags);
+      return nvcc_build(cu, builds / "trusted", t.id + "_" + cu.stem().string(), t.compile_flags, t.dir);
     };
     cfg.toolchain = "nvcc-bench";
     cfg.gpu_resident = mode == "resident";
@@ -97,7 +131,7 @@ int main(int argc, char** argv) {
                 date, ev.gpus()[0].name.c_str(), mode.c_str(), all_workloads ? "all" : "visible", seeds, runs, cfg.bound.overhead_rel_slack);
     for (const std::string& name : task_names) {
       const d2k::tasks::Task task = d2k::tasks::load_task(fs::path(D2K_TASKS_DIR) / name);
-      const fs::path so = nvcc_build(task.expert_path(3), state / "candidate", name + "_L3", task.compile_flags);
+      const fs::path so = nvcc_build(task.expert_path(3), builds / "candidate", name + "_L3", task.compile_flags, task.dir);
       std::map<std::string, std::vector<double>> ph;
       std::map<std::string, std::vector<double>> med, outside, over, frac, samples, batch, window, own_batch, cmed;
       std::map<std::string, std::map<std::string, std::vector<double>>> replay;  // the owner replay's parts
