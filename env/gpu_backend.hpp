@@ -101,6 +101,10 @@ class GpuBackend {
     stage.finish = [report] { return *report; };
     return stage;
   }
+  // Called from the compile worker once an evaluation's kernel is built, before it waits for its
+  // task's preparation or its GPU's queue: CPU work the evaluation will need may start here (the
+  // runner backend starts the property checks' cuobjdump runs). Must not block.
+  virtual void prefetch(const EvaluationJob& job) { (void)job; }
   // Readies `task` on `gpu` ahead of its evaluations (docs/pipeline.md): trusted builds and the
   // calibration of baseline and experts, read from the persisted caches when they hold them.
   // Blocking, called from that GPU's preparation thread while evaluations of ready tasks go on;

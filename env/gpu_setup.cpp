@@ -56,8 +56,7 @@ class RunnerBackend final : public GpuBackend {
     // before its ELF files were disassembled side by side too; a cache hit
     // otherwise) runs on the CPU while the GPU part runs, not after it (issue 15 item 6): the finish
     // only waits for it.
-    auto dumps = std::make_shared<std::shared_future<ObjectDumps>>(
-        std::async(std::launch::async, [this, so = job.kernel_so] { return object_dumps(so); }).share());
+    auto dumps = std::make_shared<std::shared_future<ObjectDumps>>(take_dumps(job.kernel_so));
     auto r = std::make_shared<runner::EvalResult>(evaluator_->evaluate(req));
     GpuStage stage;
     // The runners' time on the GPU: on the resident path the owner's replay starts at the
@@ -80,6 +79,19 @@ class RunnerBackend final : public GpuBackend {
       return report;
     };
     return stage;
+  }
+
+  // The property checks' cuobjdump runs start as soon as the kernel is built (the compile worker
+  // calls this), so a cold evaluate's finish waits neither for the GPU queue nor for the GPU part to
+  // start them. evaluate_gpu takes what was started for its file, or starts it then.
+  void prefetch(const EvaluationJob& job) override {
+    std::lock_guard lock(dumps_mu_);
+    if (dumps_.count(job.kernel_so)) return;
+    if (dumps_.size() >= kMaxPrefetched)  // evaluations that never reached their GPU: drop the done ones
+      for (auto it = dumps_.begin(); it != dumps_.end();)
+        it = it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? dumps_.erase(it) : std::next(it);
+    if (dumps_.size() >= kMaxPrefetched) return;  // evaluate_gpu starts its own
+    dumps_.emplace(job.kernel_so, start_dumps(job.kernel_so));
   }
 
   // Trusted builds of every kernel the task ships (reference, baseline, experts: the build cache
@@ -117,6 +129,8 @@ class RunnerBackend final : public GpuBackend {
   }
 
  private:
+  static constexpr std::size_t kMaxPrefetched = 256;
+
   // cuobjdump's two views of the kernel the design properties read (ObjectDumpCache: a hash of the file
   // when the same binary was dumped before).
   struct ObjectDumps {
@@ -134,6 +148,23 @@ class RunnerBackend final : public GpuBackend {
     d.sass = runner::run_cuobjdump(*cuobjdump_, "-sass", so);
     d.res = res.get();
     return d;
+  }
+
+  std::shared_future<ObjectDumps> start_dumps(const std::filesystem::path& so) {
+    return std::async(std::launch::async, [this, so] { return object_dumps(so); }).share();
+  }
+  // What prefetch started for this file (taken: a later evaluation of the same file starts anew and
+  // finds cuobjdump's cache), else a start now.
+  std::shared_future<ObjectDumps> take_dumps(const std::filesystem::path& so) {
+    {
+      std::lock_guard lock(dumps_mu_);
+      if (auto it = dumps_.find(so); it != dumps_.end()) {
+        auto f = std::move(it->second);
+        dumps_.erase(it);
+        return f;
+      }
+    }
+    return start_dumps(so);
   }
 
   EvaluationReport finish(const EvaluationJob& job, const runner::EvalResult& r, const runner::CalibrationEntry* cal,
@@ -279,6 +310,9 @@ class RunnerBackend final : public GpuBackend {
   std::map<int, runner::CopyBandwidth> copy_bw_;
   std::optional<std::filesystem::path> cuobjdump_;
   std::filesystem::path nvcc_;
+  // Last: destroyed first, waiting for the cuobjdump runs still under way (they use the members above).
+  std::mutex dumps_mu_;
+  std::map<std::filesystem::path, std::shared_future<ObjectDumps>> dumps_;
 };
 
 }  // namespace

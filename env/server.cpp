@@ -1041,6 +1041,7 @@ void Server::start_work(Session& s, const Request& request, const Route& route, 
       return;
     }
     job.kernel_so = outcome.artifact;
+    if (gpu_) gpu_->prefetch(job);  // the property checks' cuobjdump, beside the queue wait and the GPU part
     json compile_json = compile_to_json(outcome);
     // The timed run waits for its task's preparation on this GPU (parked in preparation_, not
     // failed), then queues on the GPU.

@@ -49,6 +49,7 @@ class GatedBackend final : public d2k::env::GpuBackend {
     {
       std::lock_guard lock(mu_);
       evaluated_.push_back(job.task->id);
+      evaluated_so_.push_back(job.kernel_so);
       // Evaluating a task before its preparation finished is the bug this guards against.
       if (!open_all_ && !open_.count(job.task->id)) unprepared_ = true;
     }
@@ -61,6 +62,20 @@ class GatedBackend final : public d2k::env::GpuBackend {
     return r;
   }
   void cancel_all() override {}
+  void prefetch(const d2k::env::EvaluationJob& job) override {
+    std::lock_guard lock(mu_);
+    prefetched_.push_back(job.kernel_so);
+    prefetched_existed_.push_back(std::filesystem::exists(job.kernel_so));
+  }
+  std::vector<std::filesystem::path> prefetched(std::vector<bool>* existed = nullptr) {
+    std::lock_guard lock(mu_);
+    if (existed) *existed = prefetched_existed_;
+    return prefetched_;
+  }
+  std::vector<std::filesystem::path> evaluated_files() {
+    std::lock_guard lock(mu_);
+    return evaluated_so_;
+  }
   void open(const std::string& task, bool fail = false) {
     {
       std::lock_guard lock(mu_);
@@ -97,6 +112,8 @@ class GatedBackend final : public d2k::env::GpuBackend {
   bool open_all_ = false;
   bool unprepared_ = false;
   std::vector<std::string> order_, evaluated_;
+  std::vector<std::filesystem::path> prefetched_, evaluated_so_;
+  std::vector<bool> prefetched_existed_;
 };
 
 // prepare() goes through two stages, "build" then "calibration": at each it calls progress (a
@@ -452,6 +469,11 @@ TEST_CASE("an evaluation before its task is ready waits, says so in info and in 
   CHECK(st["gpus"][0]["queue_depth"] == 1);
   CHECK(st["gpus"][0]["evaluations"] == 0);
   CHECK(gpu->evaluated() == 0);
+  // Its CPU work was started while it waits: the backend was handed the built kernel (issue 15
+  // target 2: a cold evaluate's property checks start at the compile's end).
+  std::vector<bool> existed;
+  REQUIRE(gpu->prefetched(&existed).size() == 1);
+  CHECK(existed[0]);
 
   // The first task finishes; the parked task is prepared next (ahead of the configured order).
   gpu->open(first);
@@ -464,6 +486,8 @@ TEST_CASE("an evaluation before its task is ready waits, says so in info and in 
   CHECK(reply["info"]["queue"]["state"] == "ran_after_preparation");
   CHECK(reply["info"]["queue"]["waited_for_preparation_s"].get<double>() > 0);
   CHECK_FALSE(gpu->unprepared());
+  REQUIRE(gpu->evaluated_files().size() == 1);
+  CHECK(gpu->evaluated_files()[0] == gpu->prefetched()[0]);
   CHECK_FALSE(c.observe(s)["info"].contains("queue"));
 
   st = c.stats();
