@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   int runs = 5, seeds = 3, owner_reuse = -1;
   double rel_slack = -1, train_job_gib = 0;  // --rel-slack: the tight bound's overhead_rel_slack (default: EvalConfig's)
   std::vector<std::string> modes = {"host", "resident"}, task_names = {"vector_add", "softmax"};
-  bool all_workloads = false, no_train = false;
+  bool all_workloads = false, no_train = false, no_oracle = false;
   d2k::bench::Args args("bench_eval_phases",
                         "The phases of one `evaluate` (compile-cache hit) on the host path and the GPU-resident path, for\n"
                         "tasks' L3 experts, and how tight the parent's bound is per timed workload. Needs a GPU\n"
@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   args.option("--tasks", &task_names, "task ids, or all (every task of the catalogue)");
   args.option("--rel-slack", &rel_slack, "the bound's overhead_rel_slack (negative: EvalConfig's default)");
   args.option("--train-job-gib", &train_job_gib, "the job's GPU memory for its trains (EvalConfig::train_job_bytes; 0: train_job_fraction of the GPU's)");
+  args.flag("--no-oracle", &no_oracle, "the owner replays timed calls with the reference, not the task's L3 expert (EvalConfig::replay_oracle off)");
   args.flag("--no-train", &no_train, "the runner's sampled medians, as without EvalConfig::train (verify-tasks' measure)");
   args.option("--owner-reuse", &owner_reuse, "evaluations a warm owner serves (EvalConfig::owner_reuse; 1: a fresh owner each, as before; negative: the default)");
   args.flag("--all-workloads", &all_workloads, "every workload, hidden ones too (as `submit` and calibration), not only the visible");
@@ -120,6 +121,7 @@ int main(int argc, char** argv) {
     cfg.gpu_resident = mode == "resident";
     if (rel_slack >= 0) cfg.bound.overhead_rel_slack = rel_slack;
     if (no_train) cfg.train = false;
+    if (no_oracle) cfg.replay_oracle = false;
     if (owner_reuse >= 0) cfg.owner_reuse = owner_reuse;
     if (train_job_gib > 0) cfg.train_job_bytes = static_cast<std::uint64_t>(train_job_gib * double(1ull << 30));
     d2k::runner::Evaluator ev(cfg);
@@ -136,6 +138,7 @@ int main(int argc, char** argv) {
       std::map<std::string, std::vector<double>> med, outside, over, frac, samples, batch, window, own_batch, cmed;
       std::map<std::string, std::map<std::string, std::vector<double>>> replay;  // the owner replay's parts
       int ok = 0;
+      std::string replayed_with;
       std::pair<std::vector<std::pair<std::string, double>>, std::vector<std::pair<std::string, double>>> last_frames;
       for (int r = 0; r <= runs; ++r) {  // run 0 warms the pools and the task's GPU budget
         d2k::runner::EvalRequest req;
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
         }
         if (r == 0) continue;
         ++ok;
+        replayed_with = e.replayed_with;
         {
           // Per run: where its time went.
           double owner_result = -1;
@@ -190,10 +194,10 @@ int main(int argc, char** argv) {
           for (const auto& [part, t] : w.replay_parts) replay[w.name][part].push_back(t);
         }
       }
-      std::printf("  %-10s %-8s ok %d/%d  median phases [s]: wait_ready %.3f  candidate %.3f  reference %.3f  compare %.3f  total %.3f  (wall %.3f; last timing_end to exit %.3f; outputs taken at phase ends %.3f)\n",
+      std::printf("  %-10s %-8s ok %d/%d  median phases [s]: wait_ready %.3f  candidate %.3f  reference %.3f  compare %.3f  total %.3f  (wall %.3f; last timing_end to exit %.3f; outputs taken at phase ends %.3f; replayed with %s)\n",
                   name.c_str(), mode.c_str(), ok, runs, median(ph["wait_ready"]), median(ph["candidate"]),
                   median(ph["reference"]), median(ph["compare"]), median(ph["total"]), median(ph["wall"]), median(ph["tail"]),
-                  median(ph["snapshot"]));
+                  median(ph["snapshot"]), replayed_with.empty() ? "-" : replayed_with.c_str());
       // The last run's frames, each at its arrival on the parent's clock (ms since the job was sent).
       for (int side = 0; side < 2; ++side) {
         const auto& fr = side == 0 ? last_frames.first : last_frames.second;

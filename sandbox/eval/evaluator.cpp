@@ -1103,6 +1103,15 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     ref_job.timing = cand_job.timing;  // the same slot layout; an owner never times
     for (const auto& [dt, tol] : task.tolerances) ref_job.tolerances[dt] = Tolerance{tol.atol, tol.rtol};
     cand_job.gpu_slots = SlotsRole::user;
+    res.replayed_with = "reference.cu";
+    if (config_.replay_oracle && req.timing && std::filesystem::exists(task.expert_path(3))) {
+      try {
+        ref_job.oracle_so_path = build_trusted(task, task.expert_path(3)).string();
+        res.replayed_with = "experts/L3.cu";
+      } catch (const std::exception&) {
+        ref_job.oracle_so_path.clear();  // the reference replays, as without the oracle
+      }
+    }
   }
 
   Gpu& g = *per_gpu_[static_cast<std::size_t>(req.gpu)];
@@ -1525,7 +1534,22 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     // The next candidate of this task and request shape gets its GPU budget from this (class 15).
     std::lock_guard<std::mutex> lock(budget_mu_);
     double& known = reference_s_[budget_key];
-    known = std::max(known, resident ? res.phases.reference_s : ref.run_s);  // an owner's run_s holds the candidate's
+    double reference_s = resident ? res.phases.reference_s : ref.run_s;  // an owner's run_s holds the candidate's
+    // With the oracle the replay is the expert's, not the reference's: the budget stays what the
+    // reference would have taken, each replayed call counted at the owner's mean correctness call
+    // (the reference's, its inputs' making included).
+    if (resident && !ref_job.oracle_so_path.empty() && ref.result)
+      for (const auto& r : replay["replay"]) {
+        const auto w = r.value("workload", std::size_t{0});
+        if (w >= ref.result->workloads.size() || seeds.empty()) continue;
+        double correctness_s = 0;
+        for (const auto& [name, sec] : ref.result->workloads[w].replay_parts)
+          if (name == "correctness") correctness_s = sec;
+        int calls = r.value("samples", 0);
+        for (const auto& e : r.value("early_trains", json::array())) calls += e.value("calls", 0);
+        reference_s += calls * correctness_s / static_cast<double>(seeds.size());
+      }
+    known = std::max(known, reference_s);
   }
 
   // 4. Correctness: every output of every seed, and of every timed call (GPU-resident: compared by
@@ -2011,6 +2035,7 @@ json EvalResult::to_json() const {
           {"runner_output", runner_output},
           {"launches_error", launches_error},
           {"retried_flag", retried_flag},
+          {"replayed_with", replayed_with},
           {"input_arena", input_arena}};
 }
 

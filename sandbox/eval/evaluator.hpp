@@ -246,6 +246,13 @@ struct EvalConfig {
   // an owner's teardown took 0.11 s, and overlapped with the next evaluation it slowed that one by
   // as much). The agent runner is fresh for every evaluation, as before. 0 or 1: a fresh owner each.
   int owner_reuse = 32;
+  // GPU-resident: the owner replays the candidate's timed calls (trains, warm-ups, samples) with the
+  // task's L3 expert when the task has one, not with its reference; the correctness calls stay on the
+  // reference. A reference is written to be obviously right, not fast: on the H200 (2026-12-04) its
+  // replay was 6.5 s of gemm_bf16's 11.1 s evaluation, 9 s of conv2d's. The expert is trusted code
+  // of the task (built by build_trusted; `d2k verify-tasks` checks it against the reference on every
+  // workload); the comparison keeps the task's tolerances. An L3 that does not build: the reference.
+  bool replay_oracle = true;
   // Before the train line, a prime line: the agent runner makes its context the GPU's current one
   // with work of its own (after the owner's fill) and answers "primed"; the window opens after it.
   bool train_prime = true;
@@ -388,6 +395,9 @@ struct EvalResult {
   // When an earlier run of this evaluation was flagged on the parent's clock and re-run
   // (EvalConfig::clock_flag_retries): its message, for diagnosis (empty: no retry).
   std::string retried_flag;
+  // GPU-resident: what replayed the candidate's timed calls ("experts/L3.cu": the oracle,
+  // EvalConfig::replay_oracle; "reference.cu"; "" when nothing was replayed or on the host path).
+  std::string replayed_with;
   bool ok() const { return status == sandbox::Outcome::ok; }
   nlohmann::json to_json() const;
 };

@@ -282,6 +282,7 @@ class Runner {
     csr_valid_ = false;
     csr_seed_ = 0;
     entry_ = nullptr;
+    oracle_entry_ = nullptr;  // its library stays loaded (load_oracle)
     if (lib_ != nullptr) dlclose(lib_);  // best effort: a library that stays loaded keeps its own name
     lib_ = nullptr;
     for (int* fd : {&so_fd_, &so_load_fd_})
@@ -473,9 +474,33 @@ class Runner {
     void* entry = dlsym(lib, job_.entry.c_str());
     if (entry == nullptr) throw Stop{Outcome::load_error, "the shared object has no symbol '" + job_.entry + "'"};
     entry_ = reinterpret_cast<void (*)()>(entry);
+    oracle_entry_ = nullptr;
+    if (!job_.oracle_so_path.empty()) {
+      if (agent_) throw Stop{Outcome::bad_job, "a replay oracle is for trusted owners"};
+      oracle_entry_ = load_oracle(job_.oracle_so_path);
+    }
     baseline_threads_ = baseline_threads;
 
     for (std::size_t w = 0; w < job_.workloads.size(); ++w) run_workload(w);
+  }
+
+  // The replay oracle's entry (a trusted owner only): loaded by its path the first time this process
+  // sees it and kept loaded for the process's life, so a warm owner's jobs of the same task reuse it
+  // (a library that keeps a device workspace in a static, as some experts do, keeps one, not one per
+  // job). The entry symbol is the job's, as the reference's.
+  void (*load_oracle(const std::string& path))() {
+    const std::string key = path + "|" + job_.entry;
+    if (auto it = oracles_.find(key); it != oracles_.end()) return it->second;
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* err = dlerror();
+      throw Stop{Outcome::setup_error, std::string("the replay oracle: dlopen: ") + (err != nullptr ? err : "unknown")};
+    }
+    void* entry = dlsym(lib, job_.entry.c_str());
+    if (entry == nullptr) throw Stop{Outcome::setup_error, "the replay oracle has no symbol '" + job_.entry + "'"};
+    auto* fn = reinterpret_cast<void (*)()>(entry);
+    oracles_.emplace(key, fn);
+    return fn;
   }
 
   // Host path: a pinned buffer of the largest output slot, for the hand-over's device-to-host copies
@@ -871,9 +896,10 @@ class Runner {
                      job_.returns_int ? &ffi_type_sint : &ffi_type_void, types.data()) != FFI_OK)
       throw Stop{Outcome::setup_error, "ffi_prep_cif failed"};
     ffi_arg ret = 0;
+    void (*active)() = entry_;  // the replay switches to the oracle, when the job has one
     auto call = [&] {
       if (under_tool_) nvtxRangePushA(kAgentNvtxRange);  // what ncu profiles (tool_host.hpp)
-      ffi_call(&cif, entry_, &ret, values.data());
+      ffi_call(&cif, active, &ret, values.data());
       if (under_tool_) nvtxRangePop();
     };
     auto check_ret = [&] {
@@ -1062,6 +1088,9 @@ class Runner {
       if (agent_) throw Stop{Outcome::bad_job, "replay is for trusted runners"};
       const int calls = wl.replay_samples;  // the candidate's warm-ups and samples, all verified
       part("correctness");
+      // The replayed calls run the oracle when the job names one (the correctness calls above ran
+      // the reference): the same inputs from the same keys, compared with the same tolerances.
+      if (oracle_entry_ != nullptr) active = oracle_entry_;
       // The candidate's window held its inputs' making, unless the owner made them in its arena
       // before the window opened (then only the poison is inside it, and only that is timed here).
       const bool inputs_outside = job_.gpu_slots == SlotsRole::owner && arena_used_;
@@ -1197,6 +1226,7 @@ class Runner {
         }
         wr.batch_out_s = seconds_since(t0);
       }
+      active = entry_;
     }
 
     if (job_.timing.enabled && wl.time && job_.gpu_slots != SlotsRole::owner) {
@@ -1508,6 +1538,8 @@ class Runner {
   Layout layout_;
   RunnerResult result_;
   void (*entry_)() = nullptr;
+  void (*oracle_entry_)() = nullptr;             // the job's replay oracle (Job::oracle_so_path), or none
+  std::map<std::string, void (*)()> oracles_;    // oracles loaded by this process, kept loaded
   std::set<std::string> baseline_threads_;
   // A staying owner (Job::stay): the job's library and descriptors, let go of between jobs.
   void* lib_ = nullptr;

@@ -83,6 +83,7 @@ json to_json(const Job& job) {
           {"gpu_slots_bytes", job.gpu_slots_bytes},
           {"input_arena_bytes", job.input_arena_bytes},
           {"stay", job.stay},
+          {"oracle_so_path", job.oracle_so_path},
           {"tolerances", tols}};
 }
 
@@ -190,6 +191,8 @@ Job job_from_json(const json& j) {
   job.stay = get_or<bool>(j, "stay", false, c);
   if (job.stay && job.gpu_slots != SlotsRole::owner) bad(c, "only a GPU-resident owner stays for another job");
   if (job.input_arena_bytes > 0 && job.gpu_slots != SlotsRole::user) bad(c, "an input arena is for gpu_slots users");
+  job.oracle_so_path = get_or<std::string>(j, "oracle_so_path", "", c);
+  if (!job.oracle_so_path.empty() && job.gpu_slots != SlotsRole::owner) bad(c, "a replay oracle is for GPU-resident owners");
   const json tols = get_or<json>(j, "tolerances", json::object(), c);
   if (!tols.is_object()) bad(c, "tolerances must be an object");
   for (const auto& [dt, t] : tols.items()) {

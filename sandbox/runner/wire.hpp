@@ -148,6 +148,11 @@ struct Job {
   // context is torn down and made again per evaluation. Any other result ends the process as before.
   bool stay = false;
   std::map<std::string, Tolerance> tolerances;   // owner: per dtype name, for the GPU comparison
+  // Owner (trusted): the replay's kernel. Empty: the replay (every timed call of the candidate,
+  // trains included) runs so_path, the task's reference, as the correctness calls do. Otherwise
+  // that replay runs this library's entry instead (the task's L3 expert: EvalConfig::replay_oracle),
+  // loaded once per owner process and kept loaded while the owner stays.
+  std::string oracle_so_path;
 };
 
 // The warm-up counts a key may carry: [max(1, warmup - 1), warmup + 2] unless max_warmup is set.

@@ -116,6 +116,15 @@ TEST_CASE("gpu-resident: slot roles, sizes and tolerances survive the wire; bad 
   CHECK(job_from_json(to_json(job)).stay);
   job.gpu_slots = SlotsRole::user;
   job.stay = false;
+  // Only an owner replays with an oracle (EvalConfig::replay_oracle); an agent runner's job naming
+  // one is refused, so no agent-side path can load a library of the parent's choosing this way.
+  CHECK(job_from_json(to_json(job)).oracle_so_path.empty());
+  job.oracle_so_path = "/trusted/L3.so";
+  CHECK(code([&] { job_from_json(to_json(job)); }) == "bad_job");
+  job.gpu_slots = SlotsRole::owner;
+  CHECK(job_from_json(to_json(job)).oracle_so_path == "/trusted/L3.so");
+  job.gpu_slots = SlotsRole::user;
+  job.oracle_so_path.clear();
   auto j = to_json(job);
   j["gpu_slots"] = "thief";
   CHECK(code([&] { job_from_json(j); }) == "bad_job");

@@ -28,8 +28,10 @@ namespace {
 runner::EvalConfig test_config() {
     runner::EvalConfig cfg;
     cfg.state_dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner";
-    cfg.build_trusted = [](const tasks::Task&, const std::filesystem::path& cu) {
-      return nvcc_build(cu, std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so");
+    // A folder per task: every task's expert is experts/L3.cu, and the owner's replay oracle
+    // (EvalConfig::replay_oracle) is the task's own.
+    cfg.build_trusted = [](const tasks::Task& task, const std::filesystem::path& cu) {
+      return nvcc_build(cu, std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so" / task.id);
     };
     cfg.toolchain = "nvcc-test";
     cfg.seeds = 2;

@@ -225,6 +225,61 @@ TEST_CASE("gpu-resident: a warm owner serves evaluations of two tasks and a wron
   CHECK(a.time_s < 1.05 * d.time_s);
 }
 
+// EvalConfig::replay_oracle: the owner replays the candidate's timed calls with the task's L3
+// expert, the correctness calls with the reference. Shown with a copy of vector_add whose "expert"
+// is wrong at one element: the honest L3 then fails on its timed calls only (their checks, seed
+// index below 0), passes every correctness check, and passes whole with the oracle off.
+TEST_CASE("gpu-resident: the owner's replay of the timed calls runs the task's L3 expert, its correctness calls the reference",
+          "[gpu][runner][resident]") {
+  if (!d2k::test::have_gpu("gpu-resident replay oracle")) return;
+  const auto dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "oracle";
+  std::filesystem::remove_all(dir / "vector_add");
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(d2k::test::vector_add().dir, dir / "vector_add", std::filesystem::copy_options::recursive);
+  std::filesystem::copy_file(wrong_at_12345().parent_path() / "wrong_at_12345.cu", dir / "vector_add" / "experts" / "L3.cu",
+                             std::filesystem::copy_options::overwrite_existing);
+  const d2k::tasks::Task task = d2k::tasks::load_task(dir / "vector_add");
+  const auto honest = d2k::test::nvcc_build(d2k::test::vector_add().expert_path(3),
+                                            std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so");
+  EvalRequest r;
+  r.task = &task;
+  r.so_path = honest;
+  r.workloads = WorkloadSet::visible;
+  r.seeds = 2;
+  const EvalResult e = d2k::test::evaluator_resident().evaluate(r);
+  UNSCOPED_INFO(e.to_json().dump(1).substr(0, 3000));
+  CHECK(e.replayed_with == "experts/L3.cu");
+  CHECK(e.status == d2k::sandbox::Outcome::incorrect);
+  int timed_bad = 0, seed_bad = 0;
+  for (const auto& w : e.workloads)
+    for (const auto& c : w.checks)
+      if (c.mismatches > 0) ++(c.seed_index < 0 ? timed_bad : seed_bad);
+  CHECK(seed_bad == 0);
+  CHECK(timed_bad > 0);
+  // The real vector_add: its L3 as the oracle, the honest L3 ok.
+  r.task = &d2k::test::vector_add();
+  const EvalResult ok = d2k::test::evaluator_resident().evaluate(r);
+  CHECK(ok.replayed_with == "experts/L3.cu");
+  CHECK(ok.status == d2k::sandbox::Outcome::ok);
+  CHECK(ok.flags.empty());
+  // The oracle off: the wrong "expert" is never run, the reference replays, the honest L3 is ok.
+  static std::unique_ptr<d2k::runner::Evaluator> off = [] {
+    d2k::runner::EvalConfig cfg = d2k::test::evaluator_resident().config();
+    cfg.replay_oracle = false;
+    return std::make_unique<d2k::runner::Evaluator>(cfg);
+  }();
+  r.task = &task;
+  const EvalResult ref = off->evaluate(r);
+  UNSCOPED_INFO(ref.to_json().dump(1).substr(0, 2000));
+  CHECK(ref.replayed_with == "reference.cu");
+  CHECK(ref.status == d2k::sandbox::Outcome::ok);
+  std::printf("replay oracle: with the wrong expert %s (%d timed checks failed), vector_add %s, reference replay %s; "
+              "reference phase %.3f / %.3f / %.3f s\n",
+              std::string(d2k::sandbox::to_string(e.status)).c_str(), timed_bad,
+              std::string(d2k::sandbox::to_string(ok.status)).c_str(), std::string(d2k::sandbox::to_string(ref.status)).c_str(),
+              e.phases.reference_s, ok.phases.reference_s, ref.phases.reference_s);
+}
+
 // Class 13 (docs/threat-model.md): with launch records, one drawn warm-up per timed phase is
 // recorded inside the phase's window (CUPTI on around that call only): the expert stays ok and
 // unflagged under the tight bound, and its launches are recorded on every workload.
