@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   std::string builds_arg;
   bool build_only = false;
   args.option("--builds", &builds_arg, "where the reference and L3 builds go; one there newer than its task's files is reused (default: a temporary folder)");
-  args.flag("--build-only", &build_only, "build each task's reference and L3 expert into --builds and exit (no GPU needed)");
+  args.flag("--build-only", &build_only, "build each task's reference and L3 expert (as the candidate and as the replay oracle) into --builds and exit (no GPU needed)");
   if (const int rc = args.parse(argc, argv); rc >= 0) return rc;
   for (const auto& m : modes)
     if (m != "host" && m != "resident") {
@@ -101,7 +101,9 @@ int main(int argc, char** argv) {
       const d2k::tasks::Task task = d2k::tasks::load_task(fs::path(D2K_TASKS_DIR) / name);
       const auto t0 = std::chrono::steady_clock::now();
       nvcc_build(task.reference_path(), builds / "trusted", name + "_reference", task.compile_flags, task.dir);
-      nvcc_build(task.expert_path(3), builds / "candidate", name + "_L3", task.compile_flags, task.dir);
+      const fs::path l3 = nvcc_build(task.expert_path(3), builds / "candidate", name + "_L3", task.compile_flags, task.dir);
+      // The owner's replay oracle (EvalConfig::replay_oracle) is the same build, as a trusted one.
+      fs::copy_file(l3, builds / "trusted" / (name + "_L3.so"), fs::copy_options::overwrite_existing);
       std::printf("bench_eval_phases: built %s (reference, L3) in %.1f s\n", name.c_str(),
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       std::fflush(stdout);
