@@ -28,10 +28,12 @@ namespace {
 runner::EvalConfig test_config() {
     runner::EvalConfig cfg;
     cfg.state_dir = std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner";
-    // A folder per task: every task's expert is experts/L3.cu, and the owner's replay oracle
-    // (EvalConfig::replay_oracle) is the task's own.
+    // A folder per task content: every task's expert is experts/L3.cu, the owner's replay oracle
+    // (EvalConfig::replay_oracle) is the task's own, and a test's altered copy of a task (same id)
+    // must not hand its kernels to the real one.
     cfg.build_trusted = [](const tasks::Task& task, const std::filesystem::path& cu) {
-      return nvcc_build(cu, std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so" / task.id);
+      return nvcc_build(cu, std::filesystem::path(D2K_BINARY_DIR) / "test-state" / "runner" / "trusted-so" /
+                                (task.id + "-" + task.content_hash.substr(0, 16)));
     };
     cfg.toolchain = "nvcc-test";
     cfg.seeds = 2;
