@@ -576,7 +576,7 @@ int main(int argc, char** argv) {
         NvmlSampler nvml(0);
         std::atomic<int> done{0}, failed{0}, misses{0};
         std::mutex errors_mu;
-        std::string first_error;
+        std::string first_error, first_failed;
         std::vector<std::thread> clients;
         const auto t0 = steady_clock::now();
         const auto stop_at = t0 + duration_cast<steady_clock::duration>(duration<double>(seconds));
@@ -593,6 +593,11 @@ int main(int argc, char** argv) {
                 Value r = c.step(sess.id, {{"type", "evaluate"}});
                 const Value& last = r["observation"]["last"];
                 (last.value("ok", false) ? done : failed)++;
+                if (!last.value("ok", false)) {
+                  std::lock_guard lock(errors_mu);
+                  if (first_failed.empty())
+                    first_failed = last.contains("error") ? last["error"].dump() : last.dump().substr(0, 400);
+                }
                 if (last.contains("compile") && !last["compile"].value("cached", true)) ++misses;
               }
               c.close(sess.id);
@@ -622,6 +627,7 @@ int main(int argc, char** argv) {
                                .c_str()
                          : "n/a (no nvidia-smi)");
         if (!first_error.empty()) std::printf("    first client error: %s\n", first_error.c_str());
+        if (!first_failed.empty()) std::printf("    first failed evaluation: %s\n", first_failed.substr(0, 600).c_str());
         std::fflush(stdout);
       }
     }

@@ -263,7 +263,8 @@ TEST_CASE("gpu-resident: the owner's replay of the timed calls runs the task's L
   CHECK(ok.status == d2k::sandbox::Outcome::ok);
   CHECK(ok.flags.empty());
   // The oracle off: the wrong "expert" is never run, the reference replays, the honest L3 is ok.
-  static std::unique_ptr<d2k::runner::Evaluator> off = [] {
+  // (Its own evaluator, gone at the end of this test: its runners leave the GPU to the next tests.)
+  auto off = [] {
     d2k::runner::EvalConfig cfg = d2k::test::evaluator_resident().config();
     cfg.replay_oracle = false;
     return std::make_unique<d2k::runner::Evaluator>(cfg);
@@ -295,9 +296,10 @@ TEST_CASE("gpu-resident: with launch records (a warm-up recorded per phase) the 
   r.seeds = 2;
   r.record_launches = true;
   const EvalResult e = d2k::test::evaluator_resident().evaluate(r);
-  std::printf("experts_L3.so [gpu-resident, launch records]: %s time=%.3f us flags=%zu launches_error='%s'\n",
+  std::printf("experts_L3.so [gpu-resident, launch records]: %s time=%.3f us flags=%zu launches_error='%s' message='%s'\n",
               std::string(d2k::sandbox::to_string(e.status)).c_str(), e.time_s * 1e6, e.flags.size(),
-              e.launches_error.c_str());
+              e.launches_error.c_str(), e.message.c_str());
+  UNSCOPED_INFO(e.to_json().dump(1).substr(0, 4000));
   for (const auto& w : e.workloads)
     if (w.timing)
       std::printf("   %-18s median %.2f us  flag below %.3f  launches %zu\n", w.name.c_str(), w.timing->median_s * 1e6,
