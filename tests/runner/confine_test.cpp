@@ -183,6 +183,17 @@ TEST_CASE("the host-memory bound counts private memory, not CUDA-style reservati
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+namespace {
+// A stand-in tool the jail's own user can read and run (the jail runs as another uid).
+void let_jail_run(const std::filesystem::path& tool, const std::filesystem::path& root) {
+  std::filesystem::permissions(tool, std::filesystem::perms::owner_all | std::filesystem::perms::others_read |
+                                         std::filesystem::perms::others_exec | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::group_exec);
+  std::filesystem::permissions(root, std::filesystem::perms::others_exec | std::filesystem::perms::group_exec,
+                               std::filesystem::perm_options::add);
+}
+}  // namespace
+
 TEST_CASE("cuobjdump runs jailed: it sees the kernel file and nothing beside it", "[runner][confine]") {
   // A stand-in cuobjdump (a shell script in a toolkit-like tree outside /usr) that prints the file
   // it was given and tries to read a file next to the original.
@@ -195,11 +206,7 @@ TEST_CASE("cuobjdump runs jailed: it sees the kernel file and nothing beside it"
   const auto tool = root / "toolkit" / "bin" / "cuobjdump";
   std::ofstream(tool) << "#!/bin/sh\ncat \"$2\"\ncat " << (root / "work" / "secret.txt").string()
                       << " 2>&1\necho uid=$(id -u)\n";
-  std::filesystem::permissions(tool, std::filesystem::perms::owner_all | std::filesystem::perms::others_read |
-                                         std::filesystem::perms::others_exec | std::filesystem::perms::group_read |
-                                         std::filesystem::perms::group_exec);
-  std::filesystem::permissions(root, std::filesystem::perms::others_exec | std::filesystem::perms::group_exec,
-                               std::filesystem::perm_options::add);
+  let_jail_run(tool, root);
   const auto out = d2k::runner::run_cuobjdump(tool, "-res-usage", kernel);
   INFO(out.text << out.error);
   CHECK(out.ok);
@@ -228,11 +235,7 @@ TEST_CASE("cuobjdump -sass: the ELF files are extracted and listed side by side 
                          "  case \"$2\" in *.2.*) [ -e \"$(dirname \"$0\")/BAD\" ] && exit 3 ;; esac ;;\n"
                          "esac\n"
                          "exit 0\n";
-  std::filesystem::permissions(tool, std::filesystem::perms::owner_all | std::filesystem::perms::others_read |
-                                         std::filesystem::perms::others_exec | std::filesystem::perms::group_read |
-                                         std::filesystem::perms::group_exec);
-  std::filesystem::permissions(root, std::filesystem::perms::others_exec | std::filesystem::perms::group_exec,
-                               std::filesystem::perm_options::add);
+  let_jail_run(tool, root);
   auto out = d2k::runner::run_cuobjdump(tool, "-sass", kernel);
   INFO(out.text << out.error);
   REQUIRE(out.ok);
