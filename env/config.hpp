@@ -82,6 +82,7 @@ struct Config {
   bool record = true;                                // write episode logs and the catalogue
   bool gpu_resident = true;                          // evaluate: outputs and inputs on the GPU; false is refused (class 11)
   bool prepare = true;                               // ready every task on every GPU at start (docs/pipeline.md)
+  bool replay_oracle = true;                         // the owner replays timed calls with the task's L3 expert
   std::filesystem::path log_dir;                     // episode logs; default state_dir/episodes
   std::uint64_t log_budget_bytes = 16ull << 30;      // episode logs kept; the oldest finished go first; 0 = no bound
   std::filesystem::path catalogue;                   // SQLite index of episodes; default state_dir/catalogue.sqlite
@@ -156,6 +157,7 @@ void Config::for_each_key(Visit&& visit) {
   D2K_CONFIG_KEY(compile_cache_bytes, "--compile-cache-bytes", "Bytes the compile cache may hold; least recently used entries are evicted (0 = unbounded)");
   D2K_CONFIG_KEY(compile_cgroup, "--compile-cgroup", "Where compile jails get cgroup v2 limits: auto (below the server's own cgroup), off, or an empty delegated cgroup directory");
   D2K_CONFIG_KEY(gpu_resident, "", "Evaluations keep outputs on the GPU: a trusted runner owns the output slots and the timed inputs and compares there (docs/timing-protocol.md). Must be true: false (the host path, where the inputs' key enters the agent's process: docs/threat-model.md, class 11) is refused; the host path is for trusted kernels only (d2k verify-tasks --host-path)");
+  D2K_CONFIG_KEY(replay_oracle, "", "The owner replays an agent kernel's timed calls with the task's L3 expert, not its reference, and compares them with its outputs (the correctness calls stay on the reference; docs/threat-model.md \"The replay oracle\"); false: the reference replays them, as before (slower on the compute-bound tasks: gemm_bf16 11 s instead of 0.8 s on the H200). Turn it off for tasks whose experts `d2k verify-tasks` has not checked");
   D2K_CONFIG_KEY(record, "--record", "Write episode logs and the catalogue; --no-record writes none (a session can also opt out: reset options.record=false)");
   D2K_CONFIG_KEY(prepare, "", "Prepare every task on every GPU in the background at start (trusted builds, calibration; docs/pipeline.md); false (`d2k serve --no-prepare`): each task's first evaluation does it inline");
   D2K_CONFIG_KEY(log_dir, "--log-dir", "Episode logs (default: <state-dir>/episodes)");

@@ -345,6 +345,7 @@ std::shared_ptr<GpuBackend> make_gpu_backend(const Config& config, const tasks::
   if (!c.finalized()) throw std::logic_error("make_gpu_backend: the Config was not finalized (Config::finalize)");
   ec.state_dir = c.state_dir / "eval";
   ec.gpu_resident = c.gpu_resident;
+  ec.replay_oracle = c.replay_oracle;
   ec.hidden_paths = c.hidden_paths();
   ec.compiler.cache_dir = c.state_dir / "trusted-cache";
   ec.compiler.scratch_dir = c.state_dir / "trusted-scratch";
