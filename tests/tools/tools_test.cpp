@@ -27,6 +27,13 @@ std::optional<fs::path> cuobjdump_path() {
   return runner::find_cuobjdump(D2K_NVCC);
 }
 
+// cuobjdump, or a skip (said once per test) when there is none.
+std::optional<fs::path> cuobjdump_or_skip() {
+  auto tool = cuobjdump_path();
+  if (!tool) test::skip("no cuobjdump beside nvcc or on PATH (configure with -DD2K_CUOBJDUMP=...)");
+  return tool;
+}
+
 // A kernel file with a plain kernel, a spilling one (a local array indexed at run time) and a
 // templated one, built once per test binary into a shared object.
 const char* kKernels = R"(
@@ -134,11 +141,8 @@ TEST_CASE("build_disassembly caps the listing text and names the kernels when th
 }
 
 TEST_CASE("disassemble a real object: per-kernel resources, the spilling kernel's local traffic, PTX on request", "[tools][disassemble][nvcc]") {
-  const auto tool = cuobjdump_path();
-  if (!tool) {
-    test::skip("no cuobjdump beside nvcc or on PATH (configure with -DD2K_CUOBJDUMP=...)");
-    return;
-  }
+  const auto tool = cuobjdump_or_skip();
+  if (!tool) return;
   const fs::path so = built_object();
   REQUIRE_FALSE(so.empty());
   tools::DisassembleRequest req;
@@ -167,11 +171,8 @@ TEST_CASE("disassemble a real object: per-kernel resources, the spilling kernel'
 }
 
 TEST_CASE("jailed -sass, its ELF files listed side by side, lists what plain cuobjdump -sass lists", "[tools][disassemble][nvcc]") {
-  const auto tool = cuobjdump_path();
-  if (!tool) {
-    test::skip("no cuobjdump beside nvcc or on PATH");
-    return;
-  }
+  const auto tool = cuobjdump_or_skip();
+  if (!tool) return;
   const fs::path so = built_object();
   REQUIRE_FALSE(so.empty());
   runner::ObjectDumpCache::instance().clear();
@@ -192,11 +193,8 @@ TEST_CASE("jailed -sass, its ELF files listed side by side, lists what plain cuo
 }
 
 TEST_CASE("cuobjdump outputs are cached by the object's content: a known binary runs no jail", "[tools][cache][nvcc]") {
-  const auto tool = cuobjdump_path();
-  if (!tool) {
-    test::skip("no cuobjdump beside nvcc or on PATH");
-    return;
-  }
+  const auto tool = cuobjdump_or_skip();
+  if (!tool) return;
   const fs::path so = built_object();
   REQUIRE_FALSE(so.empty());
   auto& cache = runner::ObjectDumpCache::instance();
