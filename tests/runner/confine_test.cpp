@@ -192,18 +192,29 @@ void let_jail_run(const std::filesystem::path& tool, const std::filesystem::path
   std::filesystem::permissions(root, std::filesystem::perms::others_exec | std::filesystem::perms::group_exec,
                                std::filesystem::perm_options::add);
 }
+
+// A toolkit-like tree outside /usr for a stand-in cuobjdump, and a work folder with the kernel file
+// and a secret beside it: {root, kernel, tool} (the tool is for the test to write).
+struct StandIn {
+  std::filesystem::path root, kernel, tool;
+};
+StandIn stand_in_tree(const std::string& prefix) {
+  StandIn t;
+  t.root = std::filesystem::temp_directory_path() / (prefix + std::to_string(getpid()));
+  std::filesystem::create_directories(t.root / "toolkit" / "bin");
+  std::filesystem::create_directories(t.root / "work");
+  t.kernel = t.root / "work" / "kernel.so";
+  std::ofstream(t.kernel) << "KERNEL-BYTES\n";
+  std::ofstream(t.root / "work" / "secret.txt") << "SECRET-OF-THE-SERVER\n";
+  t.tool = t.root / "toolkit" / "bin" / "cuobjdump";
+  return t;
+}
 }  // namespace
 
 TEST_CASE("cuobjdump runs jailed: it sees the kernel file and nothing beside it", "[runner][confine]") {
   // A stand-in cuobjdump (a shell script in a toolkit-like tree outside /usr) that prints the file
   // it was given and tries to read a file next to the original.
-  const auto root = std::filesystem::temp_directory_path() / ("d2k-cuobjdump-" + std::to_string(getpid()));
-  std::filesystem::create_directories(root / "toolkit" / "bin");
-  std::filesystem::create_directories(root / "work");
-  const auto kernel = root / "work" / "kernel.so";
-  std::ofstream(kernel) << "KERNEL-BYTES\n";
-  std::ofstream(root / "work" / "secret.txt") << "SECRET-OF-THE-SERVER\n";
-  const auto tool = root / "toolkit" / "bin" / "cuobjdump";
+  const auto [root, kernel, tool] = stand_in_tree("d2k-cuobjdump-");
   std::ofstream(tool) << "#!/bin/sh\ncat \"$2\"\ncat " << (root / "work" / "secret.txt").string()
                       << " 2>&1\necho uid=$(id -u)\n";
   let_jail_run(tool, root);
@@ -219,13 +230,7 @@ TEST_CASE("cuobjdump -sass: the ELF files are extracted and listed side by side 
   // A stand-in cuobjdump: `-xelf all FILE` writes two "ELF files" into its working directory (the
   // first a copy of FILE), `-sass F` lists one (a Function line, its bytes) and tries to read a
   // secret beside the kernel; a file named *.2.* fails when BAD exists beside the tool.
-  const auto root = std::filesystem::temp_directory_path() / ("d2k-cuobjdump-split-" + std::to_string(getpid()));
-  std::filesystem::create_directories(root / "toolkit" / "bin");
-  std::filesystem::create_directories(root / "work");
-  const auto kernel = root / "work" / "kernel.so";
-  std::ofstream(kernel) << "KERNEL-BYTES\n";
-  std::ofstream(root / "work" / "secret.txt") << "SECRET-OF-THE-SERVER\n";
-  const auto tool = root / "toolkit" / "bin" / "cuobjdump";
+  const auto [root, kernel, tool] = stand_in_tree("d2k-cuobjdump-split-");
   std::ofstream(tool) << "#!/bin/sh\n"
                          "case \"$1\" in\n"
                          "-xelf) cat \"$3\" > kernel.1.sm_90.cubin; echo SECOND > kernel.2.sm_90.cubin ;;\n"
