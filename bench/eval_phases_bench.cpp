@@ -28,9 +28,6 @@ namespace {
 
 using d2k::bench::median;
 
-// The server's fixed nvcc flags and the task's own after them (sandbox/compiler's rule: conv2d and
-// the other Hopper tasks name -arch=sm_90a, which replaces the base sm_90; an sm_90 build of their
-// experts traps at launch).
 // The newest modification time of any file under dir (a task's sources and headers).
 fs::file_time_type newest_under(const fs::path& dir) {
   fs::file_time_type t = fs::last_write_time(dir);
@@ -41,6 +38,9 @@ fs::file_time_type newest_under(const fs::path& dir) {
 
 // Builds cu into dir/name.so. A build already there is reused when it is newer than every file of
 // the task's folder (--builds DIR: made on a machine without a GPU with --build-only and carried).
+// The server's fixed nvcc flags and the task's own after them (sandbox/compiler's rule: conv2d and
+// the other Hopper tasks name -arch=sm_90a, which replaces the base sm_90; an sm_90 build of their
+// experts traps at launch).
 fs::path nvcc_build(const fs::path& cu, const fs::path& dir, const std::string& name,
                     const std::vector<std::string>& task_flags, const fs::path& task_dir) {
   fs::create_directories(dir);

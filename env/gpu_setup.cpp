@@ -1,8 +1,8 @@
 #include "env/gpu_setup.hpp"
 
 #include <algorithm>
-#include <filesystem>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <iostream>
 #include <map>
@@ -53,10 +53,9 @@ class RunnerBackend final : public GpuBackend {
     req.workloads = job.include_hidden ? runner::WorkloadSet::all : runner::WorkloadSet::visible;
     req.gpu = job.gpu;
     req.record_launches = true;  // launch records for the design properties (every correctness call, one timed warm-up)
-    // cuobjdump on the kernel (two jailed runs side by side, ~0.7 s on the H200 host for a new binary
-    // before its ELF files were disassembled side by side too; a cache hit
-    // otherwise) runs on the CPU while the GPU part runs, not after it (issue 15 item 6): the finish
-    // only waits for it.
+    // cuobjdump on the kernel (two jailed runs side by side, 0.7-0.9 s on the H200 host for a new
+    // binary, a cache hit otherwise), started by prefetch when the kernel was built, runs on the CPU
+    // while the GPU part runs, not after it (issue 15 item 6): the finish only waits for it.
     auto dumps = std::make_shared<std::shared_future<ObjectDumps>>(take_dumps(job.kernel_so));
     auto r = std::make_shared<runner::EvalResult>(evaluator_->evaluate(req));
     GpuStage stage;

@@ -1103,7 +1103,7 @@ EvalResult Evaluator::evaluate_once(const EvalRequest& req) {
     ref_job.timing = cand_job.timing;  // the same slot layout; an owner never times
     for (const auto& [dt, tol] : task.tolerances) ref_job.tolerances[dt] = Tolerance{tol.atol, tol.rtol};
     cand_job.gpu_slots = SlotsRole::user;
-    res.replayed_with = "reference.cu";
+    if (req.timing) res.replayed_with = "reference.cu";  // untimed: nothing is replayed
     if (config_.replay_oracle && req.timing && std::filesystem::exists(task.expert_path(3))) {
       try {
         ref_job.oracle_so_path = build_trusted(task, task.expert_path(3)).string();

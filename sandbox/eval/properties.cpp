@@ -399,6 +399,7 @@ ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::stri
   // the jail's private /tmp and disassembled side by side (at most 4 at a time), their listings
   // joined in the files' order, each under the header cuobjdump prints for it.
   const bool split_sass = flag == "-sass";
+  std::string tool_name = cuobjdump.string();  // in messages: the tool, not the shell that runs it
   spec.env = {{"PATH", "/usr/bin:/bin"}, {"HOME", "/tmp"}, {"LANG", "C"}, {"LC_ALL", "C"}};
   spec.max_output_bytes = 64u << 20;
   spec.deadline = std::chrono::seconds(120);
@@ -410,9 +411,10 @@ ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::stri
       const auto root = tool.parent_path().parent_path();
       spec.mounts.push_back({root, root, false});
     }
-    spec.argv[0] = tool.string();
+    tool_name = tool.string();
+    spec.argv[0] = tool_name;
     spec.mounts.push_back({std::filesystem::canonical(file), "/in/kernel.so", false});
-    if (split_sass) spec.argv = {"/bin/sh", "-c", kSplitSassScript, tool.string()};
+    if (split_sass) spec.argv = {"/bin/sh", "-c", kSplitSassScript, tool_name};
   } catch (const std::exception& e) {
     r.error = e.what();
     return r;
@@ -421,7 +423,7 @@ ToolOutput run_cuobjdump(const std::filesystem::path& cuobjdump, const std::stri
   r.text = run.output;
   r.ok = run.started && !run.timed_out && run.signal == 0 && run.exit_status == 0;
   if (!r.ok)
-    r.error = (split_sass ? spec.argv[3] : spec.argv[0]) + " " + flag + " failed (" +
+    r.error = tool_name + " " + flag + " failed (" +
               (!run.started      ? "jail: " + run.setup_error
                : run.timed_out   ? std::string("timed out")
                : run.signal != 0 ? "signal " + std::to_string(run.signal)
